@@ -1,0 +1,33 @@
+# Each target sets up its own virtual environment (.venv) and installs the project into it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench bench-store check-java setup clean
+
+demo: $(STAMP) check-java  ## until the Spark demo exists: the store benchmark at a small size
+	$(PY) bench/store_bench.py --messages 200000 --queues 16,1000
+
+test: $(STAMP) check-java
+	$(PY) -m pytest -q tests
+
+bench: bench-store
+
+bench-store: $(STAMP)
+	$(PY) bench/store_bench.py
+
+setup: $(STAMP)
+
+$(STAMP): setup.py
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "error: Python 3.10+ is needed, found " + sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+check-java:
+	@scripts/check_java.sh
+
+clean:
+	rm -rf $(VENV) *.egg-info bench/results

@@ -1,0 +1,1 @@
+"""broker_sim: a local broker with RocketMQ's batch storage and consumption model."""

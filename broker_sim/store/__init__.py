@@ -1,0 +1,18 @@
+"""broker_sim.store: RocketMQ's batch storage model (commitlog, SimpleCQ, BatchCQ, dispatcher,
+checkpoint, recovery). Knows nothing of gRPC, RocksDB or rmq_spark."""
+
+from .config import FlushMode, StoreConfig
+from .consume_queue import IndexUnit
+from .errors import DataDirInUseError, StoreClosedError, StoreError, UnknownTopicError
+from .format import Compression, SysFlag, decode_record, encode_message_batch
+from .message_store import MessageStore
+from .recovery import RecoveryReport
+from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
+from .topics import QueueType, TopicConfig
+
+__all__ = [
+    "Compression", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult", "GetStatus", "IndexUnit",
+    "MessageStore", "PutResult", "PutStatus", "QueueType", "RecoveryReport", "StoreClosedError", "StoreConfig",
+    "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError", "decode_record",
+    "encode_message_batch",
+]

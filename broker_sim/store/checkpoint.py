@@ -1,0 +1,51 @@
+"""The checkpoint: how far the commitlog and the indexes are known to be on disk."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_LAYOUT = struct.Struct(">IIqqq")  # magic, version, commitlog flushed, index flushed, time ms
+_MAGIC = 0x524D5143  # "RMQC"
+_VERSION = 1
+
+
+@dataclass
+class Checkpoint:
+    commitlog_flushed_offset: int = 0  # every commitlog byte before this is on disk
+    index_flushed_offset: int = 0  # every index unit of records before this is on disk
+    updated_ms: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> "Checkpoint":
+        """The saved checkpoint, or zeros (recover from the start) when missing or damaged."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return cls()
+        if len(raw) != _LAYOUT.size + 4 or zlib.crc32(raw[:-4]) != struct.unpack(">I", raw[-4:])[0]:
+            log.warning("checkpoint %s is damaged; recovering from the start of the commitlog", path)
+            return cls()
+        magic, version, commitlog, index, updated = _LAYOUT.unpack(raw[:-4])
+        if magic != _MAGIC or version != _VERSION:
+            log.warning("checkpoint %s has an unknown format; recovering from the start", path)
+            return cls()
+        return cls(commitlog, index, updated)
+
+    def save(self, path: Path) -> None:
+        raw = _LAYOUT.pack(_MAGIC, _VERSION, self.commitlog_flushed_offset, self.index_flushed_offset, self.updated_ms)
+        raw += struct.pack(">I", zlib.crc32(raw))
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, raw)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)

@@ -1,0 +1,190 @@
+"""The CommitLog: one append-only log of records for every topic, cut into segments.
+
+Writers append under one lock, which also assigns queue offsets (RocketMQ's topic-queue
+table): a record's QUEUEOFFSET is the next offset of its queue, and it advances by the number
+of messages the record holds. Indexes are built from the log afterwards by the dispatcher.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import format as fmt
+from .config import StoreConfig
+from .mapped_file import MappedFile, MappedFileQueue
+
+_PROPS_LEN = struct.Struct(">h")
+_INNER_BASE_KEY = fmt.PROPERTY_INNER_BASE.encode() + fmt.NAME_VALUE_SEPARATOR
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class PendingRecord:
+    """A record to append, built outside the lock; the log stamps offsets and store time."""
+
+    body: bytes | memoryview
+    body_crc: int
+    properties: bytes  # encoded; INNER_BASE and the CRC property are added by the log
+    born_timestamp: int
+    born_host: bytes
+    flag: int = 0
+    sys_flag: int = 0
+    count: int = 1  # queue offsets this record takes: INNER_NUM for an inner batch
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@dataclass(frozen=True)
+class Appended:
+    queue_offset: int  # of the first record's first message
+    physical_offsets: tuple
+    store_timestamp: int
+    end_offset: int  # where the log ends after this append
+
+
+class CommitLog:
+    def __init__(self, directory: Path, config: StoreConfig, now_ms: Callable[[], int] = wall_clock_ms):
+        self.config = config
+        self.now_ms = now_ms
+        self.segments = MappedFileQueue(directory, config.segment_bytes)
+        self._store_host = config.store_host_bytes
+        self._write_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._topic_parts: dict[str, bytes] = {}
+        self.queue_offsets: dict[tuple[str, int], int] = {}  # next offset of each queue
+        self.max_offset = self.segments.min_offset  # end of the last complete record
+        self.flushed_offset = self.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments.min_offset
+
+    def record_fits_segment(self, total: int) -> bool:
+        return total + fmt.END_FILE_MIN_BLANK_BYTES <= self.config.segment_bytes
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def append(self, topic: str, queue_id: int, records: list[PendingRecord]) -> Appended:
+        """Append records of one queue with consecutive queue offsets; callers checked sizes."""
+        topic_part = self._topic_part(topic)
+        with self._write_lock:
+            key = (topic, queue_id)
+            first_offset = queue_offset = self.queue_offsets.get(key, 0)
+            store_ts = self.now_ms()
+            physical = []
+            for record in records:
+                properties = record.properties
+                if record.sys_flag & fmt.SysFlag.INNER_BATCH:
+                    properties += _INNER_BASE_KEY + str(queue_offset).encode() + fmt.PROPERTY_SEPARATOR
+                physical.append(self._write(topic_part, queue_id, queue_offset, store_ts, record, properties))
+                queue_offset += record.count
+            self.queue_offsets[key] = queue_offset
+            return Appended(first_offset, tuple(physical), store_ts, self.max_offset)
+
+    def _write(self, topic_part: bytes, queue_id: int, queue_offset: int, store_ts: int,
+               record: PendingRecord, properties: bytes) -> int:
+        body = record.body
+        total = fmt.record_size(len(body), len(topic_part) - 1, len(properties))
+        segment = self._segment_with_room(total)
+        pos = self.max_offset - segment.start
+        physical = self.max_offset
+        buf = segment.map
+        fmt.HEADER.pack_into(
+            buf, pos, total, fmt.MAGIC_V1, record.body_crc, queue_id, record.flag, queue_offset, physical,
+            record.sys_flag, record.born_timestamp, record.born_host, store_ts, self._store_host,
+            record.reconsume_times, record.prepared_transaction_offset, len(body),
+        )
+        at = pos + fmt.HEADER.size
+        buf[at : at + len(body)] = body
+        at += len(body)
+        tail = topic_part + _PROPS_LEN.pack(len(properties) + fmt.CRC_RESERVED_BYTES) + properties
+        buf[at : at + len(tail)] = tail
+        fmt.seal_record(buf, pos, total)
+        self.max_offset = physical + total
+        return physical
+
+    def _segment_with_room(self, total: int) -> MappedFile:
+        segment = self.segments.last()
+        if segment is None or self.max_offset >= segment.end:
+            return self.segments.create_file(self.max_offset)
+        left = segment.end - self.max_offset
+        if total + fmt.END_FILE_MIN_BLANK_BYTES <= left:
+            return segment
+        # RocketMQ's end of file: a BLANK marker over the rest, the record in the next segment.
+        fmt.BLANK.pack_into(segment.map, self.max_offset - segment.start, left, fmt.BLANK_MAGIC)
+        self.max_offset = segment.end
+        return self.segments.create_file(segment.end)
+
+    def _topic_part(self, topic: str) -> bytes:
+        part = self._topic_parts.get(topic)
+        if part is None:
+            raw = topic.encode()
+            part = self._topic_parts[topic] = bytes([len(raw)]) + raw
+        return part
+
+    # --- flushing --------------------------------------------------------------------------
+
+    def flush(self, until: int | None = None) -> int:
+        """Put every byte up to ``until`` (default: all appended) on disk; returns the flushed end.
+
+        Threads that wait for one flush share it (group commit): whoever holds the lock
+        flushes everything appended so far.
+        """
+        if until is not None and self.flushed_offset >= until:
+            return self.flushed_offset
+        with self._flush_lock:
+            target = self.max_offset
+            if self.flushed_offset >= target:
+                return self.flushed_offset
+            for segment in self.segments.files:
+                if segment.end > self.flushed_offset and segment.start < target:
+                    segment.flush()
+            self.flushed_offset = target
+            return target
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def view(self, physical_offset: int, size: int) -> memoryview:
+        segment = self.segments.find(physical_offset)
+        if segment is None:
+            raise LookupError(f"commitlog offset {physical_offset} is not stored")
+        pos = physical_offset - segment.start
+        return segment.view[pos : pos + size]
+
+    def segment_at(self, physical_offset: int) -> MappedFile | None:
+        return self.segments.find(physical_offset)
+
+    # --- recovery --------------------------------------------------------------------------
+
+    def scan_valid_tail(self, start: int) -> tuple[int, str]:
+        """Check records forward from ``start`` (a record boundary); return the valid tail and
+        why the scan stopped there."""
+        offset = start
+        while True:
+            segment = self.segments.find(offset)
+            if segment is None:
+                return offset, "end of the last segment"
+            check, size, reason = fmt.check_record(segment.map, offset - segment.start, segment.size)
+            if check is fmt.Check.OK:
+                offset += size
+            elif check is fmt.Check.BLANK:
+                offset = segment.end
+            else:
+                return offset, reason
+
+    def truncate(self, tail: int) -> None:
+        """Make ``tail`` the end of the log: nothing at or after it is kept."""
+        self.segments.truncate(tail)
+        self.max_offset = tail
+        self.flushed_offset = min(self.flushed_offset, tail)
+
+    def close(self) -> None:
+        self.segments.close()

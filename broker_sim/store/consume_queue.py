@@ -1,0 +1,266 @@
+"""The index files of a queue: SimpleCQ (a unit per message) and BatchCQ (a unit per batch).
+
+Both are series of fixed-size unit files, as RocketMQ's ConsumeQueue and BatchConsumeQueue.
+Only the dispatcher writes them, in commitlog order, so each queue's units are in offset order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+from .config import StoreConfig
+from .mapped_file import MappedFileQueue
+from .topics import QueueType
+
+SIZE_AT = 8  # both unit kinds keep the record size at byte 8; 0 marks an unwritten unit
+
+
+class IndexUnit(NamedTuple):
+    physical_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int  # 0 in SimpleCQ units: the commitlog record has it
+    base_offset: int
+    count: int
+
+
+class ConsumeQueue:
+    """What both index kinds share: unit files, the write position, loading and truncation."""
+
+    UNIT: struct.Struct
+    queue_type: QueueType
+
+    def __init__(self, directory: Path, units_per_file: int):
+        self.files = MappedFileQueue(directory, units_per_file * self.UNIT.size)
+        self.units_per_file = units_per_file
+        self.unit_count = 0  # units written, counted from the series' start
+        self.max_offset = 0  # the next message offset of the queue
+        self.dirty = False
+        self._load()
+
+    @property
+    def first_unit(self) -> int:
+        return self.files.min_offset // self.UNIT.size
+
+    def _load(self) -> None:
+        last = self.files.last()
+        if last is None:
+            return
+        lo, hi = 0, self.units_per_file  # units are written in order: find the first unwritten one
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if struct.unpack_from(">i", last.map, mid * self.UNIT.size + SIZE_AT)[0] > 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.unit_count = last.start // self.UNIT.size + lo
+        self._after_truncate()
+
+    def unit(self, index: int) -> IndexUnit:
+        """The unit at ``index`` (counted from the series' start)."""
+        mapped = self.files.find(index * self.UNIT.size)
+        return self._decode(index, self.UNIT.unpack_from(mapped.map, index * self.UNIT.size - mapped.start))
+
+    def units(self, first: int, limit: int) -> list[IndexUnit]:
+        """Up to ``limit`` written units from index ``first`` on, read file by file."""
+        out = []
+        end = min(self.unit_count, first + limit)
+        size = self.UNIT.size
+        while first < end:
+            mapped = self.files.find(first * size)
+            stop = min(end, mapped.end // size)
+            chunk = mapped.view[first * size - mapped.start : stop * size - mapped.start]
+            out += [self._decode(i, values) for i, values in enumerate(self.UNIT.iter_unpack(chunk), first)]
+            first = stop
+        return out
+
+    def index_by_time(self, timestamp_ms: int, store_time_of) -> int:
+        """The index of the first unit stored at or after ``timestamp_ms`` (unit_count if none);
+        ``store_time_of(unit)`` gives a unit's store time."""
+        lo, hi = self.first_unit, self.unit_count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if store_time_of(self.unit(mid)) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def last_unit(self) -> IndexUnit | None:
+        return self.unit(self.unit_count - 1) if self.unit_count > self.first_unit else None
+
+    def put(self, physical_offset: int, size: int, tags_code: int, store_ts: int, queue_offset: int,
+            count: int) -> bool:
+        """Index one record; False when it is already indexed (a re-dispatch after recovery)."""
+        if queue_offset < self.max_offset:
+            return False
+        if queue_offset > self.max_offset:
+            raise RuntimeError(f"{self.files.directory}: a unit for offset {queue_offset} would leave a gap "
+                               f"after {self.max_offset}")
+        self._append(physical_offset, size, tags_code, store_ts, queue_offset, count)
+        self.max_offset = queue_offset + count
+        return True
+
+    def append_unit(self, values: tuple) -> None:
+        position = self.unit_count * self.UNIT.size
+        mapped = self.files.find(position) or self.files.create_file(position)
+        self.UNIT.pack_into(mapped.map, position - mapped.start, *values)
+        self.unit_count += 1
+        self.dirty = True
+
+    def truncate_units(self, keep: int) -> None:
+        """Keep the first ``keep`` units (counted from the series' start), drop the rest."""
+        if keep >= self.unit_count:
+            return
+        self.files.truncate(keep * self.UNIT.size)
+        self.unit_count = keep
+        self._after_truncate()
+
+    def flush(self) -> None:
+        self.dirty = False
+        for mapped in self.files.files[-2:]:  # only the last two files can have new units
+            mapped.flush()
+
+    def close(self) -> None:
+        self.files.close()
+
+    def _after_truncate(self) -> None:
+        last = self.last_unit()
+        self.max_offset = last.base_offset + last.count if last else self.first_unit
+
+    def _append(self, physical_offset, size, tags_code, store_ts, queue_offset, count) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _decode(index: int, values: tuple) -> IndexUnit:
+        raise NotImplementedError
+
+
+class SimpleConsumeQueue(ConsumeQueue):
+    """20-byte units, one per message: commitLogOffset 8, size 4, tagsCode 8. O(1) lookup."""
+
+    UNIT = struct.Struct(">qiq")
+    queue_type = QueueType.SIMPLE_CQ
+
+    @property
+    def min_offset(self) -> int:
+        return self.first_unit
+
+    def _append(self, physical_offset, size, tags_code, store_ts, queue_offset, count) -> None:
+        if count != 1:
+            raise ValueError("a SimpleCQ unit indexes one message")
+        self.append_unit((physical_offset, size, tags_code))
+
+    def unit_index(self, offset: int) -> int:
+        return offset
+
+    @staticmethod
+    def _decode(index: int, values: tuple) -> IndexUnit:
+        physical, size, tags = values
+        return IndexUnit(physical, size, tags, 0, index, 1)
+
+
+class BatchConsumeQueue(ConsumeQueue):
+    """46-byte units, one per batch; lookups binary-search msgBaseOffset or storeTime.
+
+    commitLogOffset 8 | size 4 | tagsCode 8 | storeTime 8 | msgBaseOffset 8 | batchSize 2 |
+    compactedOffset 4 (-1) | reserved 4
+    """
+
+    UNIT = struct.Struct(">qiqqqhii")
+    queue_type = QueueType.BATCH_CQ
+
+    def __init__(self, directory: Path, units_per_file: int):
+        self._file_bases: list[int] = []  # msgBaseOffset of each file's first unit
+        super().__init__(directory, units_per_file)
+
+    @property
+    def min_offset(self) -> int:
+        return self._file_bases[0] if self._file_bases else self.max_offset
+
+    def _append(self, physical_offset, size, tags_code, store_ts, queue_offset, count) -> None:
+        if self.unit_count % self.units_per_file == 0:
+            self._file_bases.append(queue_offset)
+        self.append_unit((physical_offset, size, tags_code, store_ts, queue_offset, count, -1, 0))
+
+    def unit_index(self, offset: int) -> int:
+        """The index of the unit holding ``offset``: the greatest msgBaseOffset <= offset."""
+        file_no = bisect.bisect_right(self._file_bases, offset) - 1
+        first = self.first_unit + file_no * self.units_per_file
+        lo, hi = first, min(self.unit_count, first + self.units_per_file) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._base_at(mid) <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _base_at(self, index: int) -> int:
+        mapped = self.files.find(index * 46)
+        return struct.unpack_from(">q", mapped.map, index * 46 - mapped.start + 28)[0]
+
+    @staticmethod
+    def _decode(index: int, values: tuple) -> IndexUnit:
+        physical, size, tags, store_ts, base, count, _compacted, _reserved = values
+        return IndexUnit(physical, size, tags, store_ts, base, count)
+
+    def _after_truncate(self) -> None:
+        self._file_bases = [self._base_at(f.start // 46) for f in self.files.files
+                            if f.start // 46 < self.unit_count]
+        super()._after_truncate()
+
+
+class ConsumeQueueTable:
+    """Every queue's index of a data directory, created on first use."""
+
+    DIRECTORIES = {QueueType.SIMPLE_CQ: "consumequeue", QueueType.BATCH_CQ: "batchconsumequeue"}
+
+    def __init__(self, data_dir: Path, config: StoreConfig):
+        self.data_dir = data_dir
+        self.config = config
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def load(self, topics) -> None:
+        """Open the index files on disk of every known topic."""
+        for topic in topics:
+            root = self.data_dir / self.DIRECTORIES[topic.queue_type] / topic.name
+            if root.is_dir():
+                for child in root.iterdir():
+                    if child.name.isdigit() and int(child.name) < topic.queue_count:
+                        self.get(topic.name, int(child.name), topic.queue_type)
+
+    def get(self, topic: str, queue_id: int, queue_type: QueueType) -> ConsumeQueue:
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            with self._lock:
+                queue = self._queues.get((topic, queue_id))
+                if queue is None:
+                    directory = self.data_dir / self.DIRECTORIES[queue_type] / topic / str(queue_id)
+                    if queue_type is QueueType.BATCH_CQ:
+                        queue = BatchConsumeQueue(directory, self.config.batch_cq_units_per_file)
+                    else:
+                        queue = SimpleConsumeQueue(directory, self.config.simple_cq_units_per_file)
+                    self._queues[(topic, queue_id)] = queue
+        return queue
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def all(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
+        return list(self._queues.items())
+
+    def flush(self) -> None:
+        for _key, queue in self.all():
+            if queue.dirty:
+                queue.flush()
+
+    def close(self) -> None:
+        for _key, queue in self.all():
+            queue.close()
+        self._queues.clear()

@@ -1,0 +1,313 @@
+"""The CommitLog record layout, as RocketMQ's (V1 magic, IPv4 hosts), and the batch encoding.
+
+Record (big-endian), 91 fixed bytes plus body, topic and properties::
+
+    TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 |
+    PHYSICALOFFSET 8 | SYSFLAG 4 | BORNTIMESTAMP 8 | BORNHOST 8 | STORETIMESTAMP 8 |
+    STOREHOST 8 | RECONSUMETIMES 4 | PREPARED TX OFFSET 8 | BODYLEN 4 | BODY |
+    TOPICLEN 1 | TOPIC | PROPLEN 2 | PROPERTIES
+
+BODYCRC covers the body only, so a torn or flipped byte in the header, topic or properties
+would pass it. Every record therefore ends with RocketMQ's optional ``__CRC32#`` property
+(always on here): the CRC32 of every record byte before that property, as 10 decimal digits.
+Recovery checks both.
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+import struct
+import zlib
+from dataclasses import dataclass
+
+MAGIC_V1 = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+# A record is written only where it fits with room for a BLANK marker after it.
+END_FILE_MIN_BLANK_BYTES = 8
+BLANK = struct.Struct(">iI")
+
+# TOTALSIZE .. BODYLEN: everything before the body.
+HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
+FIXED_BYTES = HEADER.size + 1 + 2  # + TOPICLEN + PROPLEN = 91
+BODYLEN_AT = HEADER.size - 4
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+
+NAME_VALUE_SEPARATOR = b"\x01"
+PROPERTY_SEPARATOR = b"\x02"
+
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_TIMER_PROPERTIES = ("__STARTDELIVERTIME", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS")
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
+PROPERTY_BATCH_CODEC = "BATCH_CODEC"
+PROPERTY_CRC32 = "__CRC32#"
+
+CRC_PROPERTY_PREFIX = PROPERTY_CRC32.encode() + NAME_VALUE_SEPARATOR
+CRC_DIGITS = 10
+# The CRC property is always the last one: prefix, 10 digits, separator.
+CRC_RESERVED_BYTES = len(CRC_PROPERTY_PREFIX) + CRC_DIGITS + 1
+
+RETRY_TOPIC_PREFIX = "%RETRY%"
+BATCH_CODECS = ("rmq", "arrow")
+
+
+class SysFlag(enum.IntFlag):
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+
+
+COMPRESSION_SHIFT = 8
+COMPRESSION_MASK = 0x7 << COMPRESSION_SHIFT
+
+
+class Compression(enum.IntEnum):
+    """Compression of a batch payload, stored in SYSFLAG bits 8-10 as RocketMQ's."""
+
+    NONE = 0
+    LZ4 = 1
+    ZSTD = 2
+    ZLIB = 3
+
+    @classmethod
+    def parse(cls, value: "Compression | str | int") -> "Compression":
+        if isinstance(value, str):
+            try:
+                return cls[value.upper()]
+            except KeyError:
+                names = ", ".join(c.name.lower() for c in cls)
+                raise ValueError(f"unknown compression {value!r}; use one of: {names}") from None
+        return cls(value)
+
+    def sys_flag(self) -> int:
+        if self is Compression.NONE:
+            return 0
+        return SysFlag.COMPRESSED | (int(self) << COMPRESSION_SHIFT)
+
+
+def compression_of(sys_flag: int) -> Compression:
+    if not sys_flag & SysFlag.COMPRESSED:
+        return Compression.NONE
+    return Compression((sys_flag & COMPRESSION_MASK) >> COMPRESSION_SHIFT)
+
+
+def encode_host(host: str, port: int) -> bytes:
+    return socket.inet_aton(host) + struct.pack(">i", port)
+
+
+def decode_host(raw: bytes) -> tuple[str, int]:
+    return socket.inet_ntoa(raw[:4]), struct.unpack(">i", raw[4:8])[0]
+
+
+def encode_properties(properties: dict[str, str] | None) -> bytes:
+    if not properties:
+        return b""
+    return b"".join(
+        k.encode() + NAME_VALUE_SEPARATOR + str(v).encode() + PROPERTY_SEPARATOR for k, v in properties.items()
+    )
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    out = {}
+    for item in bytes(raw).split(PROPERTY_SEPARATOR):
+        if item:
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            out[name.decode()] = value.decode()
+    return out
+
+
+def find_property(raw: bytes, name: bytes) -> bytes | None:
+    """One property's value from encoded properties, without decoding the rest."""
+    key = name + NAME_VALUE_SEPARATOR
+    at = 0
+    while True:
+        at = raw.find(key, at)
+        if at < 0:
+            return None
+        if at == 0 or raw[at - 1] == PROPERTY_SEPARATOR[0]:
+            start = at + len(key)
+            end = raw.find(PROPERTY_SEPARATOR, start)
+            return raw[start : end if end >= 0 else len(raw)]
+        at += 1
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), RocketMQ's tagsCode."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def record_size(body_len: int, topic_len: int, properties_len: int) -> int:
+    """TOTALSIZE of a record whose properties (without the CRC property) have this length."""
+    return FIXED_BYTES + body_len + topic_len + properties_len + CRC_RESERVED_BYTES
+
+
+def seal_record(buf, pos: int, total: int) -> None:
+    """Write the trailing CRC property of the record at ``pos``, whose other bytes are written."""
+    crc_at = pos + total - CRC_RESERVED_BYTES
+    crc = zlib.crc32(memoryview(buf)[pos:crc_at])
+    buf[crc_at : pos + total] = CRC_PROPERTY_PREFIX + b"%010d" % crc + PROPERTY_SEPARATOR
+
+
+@dataclass(frozen=True)
+class Record:
+    """A stored record, decoded; ``body`` is a view into the buffer it was decoded from."""
+
+    total_size: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_timestamp: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: memoryview
+    topic: str
+    properties: dict
+
+    @property
+    def inner_count(self) -> int:
+        """How many messages (queue offsets) this record holds."""
+        if self.sys_flag & SysFlag.INNER_BATCH:
+            return int(self.properties[PROPERTY_INNER_NUM])
+        return 1
+
+    @property
+    def compression(self) -> Compression:
+        return compression_of(self.sys_flag)
+
+
+def decode_record(buf, pos: int = 0) -> Record:
+    view = memoryview(buf)
+    (total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_host,
+     store_ts, store_host, reconsume, prepared, body_len) = HEADER.unpack_from(view, pos)
+    if magic != MAGIC_V1:
+        raise ValueError(f"no record at {pos}: magic {magic:#x}")
+    at = pos + HEADER.size
+    body = view[at : at + body_len]
+    at += body_len
+    topic_len = view[at]
+    topic = bytes(view[at + 1 : at + 1 + topic_len]).decode()
+    at += 1 + topic_len
+    (props_len,) = struct.unpack_from(">h", view, at)
+    props = decode_properties(view[at + 2 : at + 2 + props_len])
+    props.pop(PROPERTY_CRC32, None)
+    return Record(total, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_host,
+                  store_ts, store_host, reconsume, prepared, body, topic, props)
+
+
+class Check(enum.Enum):
+    OK = "ok"
+    BLANK = "blank"
+    INVALID = "invalid"
+
+
+def check_record(buf, pos: int, limit: int) -> tuple[Check, int, str]:
+    """Validate the record at ``pos`` (bytes up to ``limit`` are readable).
+
+    Returns (Check, size, reason): OK with the record's size, BLANK with the space it marks, or
+    INVALID with a sentence saying why (the valid tail ends at ``pos``).
+    """
+    view = memoryview(buf)
+    if limit - pos < BLANK.size:
+        return Check.INVALID, 0, "fewer than 8 bytes left"
+    total, magic = BLANK.unpack_from(view, pos)
+    if magic == BLANK_MAGIC:
+        if total != limit - pos:
+            return Check.INVALID, 0, f"BLANK marker of {total} bytes where {limit - pos} are left"
+        return Check.BLANK, total, ""
+    if magic == 0 and total == 0:
+        return Check.INVALID, 0, "no more records (zero bytes)"
+    if magic != MAGIC_V1:
+        return Check.INVALID, 0, f"unknown magic {magic:#x}"
+    if total < FIXED_BYTES + CRC_RESERVED_BYTES or total > limit - pos:
+        return Check.INVALID, 0, f"record length {total} does not fit"
+    fields = HEADER.unpack_from(view, pos)
+    body_crc, body_len = fields[2], fields[-1]
+    at = pos + HEADER.size
+    if body_len < 0 or at + body_len + 3 > pos + total:
+        return Check.INVALID, 0, f"body length {body_len} does not fit the record"
+    if zlib.crc32(view[at : at + body_len]) != body_crc:
+        return Check.INVALID, 0, "body CRC mismatch"
+    at += body_len
+    topic_len = view[at]
+    at += 1 + topic_len
+    if at + 2 > pos + total:
+        return Check.INVALID, 0, f"topic length {topic_len} does not fit the record"
+    (props_len,) = struct.unpack_from(">h", view, at)
+    if at + 2 + props_len != pos + total or props_len < CRC_RESERVED_BYTES:
+        return Check.INVALID, 0, "recomputed length differs from TOTALSIZE"
+    crc_at = pos + total - CRC_RESERVED_BYTES
+    tail = bytes(view[crc_at : pos + total])
+    if not (tail.startswith(CRC_PROPERTY_PREFIX) and tail.endswith(PROPERTY_SEPARATOR)):
+        return Check.INVALID, 0, "record CRC property missing"
+    digits = tail[len(CRC_PROPERTY_PREFIX) : -1]
+    if not digits.isdigit() or int(digits) != zlib.crc32(view[pos:crc_at]):
+        return Check.INVALID, 0, "record CRC mismatch"
+    return Check.OK, total, ""
+
+
+# MessageBatch, RocketMQ's client batch encoding: per message
+# TOTALSIZE 4 | MAGIC 4 | BODYCRC 4 | FLAG 4 | BODYLEN 4 | BODY | PROPLEN 2 | PROPERTIES
+BATCH_ENTRY = struct.Struct(">iiiii")
+BATCH_ENTRY_FIXED_BYTES = BATCH_ENTRY.size + 2
+
+
+class BatchFormatError(ValueError):
+    """A MessageBatch payload that does not parse; the message says where and why."""
+
+
+def encode_message_batch(messages) -> bytes:
+    """Encode (body, properties dict, flag) triples as a MessageBatch payload."""
+    parts = []
+    for body, properties, flag in messages:
+        props = encode_properties(properties)
+        total = BATCH_ENTRY_FIXED_BYTES + len(body) + len(props)
+        parts += [BATCH_ENTRY.pack(total, 0, 0, flag, len(body)), body, struct.pack(">h", len(props)), props]
+    return b"".join(parts)
+
+
+def iter_message_batch(payload, max_count: int):
+    """Yield (flag, body view, properties bytes) per message of a MessageBatch payload.
+
+    Raises BatchFormatError on a short or inconsistent entry, or past ``max_count`` entries.
+    """
+    view = memoryview(payload)
+    pos, n, end = 0, 0, len(view)
+    while pos < end:
+        if n >= max_count:
+            raise BatchFormatError(f"batch holds more than {max_count} messages")
+        if end - pos < BATCH_ENTRY_FIXED_BYTES:
+            raise BatchFormatError(f"message {n} at byte {pos}: {end - pos} bytes left, an entry needs at least "
+                                   f"{BATCH_ENTRY_FIXED_BYTES}")
+        total, _magic, _crc, flag, body_len = BATCH_ENTRY.unpack_from(view, pos)
+        if total < BATCH_ENTRY_FIXED_BYTES or total > end - pos:
+            raise BatchFormatError(f"message {n} at byte {pos}: TOTALSIZE {total} with {end - pos} bytes left")
+        if body_len < 0 or BATCH_ENTRY.size + body_len + 2 > total:
+            raise BatchFormatError(f"message {n} at byte {pos}: BODYLEN {body_len} exceeds TOTALSIZE {total}")
+        at = pos + BATCH_ENTRY.size + body_len
+        (props_len,) = struct.unpack_from(">h", view, at)
+        if at + 2 + props_len != pos + total:
+            raise BatchFormatError(f"message {n} at byte {pos}: PROPLEN {props_len} disagrees with TOTALSIZE {total}")
+        yield flag, view[pos + BATCH_ENTRY.size : at], bytes(view[at + 2 : at + 2 + props_len])
+        pos += total
+        n += 1
+    if n == 0:
+        raise BatchFormatError("batch is empty")

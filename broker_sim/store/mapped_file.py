@@ -1,0 +1,143 @@
+"""Fixed-size memory-mapped files and the queue of them that a log or an index is cut into.
+
+As RocketMQ's MappedFile / MappedFileQueue: every file of a queue has the same size and is
+named by the 20-digit, zero-padded offset of its first byte in the whole series. Files are
+created at full size (sparse), mapped shared, written through the map and flushed with
+fdatasync, which on Linux writes back pages dirtied through the map too.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from pathlib import Path
+
+NAME_DIGITS = 20
+
+
+def file_name(offset: int) -> str:
+    return f"{offset:0{NAME_DIGITS}d}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """One file of ``size`` bytes, mapped; ``start`` is its offset in the series."""
+
+    def __init__(self, path: Path, start: int, size: int):
+        self.path = path
+        self.start = start
+        self.size = size
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size != size:
+            os.ftruncate(self.fd, size)
+        self.map = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self.map)
+        self.flushed = 0  # relative position up to which fdatasync ran
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def flush(self) -> None:
+        # fdatasync releases the GIL, unlike mmap.flush.
+        os.fdatasync(self.fd)
+
+    def zero_from(self, position: int) -> None:
+        """Zero bytes from ``position`` (relative) to the end, leaving the tail sparse."""
+        self._unmap()
+        os.ftruncate(self.fd, position)
+        os.ftruncate(self.fd, self.size)
+        os.fdatasync(self.fd)
+        self.map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self.map)
+
+    def close(self) -> None:
+        self._unmap()
+        os.close(self.fd)
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def _unmap(self) -> None:
+        self.view.release()
+        try:
+            self.map.close()
+        except BufferError:
+            # A reader still holds a view of a record: the map goes when that view does.
+            pass
+
+
+class MappedFileQueue:
+    """The files of one log or index series in ``directory``, each ``file_size`` bytes."""
+
+    def __init__(self, directory: Path, file_size: int):
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        self._lock = threading.Lock()
+        if directory.is_dir():
+            names = sorted(p.name for p in directory.iterdir() if p.name.isdigit() and len(p.name) == NAME_DIGITS)
+            for name in names:
+                self.files.append(MappedFile(directory / name, int(name), file_size))
+        self._check_contiguous()
+
+    def _check_contiguous(self) -> None:
+        for before, after in zip(self.files, self.files[1:]):
+            if after.start != before.end:
+                raise RuntimeError(
+                    f"{self.directory}: files {before.path.name} and {after.path.name} are not contiguous "
+                    f"(file size {self.file_size}); a file is missing or the configured size changed"
+                )
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start if self.files else 0
+
+    @property
+    def end_offset(self) -> int:
+        """The end of the last file: where a new file would start."""
+        return self.files[-1].end if self.files else 0
+
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def create_file(self, start: int) -> MappedFile:
+        with self._lock:
+            if self.files and start != self.files[-1].end:
+                raise RuntimeError(f"new file at {start} does not follow {self.files[-1].end}")
+            self.directory.mkdir(parents=True, exist_ok=True)
+            mapped = MappedFile(self.directory / file_name(start), start, self.file_size)
+            fsync_dir(self.directory)
+            self.files.append(mapped)
+            return mapped
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding byte ``offset`` of the series, or None."""
+        files = self.files
+        if not files or offset < files[0].start:
+            return None
+        index = (offset - files[0].start) // self.file_size
+        return files[index] if index < len(files) else None
+
+    def truncate(self, offset: int) -> None:
+        """Drop every byte at and after ``offset``: zero the rest of its file, delete later files."""
+        with self._lock:
+            while self.files and self.files[-1].start >= offset:
+                self.files.pop().destroy()
+            if self.files and offset < self.files[-1].end:
+                last = self.files[-1]
+                last.zero_from(offset - last.start)
+
+    def close(self) -> None:
+        for mapped in self.files:
+            mapped.close()
+        self.files = []

@@ -1,0 +1,392 @@
+"""MessageStore: the store's one entry point, over the commitlog, the indexes and recovery.
+
+Data directory::
+
+    lock  abort  checkpoint  config/topics.json
+    commitlog/{20-digit start}
+    consumequeue/{topic}/{queueId}/{20-digit start}        SimpleCQ
+    batchconsumequeue/{topic}/{queueId}/{20-digit start}   BatchCQ
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import zlib
+from pathlib import Path
+from typing import Callable
+
+from . import format as fmt
+from .checkpoint import Checkpoint
+from .commitlog import CommitLog, PendingRecord, wall_clock_ms
+from .config import FlushMode, StoreConfig
+from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
+from .dispatcher import Dispatcher
+from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
+from .mapped_file import fsync_dir
+from .recovery import RecoveryReport, recover
+from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
+from .topics import QueueType, TopicConfig, TopicTable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_READ_BYTES = 4 << 20
+_ZERO_HOST = bytes(8)
+# INNER_BASE, added under the append lock: name, separators and up to 19 digits.
+_INNER_BASE_RESERVED = len(fmt.PROPERTY_INNER_BASE) + 2 + 19
+
+
+class MessageStore:
+    """RocketMQ's batch storage model on one data directory.
+
+    Opening runs recovery and starts the dispatcher (and, in async flush mode, the flusher);
+    ``close()`` (or leaving the ``with`` block) stops cleanly. ``now_ms`` is the clock that
+    stamps store times, for tests.
+    """
+
+    def __init__(self, data_dir, config: StoreConfig | None = None, *,
+                 now_ms: Callable[[], int] = wall_clock_ms):
+        self.data_dir = Path(data_dir)
+        self.config = config or StoreConfig()
+        self.now_ms = now_ms
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_data_dir(self.data_dir)
+        self._closed = False
+        self._dispatched = threading.Condition()
+        self.topics = TopicTable(self.data_dir / "config" / "topics.json")
+        self.commitlog = CommitLog(self.data_dir / "commitlog", self.config, now_ms)
+        self.queues = ConsumeQueueTable(self.data_dir, self.config)
+        self.queues.load(self.topics.all())
+        limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
+        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
+        abort = self.data_dir / "abort"
+        self.recovery: RecoveryReport = recover(
+            self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
+            clean=not abort.exists(),
+        )
+        self._save_checkpoint()
+        abort.touch()
+        fsync_dir(self.data_dir)
+        self.dispatcher.start()
+        self._stop_flusher = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="rmq-flusher", daemon=True)
+        self._flusher.start()
+
+    @property
+    def _sync(self) -> bool:
+        return self.config.flush_mode is FlushMode.SYNC
+
+    @property
+    def _checkpoint_path(self) -> Path:
+        return self.data_dir / "checkpoint"
+
+    # --- topics ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, queue_count: int, queue_type=QueueType.SIMPLE_CQ) -> tuple[CreateStatus, str]:
+        """Create a topic; returns (status, a sentence saying what was wrong, if anything)."""
+        return self.topics.create(name, queue_count, queue_type)
+
+    def topic(self, name: str) -> TopicConfig:
+        config = self.topics.get(name)
+        if config is None:
+            raise UnknownTopicError(_unknown_topic(name, self.topics))
+        return config
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
+                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST) -> PutResult:
+        """Store one message."""
+        failed = self._check_queue(topic, queue_id) or self._check_body(len(body))
+        if failed:
+            return failed
+        props = fmt.encode_properties(properties)
+        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag)
+        return self._append(topic, queue_id, [record])
+
+    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST) -> PutResult:
+        """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
+        with consecutive offsets."""
+        failed = self._check_queue(topic, queue_id) or self._check_body(len(payload), what="batch")
+        if failed:
+            return failed
+        if topic.startswith(fmt.RETRY_TOPIC_PREFIX):
+            return _illegal(f"topic {topic!r} is a retry topic: batches cannot be sent to retry topics; send "
+                            "its messages one by one")
+        born = self._born(born_timestamp_ms)
+        records = []
+        wait_values = set()
+        try:
+            for index, (flag, body, props) in enumerate(fmt.iter_message_batch(payload, len(payload))):
+                problem = _early_batch_problem(props, wait_values)
+                if problem:
+                    return _illegal(f"message {index} of the batch {problem}")
+                records.append(PendingRecord(body, zlib.crc32(body), props, born, born_host, flag))
+        except fmt.BatchFormatError as err:
+            return _illegal(f"malformed batch payload: {err}")
+        return self._append(topic, queue_id, records)
+
+    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
+                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
+                        flag: int = 0, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST) -> PutResult:
+        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
+        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+        failed = self._check_queue(topic, queue_id) or self._check_body(len(payload), what="batch")
+        if failed:
+            return failed
+        if self.topics.get(topic).queue_type is not QueueType.BATCH_CQ:
+            return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches "
+                             "need a BatchCQ topic; send an early batch instead, or create the topic with type "
+                             "BatchCQ")
+        if not isinstance(count, int) or not 1 <= count <= self.config.max_batch_messages:
+            return _illegal(f"batch count {count!r}: use 1 to {self.config.max_batch_messages}")
+        if codec not in fmt.BATCH_CODECS:
+            return _illegal(f"unknown batch codec {codec!r}; use one of: {', '.join(fmt.BATCH_CODECS)}")
+        try:
+            compression = fmt.Compression.parse(compression)
+        except ValueError as err:
+            return _illegal(str(err))
+        if not payload:
+            return _illegal("the batch payload is empty")
+        props = fmt.encode_properties({**(properties or {}), fmt.PROPERTY_INNER_NUM: count,
+                                       fmt.PROPERTY_BATCH_CODEC: codec})
+        sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
+        record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
+                               int(sys_flag), count)
+        return self._append(topic, queue_id, [record])
+
+    def _append(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        topic_len = len(topic.encode())
+        for index, record in enumerate(records):
+            props_len = len(record.properties) + fmt.CRC_RESERVED_BYTES + _INNER_BASE_RESERVED
+            if props_len > fmt.MAX_PROPERTIES_BYTES:
+                return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                                 f"message {index}: properties take {props_len} bytes with the store's own; "
+                                 f"the limit is {fmt.MAX_PROPERTIES_BYTES}")
+            total = fmt.record_size(len(record.body), topic_len, len(record.properties) + _INNER_BASE_RESERVED)
+            if not self.commitlog.record_fits_segment(total):
+                return _illegal(f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
+                                f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
+        if self._closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
+        appended = self.commitlog.append(topic, queue_id, records)
+        if self._sync:
+            self.commitlog.flush(until=appended.end_offset)
+        self.dispatcher.wake()
+        count = sum(r.count for r in records)
+        return PutResult(PutStatus.PUT_OK, "", queue_id, appended.queue_offset, count, appended.physical_offsets,
+                         appended.store_timestamp)
+
+    def _check_queue(self, topic: str, queue_id: int) -> PutResult | None:
+        config = self.topics.get(topic)
+        if config is None:
+            return PutResult(PutStatus.TOPIC_NOT_FOUND, _unknown_topic(topic, self.topics))
+        if not isinstance(queue_id, int) or not 0 <= queue_id < config.queue_count:
+            return PutResult(PutStatus.QUEUE_NOT_FOUND, f"topic {topic!r} has queues 0 to {config.queue_count - 1}; "
+                             f"there is no queue {queue_id!r}")
+        return None
+
+    def _check_body(self, size: int, what: str = "message body") -> PutResult | None:
+        if size > self.config.max_message_bytes:
+            return _illegal(f"the {what} is {size} bytes; the largest accepted is {self.config.max_message_bytes} "
+                            "bytes (max_message_bytes): split it")
+        return None
+
+    def _born(self, born_timestamp_ms: int | None) -> int:
+        return self.now_ms() if born_timestamp_ms is None else born_timestamp_ms
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def get_messages(self, topic: str, queue_id: int, start: int, end: int | None = None,
+                     max_bytes: int = DEFAULT_MAX_READ_BYTES) -> GetResult:
+        """The stored records holding offsets ``start`` .. ``end - 1`` (``end`` None: all),
+        as views of the commitlog, until ``max_bytes`` are collected (at least one record).
+
+        A record is returned whole: an inner batch may hold offsets before ``start`` or from
+        ``end`` on, and its reader cuts them.
+        """
+        if start < 0 or (end is not None and end <= start) or max_bytes <= 0:
+            raise ValueError(f"bad read range start={start} end={end} max_bytes={max_bytes}: need "
+                             "0 <= start < end and max_bytes > 0")
+        queue = self._queue(topic, queue_id)
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        low, high = queue.min_offset, queue.max_offset
+        if high == low == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high)
+        if start < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, low, low, high)
+        if start == high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, start, low, high)
+        if start > high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high)
+        end = high if end is None else min(end, high)
+        batches, taken, next_offset = [], 0, start
+        index = queue.unit_index(start)
+        while next_offset < end and taken < max_bytes:
+            units = queue.units(index, 64)
+            if not units:
+                break
+            for unit in units:
+                if unit.base_offset >= end or taken >= max_bytes:
+                    break
+                view = self.commitlog.view(unit.physical_offset, unit.size)
+                batches.append(StoredBatch(unit.base_offset, unit.count, unit.physical_offset, unit.tags_code, view))
+                taken += unit.size
+                next_offset = unit.base_offset + unit.count
+            index += len(units)
+        return GetResult(GetStatus.FOUND, min(next_offset, end), low, high, batches)
+
+    def lookup(self, topic: str, queue_id: int, offset: int) -> IndexUnit | None:
+        """The index unit holding ``offset``, or None when the offset is not indexed."""
+        queue = self._queue(topic, queue_id)
+        if queue is None or not queue.min_offset <= offset < queue.max_offset:
+            return None
+        return queue.unit(queue.unit_index(offset))
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms``; the max offset if none is."""
+        queue = self._existing_queue(topic, queue_id)
+        if queue is None:
+            return 0
+        index = queue.index_by_time(timestamp_ms, self._store_time_of(queue))
+        if index >= queue.unit_count:
+            return queue.max_offset
+        return queue.unit(index).base_offset
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._existing_queue(topic, queue_id)
+        return queue.min_offset if queue else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next offset of the queue: everything below it is indexed and readable."""
+        queue = self._existing_queue(topic, queue_id)
+        return queue.max_offset if queue else 0
+
+    def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        """Wait until ``offset`` of the queue is readable; False on timeout."""
+        self._existing_queue(topic, queue_id)
+        with self._dispatched:
+            return self._dispatched.wait_for(lambda: self.max_offset(topic, queue_id) > offset, timeout_s)
+
+    def wait_dispatched(self, timeout_s: float) -> bool:
+        """Wait until every record appended so far is indexed; False on timeout."""
+        target = self.commitlog.max_offset
+        self.dispatcher.wake()
+        with self._dispatched:
+            return self._dispatched.wait_for(lambda: self.dispatcher.position >= target, timeout_s)
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        config = self.topics.get(topic)
+        if config is None or not 0 <= queue_id < config.queue_count:
+            return None
+        return self.queues.find(topic, queue_id)
+
+    def _existing_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue's index (None while it is empty); raises for an unknown topic or queue."""
+        config = self.topic(topic)
+        if not 0 <= queue_id < config.queue_count:
+            raise UnknownTopicError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; "
+                                    f"there is no queue {queue_id}")
+        return self.queues.find(topic, queue_id)
+
+    def _store_time_of(self, queue: ConsumeQueue):
+        if queue.queue_type is QueueType.BATCH_CQ:
+            return lambda unit: unit.store_timestamp
+        return lambda unit: fmt.HEADER.unpack_from(self.commitlog.view(unit.physical_offset, fmt.HEADER.size))[10]  # STORETIMESTAMP
+
+    def _notify_dispatched(self) -> None:
+        with self._dispatched:
+            self._dispatched.notify_all()
+
+    # --- flushing and closing --------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Put everything appended and indexed so far on disk, and checkpoint it."""
+        self.commitlog.flush()
+        self._save_checkpoint()
+
+    def _save_checkpoint(self) -> None:
+        indexed = self.dispatcher.position  # read before flushing: units up to it are written
+        self.queues.flush()
+        Checkpoint(self.commitlog.flushed_offset, min(indexed, self.commitlog.flushed_offset),
+                   self.now_ms()).save(self._checkpoint_path)
+
+    def _flush_loop(self) -> None:
+        interval_s = self.config.flush_interval_ms / 1000
+        next_index_flush = 0.0
+        elapsed = 0.0
+        while not self._stop_flusher.wait(interval_s):
+            try:
+                if not self._sync:
+                    self.commitlog.flush()
+                elapsed += interval_s
+                if elapsed >= next_index_flush:
+                    self._save_checkpoint()
+                    next_index_flush = elapsed + self.config.index_flush_interval_ms / 1000
+            except Exception:
+                log.exception("flush failed; retrying in %.1f s", interval_s)
+
+    def close(self) -> None:
+        """Stop cleanly: flush, index everything, checkpoint, and remove the abort marker."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_flusher.set()
+        self._flusher.join()
+        self.dispatcher.stop()
+        self.commitlog.flush()
+        self.dispatcher.dispatch()
+        self._save_checkpoint()
+        self.queues.close()
+        self.commitlog.close()
+        (self.data_dir / "abort").unlink(missing_ok=True)
+        fsync_dir(self.data_dir)
+        os.close(self._lock_fd)
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    fd = os.open(data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirInUseError(f"data directory {data_dir} is in use by another broker; stop it or use "
+                                "another --data-dir") from None
+    return fd
+
+
+def _unknown_topic(name: str, topics: TopicTable) -> str:
+    names = [t.name for t in topics.all()]
+    shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+    return f"topic {name!r} does not exist; existing topics: {shown or 'none'}. Create it first"
+
+
+def _illegal(detail: str) -> PutResult:
+    return PutResult(PutStatus.MESSAGE_ILLEGAL, detail)
+
+
+def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
+    """Why a message cannot travel in an early batch (RocketMQ's rules), or None."""
+    if fmt.find_property(properties, fmt.PROPERTY_DELAY_TIME_LEVEL.encode()) is not None or any(
+        fmt.find_property(properties, name.encode()) is not None for name in fmt.PROPERTY_TIMER_PROPERTIES
+    ):
+        return "is delayed: delayed messages cannot be batched; send it alone"
+    if fmt.find_property(properties, fmt.PROPERTY_TRANSACTION_PREPARED.encode()) == b"true":
+        return "is transactional: transactional messages cannot be batched; send it alone"
+    wait_values.add(fmt.find_property(properties, fmt.PROPERTY_WAIT_STORE_MSG_OK.encode()) or b"true")
+    if len(wait_values) > 1:
+        return "has another waitStoreMsgOK (WAIT) than the messages before it: a batch needs one value"
+    if len(properties) + fmt.CRC_RESERVED_BYTES > fmt.MAX_PROPERTIES_BYTES:
+        return f"has {len(properties)} bytes of properties; the limit is {fmt.MAX_PROPERTIES_BYTES}"
+    return None

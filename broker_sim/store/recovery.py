@@ -1,0 +1,78 @@
+"""Recovery at open: find the valid tail of the commitlog, cut everything after it, and bring
+the indexes back in line with the log.
+
+1. Scan forward with CRC checks from a safe point (the segment before the checkpoint's) to the
+   first record that is short, has an unknown magic, a wrong CRC or a wrong length.
+2. Truncate the log there: a torn or corrupted tail is never served.
+3. Drop index units that point past the tail, or whose record does not match them.
+4. Re-dispatch every record after the last durably indexed one (idempotent per queue).
+5. Rebuild the queues' next offsets from the indexes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from . import format as fmt
+from .checkpoint import Checkpoint
+from .commitlog import CommitLog
+from .consume_queue import ConsumeQueue, ConsumeQueueTable
+from .dispatcher import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    clean: bool  # the last stop was clean (no abort marker)
+    scanned_from: int
+    tail: int
+    stop_reason: str
+    dropped_units: int
+    redispatched_records: int
+
+
+def recover(commitlog: CommitLog, queues: ConsumeQueueTable, dispatcher: Dispatcher,
+            checkpoint: Checkpoint, clean: bool) -> RecoveryReport:
+    start = _scan_start(commitlog, checkpoint.commitlog_flushed_offset)
+    tail, reason = commitlog.scan_valid_tail(start)
+    commitlog.truncate(tail)
+    dropped = sum(_drop_units_past(queue, commitlog, tail) for _key, queue in queues.all())
+    dispatcher.position = max(commitlog.min_offset, min(checkpoint.index_flushed_offset, tail))
+    redispatched = dispatcher.dispatch(limit=tail)
+    for (topic, queue_id), queue in queues.all():
+        commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
+    report = RecoveryReport(clean, start, tail, reason, dropped, redispatched)
+    if not clean or dropped:
+        log.warning("recovered: %s", report)
+    return report
+
+
+def _scan_start(commitlog: CommitLog, flushed: int) -> int:
+    """The start of the segment before the one holding the checkpointed flush point."""
+    files = commitlog.segments.files
+    if not files:
+        return 0
+    at = commitlog.segments.find(min(flushed, files[-1].end - 1)) or files[0]
+    index = files.index(at)
+    return files[max(0, index - 1)].start
+
+
+def _drop_units_past(queue: ConsumeQueue, commitlog: CommitLog, tail: int) -> int:
+    """Drop trailing units that point at or past ``tail`` or at a record that does not match."""
+    dropped = 0
+    while True:
+        unit = queue.last_unit()
+        if unit is None or _unit_matches(unit, commitlog, tail):
+            return dropped
+        queue.truncate_units(queue.unit_count - 1)
+        dropped += 1
+
+
+def _unit_matches(unit, commitlog: CommitLog, tail: int) -> bool:
+    if unit.size <= 0 or unit.physical_offset < commitlog.min_offset or unit.physical_offset + unit.size > tail:
+        return False
+    header = commitlog.view(unit.physical_offset, fmt.HEADER.size)
+    total, magic, _crc, _queue_id, _flag, queue_offset = fmt.HEADER.unpack_from(header)[:6]
+    return magic == fmt.MAGIC_V1 and total == unit.size and queue_offset == unit.base_offset

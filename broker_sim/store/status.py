@@ -1,0 +1,76 @@
+"""Expected outcomes of store calls, as status values (RocketMQ's PutMessageStatus and
+GetMessageStatus); exceptions are kept for faults."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+    QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # too large, malformed batch, batch rules broken
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    WRONG_QUEUE_TYPE = "WRONG_QUEUE_TYPE"  # an inner batch sent to a SimpleCQ topic
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is closed
+
+
+@dataclass(frozen=True)
+class PutResult:
+    status: PutStatus
+    detail: str = ""  # for a failure: what was wrong and how to fix it
+    queue_id: int = -1
+    queue_offset: int = -1  # the first message's offset
+    count: int = 0  # messages stored (offsets queue_offset .. queue_offset + count - 1)
+    physical_offsets: tuple = ()  # one per commitlog record written
+    store_timestamp: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such topic or queue
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # the queue is empty
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below the minimum: read from next_begin_offset
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # at the maximum: nothing indexed there yet
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # past the maximum
+
+
+class CreateStatus(enum.Enum):
+    CREATED = "CREATED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"  # same name, queue count and type: nothing to do
+    CONFLICT = "CONFLICT"  # same name, another queue count or type: fixed at creation
+    INVALID = "INVALID"
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    """A stored record as it is on disk, with the offsets it covers.
+
+    ``data`` is a view of the whole commitlog record (no copy); a single message has count 1,
+    an inner batch covers ``base_offset`` .. ``base_offset + count - 1``.
+    """
+
+    base_offset: int
+    count: int
+    physical_offset: int
+    tags_code: int
+    data: memoryview
+
+
+@dataclass(frozen=True)
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    batches: list = field(default_factory=list)
+
+    @property
+    def message_count(self) -> int:
+        return sum(b.count for b in self.batches)

@@ -1,0 +1,1 @@
+"""rmq_spark: the client SDK and the PySpark data source 'rocketmq-batch'."""

@@ -1,0 +1,32 @@
+"""rocketmq-batch-spark: a RocketMQ-style batch broker simulator and its PySpark connector."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="rocketmq-batch-spark",
+    version="0.1.0",
+    description=(
+        "RocketMQ's batch storage model as a local gRPC broker (broker_sim) and a client SDK "
+        "with the PySpark data source 'rocketmq-batch' (rmq_spark)."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["rmq_spark", "rmq_spark.*", "broker_sim", "broker_sim.*"]),
+    install_requires=[
+        # 4.2+ has the Python streaming source API with read limits; 4.3 is what we test.
+        "pyspark>=4.3.0,<4.4",
+        "pyarrow>=18.0.0,<27",
+        "pandas>=2.2.0,<3",  # PySpark 4.3's supported range
+        "numpy>=1.23.2,<3",
+        "grpcio>=1.76.0,<2",
+        "protobuf>=6.31.1,<8",
+        "rocksdict>=0.3.24,<0.4",
+        "zstandard>=0.25.0,<1",
+        "lz4>=4.3.3,<5",
+    ],
+    extras_require={
+        "test": ["pytest>=8.0,<10"],
+    },
+    entry_points={"console_scripts": []},
+)
