@@ -212,12 +212,13 @@ class MessageStore:
         if start < 0 or (end is not None and end <= start) or max_bytes <= 0:
             raise ValueError(f"bad read range start={start} end={end} max_bytes={max_bytes}: need "
                              "0 <= start < end and max_bytes > 0")
-        queue = self._queue(topic, queue_id)
-        if queue is None:
+        config = self.topics.get(topic)
+        if config is None or not 0 <= queue_id < config.queue_count:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        queue = self.queues.find(topic, queue_id)
+        if queue is None or queue.max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         low, high = queue.min_offset, queue.max_offset
-        if high == low == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high)
         if start < low:
             return GetResult(GetStatus.OFFSET_TOO_SMALL, low, low, high)
         if start == high:
@@ -243,7 +244,7 @@ class MessageStore:
 
     def lookup(self, topic: str, queue_id: int, offset: int) -> IndexUnit | None:
         """The index unit holding ``offset``, or None when the offset is not indexed."""
-        queue = self._queue(topic, queue_id)
+        queue = self._existing_queue(topic, queue_id)
         if queue is None or not queue.min_offset <= offset < queue.max_offset:
             return None
         return queue.unit(queue.unit_index(offset))
@@ -279,12 +280,6 @@ class MessageStore:
         self.dispatcher.wake()
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.dispatcher.position >= target, timeout_s)
-
-    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        config = self.topics.get(topic)
-        if config is None or not 0 <= queue_id < config.queue_count:
-            return None
-        return self.queues.find(topic, queue_id)
 
     def _existing_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue's index (None while it is empty); raises for an unknown topic or queue."""

@@ -14,7 +14,8 @@ from . import format as fmt
 from .mapped_file import fsync_dir
 from .status import CreateStatus
 
-TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# RocketMQ's characters, and '+' of pop retry topics (%RETRY%{group}+{topic}).
+TOPIC_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]+$")
 MAX_QUEUES = 65536
 
 
@@ -44,7 +45,7 @@ def topic_name_problem(name: str) -> str | None:
     if len(name.encode()) > fmt.MAX_TOPIC_BYTES:
         return f"topic name {name[:40]!r}... is longer than {fmt.MAX_TOPIC_BYTES} bytes"
     if not TOPIC_NAME.match(name):
-        return f"topic name {name!r} may only use letters, digits, '%', '|', '_' and '-'"
+        return f"topic name {name!r} may only use letters, digits, '%', '|', '+', '_' and '-'"
     return None
 
 
