@@ -19,7 +19,9 @@ class StoreConfig:
     max_message_bytes: int = 4 << 20
     flush_mode: FlushMode = FlushMode.ASYNC
     flush_interval_ms: int = 500
-    index_flush_interval_ms: int = 1000
+    index_flush_interval_ms: int = 1000  # flushes the indexes with two dirty pages or more
+    index_flush_thorough_interval_ms: int = 60_000  # flushes all of them and checkpoints the index
+    index_flush_least_bytes: int = 2 * 4096
     simple_cq_units_per_file: int = 300_000
     batch_cq_units_per_file: int = 300_000
     max_batch_messages: int = 32767  # BatchCQ's batchSize is a Java short
@@ -33,8 +35,8 @@ class StoreConfig:
             raise ValueError(f"segment_bytes={self.segment_bytes}: use at least {smallest_segment}")
         if self.max_message_bytes < 1:
             raise ValueError(f"max_message_bytes={self.max_message_bytes}: must be positive")
-        for name in ("flush_interval_ms", "index_flush_interval_ms", "simple_cq_units_per_file",
-                     "batch_cq_units_per_file"):
+        for name in ("flush_interval_ms", "index_flush_interval_ms", "index_flush_thorough_interval_ms",
+                     "simple_cq_units_per_file", "batch_cq_units_per_file"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be positive")
         if not 1 <= self.max_batch_messages <= 32767:

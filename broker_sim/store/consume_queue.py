@@ -35,12 +35,12 @@ class ConsumeQueue:
     queue_type: QueueType
 
     def __init__(self, directory: Path, units_per_file: int):
-        self.files = MappedFileQueue(directory, units_per_file * self.UNIT.size)
+        self.files = MappedFileQueue(directory, units_per_file * self.UNIT.size, for_index=True)
         self.units_per_file = units_per_file
         self.unit_count = 0  # units written, counted from the series' start
         self.max_offset = 0  # the next message offset of the queue
-        self.dirty = False
         self._load()
+        self.flushed_units = self.unit_count  # units known to be on disk
 
     @property
     def first_unit(self) -> int:
@@ -110,7 +110,6 @@ class ConsumeQueue:
         mapped = self.files.find(position) or self.files.create_file(position)
         self.UNIT.pack_into(mapped.map, position - mapped.start, *values)
         self.unit_count += 1
-        self.dirty = True
 
     def truncate_units(self, keep: int) -> None:
         """Keep the first ``keep`` units (counted from the series' start), drop the rest."""
@@ -118,12 +117,21 @@ class ConsumeQueue:
             return
         self.files.truncate(keep * self.UNIT.size)
         self.unit_count = keep
+        self.flushed_units = min(self.flushed_units, keep)
         self._after_truncate()
 
+    @property
+    def unflushed_bytes(self) -> int:
+        return (self.unit_count - self.flushed_units) * self.UNIT.size
+
     def flush(self) -> None:
-        self.dirty = False
-        for mapped in self.files.files[-2:]:  # only the last two files can have new units
-            mapped.flush()
+        """Put the units written so far on disk."""
+        target = self.unit_count
+        size = self.UNIT.size
+        for mapped in self.files.files:
+            if mapped.end > self.flushed_units * size and mapped.start < target * size:
+                mapped.flush()
+        self.flushed_units = target
 
     def close(self) -> None:
         self.files.close()
@@ -255,9 +263,11 @@ class ConsumeQueueTable:
     def all(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
         return list(self._queues.items())
 
-    def flush(self) -> None:
+    def flush(self, least_bytes: int = 0) -> None:
+        """Flush every queue with more than ``least_bytes`` of units not yet on disk
+        (RocketMQ flushes only queues with two dirty pages, and all of them less often)."""
         for _key, queue in self.all():
-            if queue.dirty:
+            if queue.unflushed_bytes > least_bytes:
                 queue.flush()
 
     def close(self) -> None:

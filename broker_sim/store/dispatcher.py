@@ -36,6 +36,7 @@ class Dispatcher:
         self.position = commitlog.min_offset  # the next record to dispatch
         self._tags_codes: dict[bytes, int] = {}
         self._wake = threading.Event()
+        self._idle = False  # waiting for new records: only then does wake() need the event
         self._running = False
         self._thread: threading.Thread | None = None
 
@@ -92,7 +93,8 @@ class Dispatcher:
     # --- the background thread ---------------------------------------------------------------
 
     def wake(self) -> None:
-        self._wake.set()
+        if self._idle:
+            self._wake.set()
 
     def start(self) -> None:
         self._running = True
@@ -101,16 +103,21 @@ class Dispatcher:
 
     def _run(self) -> None:
         while self._running:
-            self._wake.clear()
             try:
                 if self.dispatch() == 0:
-                    self._wake.wait(_IDLE_WAIT_S)
+                    self._idle = True
+                    # Records appended between the pass and _idle = True did not wake us: look again.
+                    if self.limit() <= self.position:
+                        self._wake.wait(_IDLE_WAIT_S)
+                    self._wake.clear()
+                    self._idle = False
             except Exception:  # a fault here must not stop indexing silently
                 log.exception("dispatch failed at commitlog offset %d; retrying", self.position)
                 self._wake.wait(1.0)
 
     def stop(self) -> None:
         self._running = False
+        self._idle = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join()

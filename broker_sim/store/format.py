@@ -57,7 +57,9 @@ RETRY_TOPIC_PREFIX = "%RETRY%"
 BATCH_CODECS = ("rmq", "arrow")
 
 
-class SysFlag(enum.IntFlag):
+class SysFlag:
+    """SYSFLAG bits, plain ints (enum.IntFlag arithmetic is slow on the append path)."""
+
     COMPRESSED = 0x1
     MULTI_TAGS = 0x2
     TRANSACTION_PREPARED = 0x4
@@ -91,7 +93,7 @@ class Compression(enum.IntEnum):
     def sys_flag(self) -> int:
         if self is Compression.NONE:
             return 0
-        return SysFlag.COMPRESSED | (int(self) << COMPRESSION_SHIFT)
+        return SysFlag.COMPRESSED | (self.value << COMPRESSION_SHIFT)
 
 
 def compression_of(sys_flag: int) -> Compression:

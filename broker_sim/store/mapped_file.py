@@ -8,10 +8,14 @@ fdatasync, which on Linux writes back pages dirtied through the map too.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import resource
 import threading
 from pathlib import Path
+
+from .errors import StoreError
 
 NAME_DIGITS = 20
 
@@ -28,44 +32,89 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class MappedFile:
-    """One file of ``size`` bytes, mapped; ``start`` is its offset in the series."""
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit (a file is mapped per
+    queue and segment, as RocketMQ, which asks for a high `ulimit -n` too); returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
 
-    def __init__(self, path: Path, start: int, size: int):
+
+class MappedFile:
+    """One file of ``size`` bytes, mapped; ``start`` is its offset in the series.
+
+    A log segment keeps a descriptor of its own for fdatasync, which releases the GIL. An
+    index file (``for_index``) is small and there is one per queue, 10,000 queues included:
+    it keeps no descriptor but the map's own and flushes with msync, and its map is advised
+    random access, since otherwise the first write into a large sparse file makes the kernel
+    fill a large folio around the page (about a millisecond per queue here).
+    """
+
+    def __init__(self, path: Path, start: int, size: int, for_index: bool = False):
         self.path = path
         self.start = start
         self.size = size
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size != size:
-            os.ftruncate(self.fd, size)
-        self.map = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.view = memoryview(self.map)
-        self.flushed = 0  # relative position up to which fdatasync ran
+        self.for_index = for_index
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            if err.errno == errno.EMFILE:
+                raise StoreError(f"cannot open {path}: too many open files (the store maps one file per queue "
+                                 "and segment); raise the limit with `ulimit -n`") from err
+            raise
+        if os.fstat(fd).st_size != size:
+            os.ftruncate(fd, size)
+        self._map(fd)
+        if for_index:
+            os.close(fd)
+            self.fd = None
+        else:
+            self.fd = fd
 
     @property
     def end(self) -> int:
         return self.start + self.size
 
     def flush(self) -> None:
-        # fdatasync releases the GIL, unlike mmap.flush.
-        os.fdatasync(self.fd)
+        if self.fd is None:
+            self.map.flush()
+        else:
+            os.fdatasync(self.fd)
 
     def zero_from(self, position: int) -> None:
         """Zero bytes from ``position`` (relative) to the end, leaving the tail sparse."""
         self._unmap()
-        os.ftruncate(self.fd, position)
-        os.ftruncate(self.fd, self.size)
-        os.fdatasync(self.fd)
-        self.map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.view = memoryview(self.map)
+        fd = os.open(self.path, os.O_RDWR) if self.fd is None else self.fd
+        try:
+            os.ftruncate(fd, position)
+            os.ftruncate(fd, self.size)
+            os.fdatasync(fd)
+            self._map(fd)
+        finally:
+            if self.fd is None:
+                os.close(fd)
 
     def close(self) -> None:
         self._unmap()
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def destroy(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+
+    def _map(self, fd: int) -> None:
+        self.map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        if self.for_index:
+            self.map.madvise(mmap.MADV_RANDOM)
+        self.view = memoryview(self.map)
 
     def _unmap(self) -> None:
         self.view.release()
@@ -77,17 +126,22 @@ class MappedFile:
 
 
 class MappedFileQueue:
-    """The files of one log or index series in ``directory``, each ``file_size`` bytes."""
+    """The files of one log or index series in ``directory``, each ``file_size`` bytes.
 
-    def __init__(self, directory: Path, file_size: int):
+    A log's new files get a directory fsync, so that their names survive an OS crash; an
+    index's (``for_index``) do not: index files are rebuilt from the log.
+    """
+
+    def __init__(self, directory: Path, file_size: int, for_index: bool = False):
         self.directory = directory
         self.file_size = file_size
+        self.for_index = for_index
         self.files: list[MappedFile] = []
         self._lock = threading.Lock()
         if directory.is_dir():
             names = sorted(p.name for p in directory.iterdir() if p.name.isdigit() and len(p.name) == NAME_DIGITS)
             for name in names:
-                self.files.append(MappedFile(directory / name, int(name), file_size))
+                self.files.append(MappedFile(directory / name, int(name), file_size, for_index))
         self._check_contiguous()
 
     def _check_contiguous(self) -> None:
@@ -115,8 +169,9 @@ class MappedFileQueue:
             if self.files and start != self.files[-1].end:
                 raise RuntimeError(f"new file at {start} does not follow {self.files[-1].end}")
             self.directory.mkdir(parents=True, exist_ok=True)
-            mapped = MappedFile(self.directory / file_name(start), start, self.file_size)
-            fsync_dir(self.directory)
+            mapped = MappedFile(self.directory / file_name(start), start, self.file_size, self.for_index)
+            if not self.for_index:
+                fsync_dir(self.directory)
             self.files.append(mapped)
             return mapped
 

@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Callable
@@ -25,7 +26,7 @@ from .config import FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
-from .mapped_file import fsync_dir
+from .mapped_file import fsync_dir, raise_open_file_limit
 from .recovery import RecoveryReport, recover
 from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
 from .topics import QueueType, TopicConfig, TopicTable
@@ -52,6 +53,7 @@ class MessageStore:
         self.config = config or StoreConfig()
         self.now_ms = now_ms
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        raise_open_file_limit()
         self._lock_fd = _lock_data_dir(self.data_dir)
         self._closed = False
         self._dispatched = threading.Condition()
@@ -66,7 +68,9 @@ class MessageStore:
             self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
             clean=not abort.exists(),
         )
-        self._save_checkpoint()
+        self._index_flushed = 0
+        self._opened_at = time.monotonic()
+        self._flush_indexes(thorough=True)
         abort.touch()
         fsync_dir(self.data_dir)
         self.dispatcher.start()
@@ -156,7 +160,7 @@ class MessageStore:
                                        fmt.PROPERTY_BATCH_CODEC: codec})
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
-                               int(sys_flag), count)
+                               sys_flag, count)
         return self._append(topic, queue_id, [record])
 
     def _append(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
@@ -303,28 +307,33 @@ class MessageStore:
     def flush(self) -> None:
         """Put everything appended and indexed so far on disk, and checkpoint it."""
         self.commitlog.flush()
-        self._save_checkpoint()
+        self._flush_indexes(thorough=True)
 
-    def _save_checkpoint(self) -> None:
+    def _flush_indexes(self, thorough: bool) -> None:
+        """Flush index files and save the checkpoint. Only a thorough flush (every index file)
+        moves the checkpoint's index position, from which recovery re-dispatches."""
         indexed = self.dispatcher.position  # read before flushing: units up to it are written
-        self.queues.flush()
-        Checkpoint(self.commitlog.flushed_offset, min(indexed, self.commitlog.flushed_offset),
-                   self.now_ms()).save(self._checkpoint_path)
+        self.queues.flush(least_bytes=0 if thorough else self.config.index_flush_least_bytes)
+        if thorough:
+            self._index_flushed = min(indexed, self.commitlog.flushed_offset)
+        Checkpoint(self.commitlog.flushed_offset, self._index_flushed, self.now_ms()).save(self._checkpoint_path)
 
     def _flush_loop(self) -> None:
-        interval_s = self.config.flush_interval_ms / 1000
-        next_index_flush = 0.0
-        elapsed = 0.0
-        while not self._stop_flusher.wait(interval_s):
+        config = self.config
+        next_index, next_thorough = 0.0, config.index_flush_thorough_interval_ms / 1000
+        while not self._stop_flusher.wait(config.flush_interval_ms / 1000):
             try:
                 if not self._sync:
                     self.commitlog.flush()
-                elapsed += interval_s
-                if elapsed >= next_index_flush:
-                    self._save_checkpoint()
-                    next_index_flush = elapsed + self.config.index_flush_interval_ms / 1000
+                now = time.monotonic() - self._opened_at
+                if now >= next_index:
+                    thorough = now >= next_thorough
+                    self._flush_indexes(thorough)
+                    next_index = now + config.index_flush_interval_ms / 1000
+                    if thorough:
+                        next_thorough = now + config.index_flush_thorough_interval_ms / 1000
             except Exception:
-                log.exception("flush failed; retrying in %.1f s", interval_s)
+                log.exception("flush failed; retrying in %d ms", config.flush_interval_ms)
 
     def close(self) -> None:
         """Stop cleanly: flush, index everything, checkpoint, and remove the abort marker."""
@@ -336,7 +345,7 @@ class MessageStore:
         self.dispatcher.stop()
         self.commitlog.flush()
         self.dispatcher.dispatch()
-        self._save_checkpoint()
+        self._flush_indexes(thorough=True)
         self.queues.close()
         self.commitlog.close()
         (self.data_dir / "abort").unlink(missing_ok=True)
@@ -371,15 +380,19 @@ def _illegal(detail: str) -> PutResult:
     return PutResult(PutStatus.MESSAGE_ILLEGAL, detail)
 
 
+_DELAY_KEYS = tuple(k.encode() for k in (fmt.PROPERTY_DELAY_TIME_LEVEL, *fmt.PROPERTY_TIMER_PROPERTIES))
+_TRANSACTION_KEY = fmt.PROPERTY_TRANSACTION_PREPARED.encode()
+_WAIT_KEY = fmt.PROPERTY_WAIT_STORE_MSG_OK.encode()
+
+
 def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
     """Why a message cannot travel in an early batch (RocketMQ's rules), or None."""
-    if fmt.find_property(properties, fmt.PROPERTY_DELAY_TIME_LEVEL.encode()) is not None or any(
-        fmt.find_property(properties, name.encode()) is not None for name in fmt.PROPERTY_TIMER_PROPERTIES
-    ):
+    # Substring tests first: they are cheap, and most messages have none of these names.
+    if any(key in properties and fmt.find_property(properties, key) is not None for key in _DELAY_KEYS):
         return "is delayed: delayed messages cannot be batched; send it alone"
-    if fmt.find_property(properties, fmt.PROPERTY_TRANSACTION_PREPARED.encode()) == b"true":
+    if _TRANSACTION_KEY in properties and fmt.find_property(properties, _TRANSACTION_KEY) == b"true":
         return "is transactional: transactional messages cannot be batched; send it alone"
-    wait_values.add(fmt.find_property(properties, fmt.PROPERTY_WAIT_STORE_MSG_OK.encode()) or b"true")
+    wait_values.add(_WAIT_KEY in properties and fmt.find_property(properties, _WAIT_KEY) or b"true")
     if len(wait_values) > 1:
         return "has another waitStoreMsgOK (WAIT) than the messages before it: a batch needs one value"
     if len(properties) + fmt.CRC_RESERVED_BYTES > fmt.MAX_PROPERTIES_BYTES:
