@@ -27,6 +27,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8.0,<10"],
+        "bench": ["matplotlib>=3.8,<4"],
     },
     entry_points={"console_scripts": []},
 )

@@ -261,7 +261,8 @@ class ConsumeQueueTable:
         return self._queues.get((topic, queue_id))
 
     def all(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
-        return list(self._queues.items())
+        with self._lock:  # the dispatcher may be adding a queue
+            return list(self._queues.items())
 
     def flush(self, least_bytes: int = 0) -> None:
         """Flush every queue with more than ``least_bytes`` of units not yet on disk

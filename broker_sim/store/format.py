@@ -8,9 +8,10 @@ Record (big-endian), 91 fixed bytes plus body, topic and properties::
     TOPICLEN 1 | TOPIC | PROPLEN 2 | PROPERTIES
 
 BODYCRC covers the body only, so a torn or flipped byte in the header, topic or properties
-would pass it. Every record therefore ends with RocketMQ's optional ``__CRC32#`` property
-(always on here): the CRC32 of every record byte before that property, as 10 decimal digits.
-Recovery checks both.
+would pass it. Every record therefore ends with a ``__HCRC32#`` property, shaped as RocketMQ's
+optional ``__CRC32#`` (name, 10 decimal digits) but covering every record byte outside the
+body and before the property itself; BODYCRC covers the body, so the body is read once, not
+twice, and together they cover every byte. Recovery checks both.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
 PROPERTY_BATCH_CODEC = "BATCH_CODEC"
-PROPERTY_CRC32 = "__CRC32#"
+PROPERTY_RECORD_CRC = "__HCRC32#"
 
-CRC_PROPERTY_PREFIX = PROPERTY_CRC32.encode() + NAME_VALUE_SEPARATOR
+CRC_PROPERTY_PREFIX = PROPERTY_RECORD_CRC.encode() + NAME_VALUE_SEPARATOR
 CRC_DIGITS = 10
 # The CRC property is always the last one: prefix, 10 digits, separator.
 CRC_RESERVED_BYTES = len(CRC_PROPERTY_PREFIX) + CRC_DIGITS + 1
@@ -156,11 +157,14 @@ def record_size(body_len: int, topic_len: int, properties_len: int) -> int:
     return FIXED_BYTES + body_len + topic_len + properties_len + CRC_RESERVED_BYTES
 
 
-def seal_record(buf, pos: int, total: int) -> None:
-    """Write the trailing CRC property of the record at ``pos``, whose other bytes are written."""
-    crc_at = pos + total - CRC_RESERVED_BYTES
-    crc = zlib.crc32(memoryview(buf)[pos:crc_at])
-    buf[crc_at : pos + total] = CRC_PROPERTY_PREFIX + b"%010d" % crc + PROPERTY_SEPARATOR
+def record_crc(header, after_body) -> int:
+    """The record CRC: over the header (up to BODYLEN) and the bytes from the body's end to
+    the CRC property (topic length, topic, properties length, properties)."""
+    return zlib.crc32(after_body, zlib.crc32(header))
+
+
+def crc_property(crc: int) -> bytes:
+    return CRC_PROPERTY_PREFIX + b"%010d" % crc + PROPERTY_SEPARATOR
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,7 @@ def decode_record(buf, pos: int = 0) -> Record:
     at += 1 + topic_len
     (props_len,) = struct.unpack_from(">h", view, at)
     props = decode_properties(view[at + 2 : at + 2 + props_len])
-    props.pop(PROPERTY_CRC32, None)
+    props.pop(PROPERTY_RECORD_CRC, None)
     return Record(total, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_host,
                   store_ts, store_host, reconsume, prepared, body, topic, props)
 
@@ -261,7 +265,8 @@ def check_record(buf, pos: int, limit: int) -> tuple[Check, int, str]:
     if not (tail.startswith(CRC_PROPERTY_PREFIX) and tail.endswith(PROPERTY_SEPARATOR)):
         return Check.INVALID, 0, "record CRC property missing"
     digits = tail[len(CRC_PROPERTY_PREFIX) : -1]
-    if not digits.isdigit() or int(digits) != zlib.crc32(view[pos:crc_at]):
+    body_end = pos + HEADER.size + body_len
+    if not digits.isdigit() or int(digits) != record_crc(view[pos : pos + HEADER.size], view[body_end:crc_at]):
         return Check.INVALID, 0, "record CRC mismatch"
     return Check.OK, total, ""
 

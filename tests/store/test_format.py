@@ -52,7 +52,8 @@ def test_layout_matches_rocketmq_offsets(store):
     assert raw[88:91] == b"abc" and raw[91] == 1 and raw[92:93] == b"t"
     assert struct.unpack_from(">h", raw, 93)[0] == len(raw) - 95  # PROPLEN
     crc_at = len(raw) - fmt.CRC_RESERVED_BYTES
-    assert raw[crc_at:] == b"__CRC32#\x01" + b"%010d" % zlib.crc32(raw[:crc_at]) + b"\x02"
+    # The record CRC covers everything but the body (BODYCRC's) and itself.
+    assert raw[crc_at:] == b"__HCRC32#\x01" + b"%010d" % zlib.crc32(raw[:88] + raw[91:crc_at]) + b"\x02"
     assert fmt.check_record(raw, 0, len(raw)) == (fmt.Check.OK, len(raw), "")
 
 
