@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import struct
@@ -49,3 +50,24 @@ class Checkpoint:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+
+
+def save_queue_table(path: Path, entries: list[tuple[str, int, int, int]]) -> None:
+    """Save (topic, queue id, max offset, end of the last indexed record) per queue, as of a
+    full index flush: recovery compares the indexes with it to find ones that lost units."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as out:
+        json.dump({"queues": entries}, out, separators=(",", ":"))
+        out.flush()
+        os.fdatasync(out.fileno())
+    os.replace(tmp, path)
+
+
+def load_queue_table(path: Path) -> list[tuple[str, int, int, int]]:
+    try:
+        return [tuple(entry) for entry in json.loads(path.read_text())["queues"]]
+    except FileNotFoundError:
+        return []
+    except (ValueError, KeyError, TypeError):
+        log.warning("queue table %s is damaged; index damage before the checkpoint goes undetected", path)
+        return []

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .config import StoreConfig
-from .mapped_file import MappedFileQueue
+from .errors import IndexGapError
+from .mapped_file import MappedFileQueue, fsync_dir
 from .topics import QueueType
 
 SIZE_AT = 8  # both unit kinds keep the record size at byte 8; 0 marks an unwritten unit
@@ -34,7 +35,9 @@ class ConsumeQueue:
     UNIT: struct.Struct
     queue_type: QueueType
 
-    def __init__(self, directory: Path, units_per_file: int):
+    def __init__(self, directory: Path, units_per_file: int, topic: str = "", queue_id: int = 0):
+        self.topic = topic
+        self.queue_id = queue_id
         self.files = MappedFileQueue(directory, units_per_file * self.UNIT.size, for_index=True)
         self.units_per_file = units_per_file
         self.unit_count = 0  # units written, counted from the series' start
@@ -99,10 +102,11 @@ class ConsumeQueue:
         if queue_offset < self.max_offset:
             return False
         if queue_offset > self.max_offset:
-            raise RuntimeError(f"{self.files.directory}: a unit for offset {queue_offset} would leave a gap "
-                               f"after {self.max_offset}")
+            raise IndexGapError(f"{self.files.directory}: a unit for offset {queue_offset} would leave a gap "
+                                f"after {self.max_offset}", self.topic, self.queue_id)
         self._append(physical_offset, size, tags_code, store_ts, queue_offset, count)
         self.max_offset = queue_offset + count
+        self.indexed_end = physical_offset + size
         return True
 
     def append_unit(self, values: tuple) -> None:
@@ -125,8 +129,13 @@ class ConsumeQueue:
         return (self.unit_count - self.flushed_units) * self.UNIT.size
 
     def flush(self) -> None:
-        """Put the units written so far on disk."""
+        """Put the units written so far on disk, and the names of files created since."""
         target = self.unit_count
+        if self.files.unsynced_names:
+            directory = self.files.directory
+            for path in (directory, directory.parent, directory.parent.parent):
+                fsync_dir(path)
+            self.files.unsynced_names = False
         size = self.UNIT.size
         for mapped in self.files.files:
             if mapped.end > self.flushed_units * size and mapped.start < target * size:
@@ -139,6 +148,7 @@ class ConsumeQueue:
     def _after_truncate(self) -> None:
         last = self.last_unit()
         self.max_offset = last.base_offset + last.count if last else self.first_unit
+        self.indexed_end = last.physical_offset + last.size if last else 0  # where its last record ends
 
     def _append(self, physical_offset, size, tags_code, store_ts, queue_offset, count) -> None:
         raise NotImplementedError
@@ -182,9 +192,9 @@ class BatchConsumeQueue(ConsumeQueue):
     UNIT = struct.Struct(">qiqqqhii")
     queue_type = QueueType.BATCH_CQ
 
-    def __init__(self, directory: Path, units_per_file: int):
+    def __init__(self, directory: Path, units_per_file: int, topic: str = "", queue_id: int = 0):
         self._file_bases: list[int] = []  # msgBaseOffset of each file's first unit
-        super().__init__(directory, units_per_file)
+        super().__init__(directory, units_per_file, topic, queue_id)
 
     @property
     def min_offset(self) -> int:
@@ -251,9 +261,9 @@ class ConsumeQueueTable:
                 if queue is None:
                     directory = self.data_dir / self.DIRECTORIES[queue_type] / topic / str(queue_id)
                     if queue_type is QueueType.BATCH_CQ:
-                        queue = BatchConsumeQueue(directory, self.config.batch_cq_units_per_file)
+                        queue = BatchConsumeQueue(directory, self.config.batch_cq_units_per_file, topic, queue_id)
                     else:
-                        queue = SimpleConsumeQueue(directory, self.config.simple_cq_units_per_file)
+                        queue = SimpleConsumeQueue(directory, self.config.simple_cq_units_per_file, topic, queue_id)
                     self._queues[(topic, queue_id)] = queue
         return queue
 

@@ -49,9 +49,8 @@ class Dispatcher:
             segment = self.commitlog.segment_at(position)
             if segment is None:
                 break
-            position = self._dispatch_record(segment, position)
+            position = self.position = self._dispatch_record(segment, position)
             count += 1
-        self.position = position
         if count:
             self.on_progress()
         return count
@@ -59,10 +58,10 @@ class Dispatcher:
     def _dispatch_record(self, segment, position: int) -> int:
         buf = segment.map
         pos = position - segment.start
+        if fmt.BLANK.unpack_from(buf, pos)[1] == fmt.BLANK_MAGIC:  # may be shorter than a header
+            return segment.end
         (total, magic, _crc, queue_id, _flag, queue_offset, _phys, sys_flag, _born, _born_host, store_ts,
          _store_host, _reconsume, _prepared, body_len) = fmt.HEADER.unpack_from(buf, pos)
-        if magic == fmt.BLANK_MAGIC:
-            return segment.end
         at = pos + fmt.HEADER.size + body_len
         topic_len = buf[at]
         topic_raw = buf[at + 1 : at + 1 + topic_len]

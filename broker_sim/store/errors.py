@@ -15,3 +15,12 @@ class UnknownTopicError(StoreError, LookupError):
 
 class StoreClosedError(StoreError):
     """The store was closed."""
+
+
+class IndexGapError(StoreError):
+    """An index unit would leave a gap: the queue's index lost units (recovery rebuilds it)."""
+
+    def __init__(self, message: str, topic: str, queue_id: int):
+        super().__init__(message)
+        self.topic = topic
+        self.queue_id = queue_id

@@ -128,14 +128,15 @@ class MappedFile:
 class MappedFileQueue:
     """The files of one log or index series in ``directory``, each ``file_size`` bytes.
 
-    A log's new files get a directory fsync, so that their names survive an OS crash; an
-    index's (``for_index``) do not: index files are rebuilt from the log.
+    A log's new files get a directory fsync at once, so that their names survive an OS crash;
+    an index's (``for_index``) get it with the index's next full flush (``unsynced_names``).
     """
 
     def __init__(self, directory: Path, file_size: int, for_index: bool = False):
         self.directory = directory
         self.file_size = file_size
         self.for_index = for_index
+        self.unsynced_names = False
         self.files: list[MappedFile] = []
         self._lock = threading.Lock()
         if directory.is_dir():
@@ -170,7 +171,9 @@ class MappedFileQueue:
                 raise RuntimeError(f"new file at {start} does not follow {self.files[-1].end}")
             self.directory.mkdir(parents=True, exist_ok=True)
             mapped = MappedFile(self.directory / file_name(start), start, self.file_size, self.for_index)
-            if not self.for_index:
+            if self.for_index:
+                self.unsynced_names = True
+            else:
                 fsync_dir(self.directory)
             self.files.append(mapped)
             return mapped

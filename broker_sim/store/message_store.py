@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import format as fmt
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, load_queue_table, save_queue_table
 from .commitlog import CommitLog, PendingRecord, wall_clock_ms
 from .config import FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
@@ -55,10 +55,20 @@ class MessageStore:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         raise_open_file_limit()
         self._lock_fd = _lock_data_dir(self.data_dir)
+        try:
+            self._open()
+        except BaseException:
+            for part in ("queues", "commitlog"):
+                if hasattr(self, part):
+                    getattr(self, part).close()
+            os.close(self._lock_fd)
+            raise
+
+    def _open(self) -> None:
         self._closed = False
         self._dispatched = threading.Condition()
         self.topics = TopicTable(self.data_dir / "config" / "topics.json")
-        self.commitlog = CommitLog(self.data_dir / "commitlog", self.config, now_ms)
+        self.commitlog = CommitLog(self.data_dir / "commitlog", self.config, self.now_ms)
         self.queues = ConsumeQueueTable(self.data_dir, self.config)
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
@@ -66,7 +76,7 @@ class MessageStore:
         abort = self.data_dir / "abort"
         self.recovery: RecoveryReport = recover(
             self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
-            clean=not abort.exists(),
+            load_queue_table(self._queue_table_path), self.topics, clean=not abort.exists(),
         )
         self._index_flushed = 0
         self._opened_at = time.monotonic()
@@ -85,6 +95,10 @@ class MessageStore:
     @property
     def _checkpoint_path(self) -> Path:
         return self.data_dir / "checkpoint"
+
+    @property
+    def _queue_table_path(self) -> Path:
+        return self.data_dir / "checkpoint.queues.json"
 
     # --- topics ----------------------------------------------------------------------------
 
@@ -315,6 +329,8 @@ class MessageStore:
         indexed = self.dispatcher.position  # read before flushing: units up to it are written
         self.queues.flush(least_bytes=0 if thorough else self.config.index_flush_least_bytes)
         if thorough:
+            save_queue_table(self._queue_table_path, [(topic, queue_id, queue.max_offset, queue.indexed_end)
+                                                      for (topic, queue_id), queue in self.queues.all()])
             self._index_flushed = min(indexed, self.commitlog.flushed_offset)
         Checkpoint(self.commitlog.flushed_offset, self._index_flushed, self.now_ms()).save(self._checkpoint_path)
 

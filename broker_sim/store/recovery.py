@@ -5,7 +5,10 @@ the indexes back in line with the log.
    first record that is short, has an unknown magic, a wrong CRC or a wrong length.
 2. Truncate the log there: a torn or corrupted tail is never served.
 3. Drop index units that point past the tail, or whose record does not match them.
-4. Re-dispatch every record after the last durably indexed one (idempotent per queue).
+4. Re-dispatch every record after the last durably indexed one (idempotent per queue). A
+   queue whose index lost units before that point (it has fewer than the queue table saved
+   with the checkpoint, or a re-dispatched unit would leave a gap) is emptied and rebuilt by
+   re-dispatching from the start of the log.
 5. Rebuild the queues' next offsets from the indexes.
 """
 
@@ -19,6 +22,7 @@ from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue, ConsumeQueueTable
 from .dispatcher import Dispatcher
+from .errors import IndexGapError
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +38,47 @@ class RecoveryReport:
 
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, dispatcher: Dispatcher,
-            checkpoint: Checkpoint, clean: bool) -> RecoveryReport:
+            checkpoint: Checkpoint, queue_table: list, topics, clean: bool) -> RecoveryReport:
     start = _scan_start(commitlog, checkpoint.commitlog_flushed_offset)
     tail, reason = commitlog.scan_valid_tail(start)
     commitlog.truncate(tail)
+    commitlog.flush()  # what the scan accepted is on disk before anything is built on it
     dropped = sum(_drop_units_past(queue, commitlog, tail) for _key, queue in queues.all())
+    damaged = _queues_that_lost_units(queues, queue_table, topics, tail)
     dispatcher.position = max(commitlog.min_offset, min(checkpoint.index_flushed_offset, tail))
-    redispatched = dispatcher.dispatch(limit=tail)
+    redispatched = 0
+    while True:
+        if damaged:
+            log.warning("index of %s lost units: rebuilding from the start of the commitlog", sorted(damaged))
+            for queue in damaged.values():
+                queue.truncate_units(queue.first_unit)
+            dispatcher.position = commitlog.min_offset
+            damaged = {}
+        try:
+            redispatched += dispatcher.dispatch(limit=tail)
+            break
+        except IndexGapError as gap:
+            damaged = {(gap.topic, gap.queue_id): queues.find(gap.topic, gap.queue_id)}
     for (topic, queue_id), queue in queues.all():
         commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
     report = RecoveryReport(clean, start, tail, reason, dropped, redispatched)
     if not clean or dropped:
         log.warning("recovered: %s", report)
     return report
+
+
+def _queues_that_lost_units(queues: ConsumeQueueTable, queue_table: list, topics, tail: int) -> dict:
+    """Queues with fewer units than the table saved at the last full index flush says, where
+    the records those units indexed are still in the log."""
+    damaged = {}
+    for topic, queue_id, max_offset, indexed_end in queue_table:
+        config = topics.get(topic)
+        if config is None or queue_id >= config.queue_count or indexed_end > tail:
+            continue
+        queue = queues.get(topic, queue_id, config.queue_type)
+        if queue.max_offset < max_offset:
+            damaged[(topic, queue_id)] = queue
+    return damaged
 
 
 def _scan_start(commitlog: CommitLog, flushed: int) -> int:

@@ -12,11 +12,7 @@ segments and index files. An unclean stop is made in one of three ways:
 * a simulated power loss: each mapped file as it was at its last sync (``PowerLoss``).
 
 Bodies are derived from (topic, queue id, queue offset) by ``body_of``, so every read is checked
-exactly. Records are padded (a ``PAD`` property) to a multiple of ``ALIGN`` bytes, so that no
-segment ends with a BLANK marker shorter than the 88-byte header, on which the dispatcher fails
-(``test_segment_ending_in_short_blank_*`` document that bug); set ALIGN to None once it is fixed.
-
-Tests marked ``xfail(strict=True)`` document store bugs; each reason says what goes wrong.
+exactly.
 """
 
 from __future__ import annotations
@@ -66,7 +62,6 @@ INDEX_DIRS = {QueueType.SIMPLE_CQ: "consumequeue", QueueType.BATCH_CQ: "batchcon
 CONFIG = StoreConfig(segment_bytes=SEGMENT, simple_cq_units_per_file=SIMPLE_UNITS,
                      batch_cq_units_per_file=BATCH_UNITS, flush_interval_ms=60_000,
                      index_flush_interval_ms=60_000)
-ALIGN = 128  # every record's size is a multiple of this (None: free sizes)
 WAIT_S = 10.0
 
 TOPICS = {"S": (2, QueueType.SIMPLE_CQ), "B": (2, QueueType.BATCH_CQ)}
@@ -84,20 +79,10 @@ def body_of(topic, queue_id, offset, size=None):
     return (head * (n // len(head) + 1))[:n]
 
 
-def padded(topic, body_len, props, store_props_len=0):
-    """``props`` plus a PAD property making the record's size a multiple of ALIGN bytes."""
-    if ALIGN is None:
-        return dict(props)
-    props = {**props, "PAD": ""}
-    size = fmt.record_size(body_len, len(topic.encode()), len(fmt.encode_properties(props)) + store_props_len)
-    props["PAD"] = "p" * (-size % ALIGN)
-    return props
-
-
 def single_args(topic, queue_id, offset, size=None):
     """(body, properties) of a single message at ``offset``."""
     body = body_of(topic, queue_id, offset, size)
-    return body, padded(topic, len(body), {"KEYS": f"k{offset}", "TAGS": f"tag{offset % 3}"})
+    return body, {"KEYS": f"k{offset}", "TAGS": f"tag{offset % 3}"}
 
 
 def early_payload(topic, queue_id, offset, count, size=None):
@@ -105,16 +90,14 @@ def early_payload(topic, queue_id, offset, count, size=None):
     messages = []
     for i in range(count):
         body = body_of(topic, queue_id, offset + i, size)
-        messages.append((body, padded(topic, len(body), {"KEYS": f"k{offset + i}"}), i))
+        messages.append((body, {"KEYS": f"k{offset + i}"}, i))
     return encode_message_batch(messages)
 
 
 def inner_args(topic, queue_id, offset, count, size=None):
     """(payload, properties) of an inner batch of ``count`` messages from ``offset``."""
     payload = encode_message_batch([(body_of(topic, queue_id, offset + i, size), None, 0) for i in range(count)])
-    store_props = fmt.encode_properties({fmt.PROPERTY_INNER_NUM: count, fmt.PROPERTY_BATCH_CODEC: "rmq"})
-    inner_base = fmt.PROPERTY_INNER_BASE.encode() + b"\x01" + str(offset).encode() + b"\x02"
-    return payload, padded(topic, len(payload), {"TAGS": "inner"}, len(store_props) + len(inner_base))
+    return payload, {"TAGS": "inner"}
 
 
 # --- writing with an expected model ----------------------------------------------------------
@@ -614,11 +597,11 @@ def writer_source() -> str:
         "import sys",
         "from broker_sim.store import MessageStore, QueueType, StoreConfig, encode_message_batch",
         "from broker_sim.store import format as fmt",
-        f"SEGMENT, SIMPLE_UNITS, BATCH_UNITS, ALIGN = {SEGMENT}, {SIMPLE_UNITS}, {BATCH_UNITS}, {ALIGN!r}",
+        f"SEGMENT, SIMPLE_UNITS, BATCH_UNITS = {SEGMENT}, {SIMPLE_UNITS}, {BATCH_UNITS}",
         "TOPICS = {" + ", ".join(f"{n!r}: ({c}, QueueType({t.value!r}))" for n, (c, t) in TOPICS.items()) + "}",
         f"QUEUES = {QUEUES!r}",
     ]
-    parts += [inspect.getsource(f) for f in (body_of, padded, single_args, early_payload, inner_args)]
+    parts += [inspect.getsource(f) for f in (body_of, single_args, early_payload, inner_args)]
     return "\n".join(parts) + WRITER_MAIN
 
 
@@ -851,13 +834,6 @@ def test_lost_or_corrupt_checkpoint_recovers_from_start(index_image, tmp_path, h
         assert snapshot(store, ALL_QUEUES) == index_image.snapshot
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "recovery.py recover(): re-dispatch starts at the checkpoint's index_flushed_offset and trusts "
-    "every unit before it; a queue whose index lost units before that point (a deleted or cut index "
-    "file, or a whole queue directory) is not rebuilt: its max offset goes back silently and new "
-    "appends reuse queue offsets that the commitlog already holds. mapped_file.py skips the "
-    "directory fsync of new index files because 'index files are rebuilt from the log', which "
-    "recovery does not do"))
 @pytest.mark.parametrize("loss", ["last_file_deleted", "queue_dir_deleted"])
 def test_index_lost_before_checkpoint_after_clean_close(index_image, tmp_path, loss):
     work = tmp_path / "work"
@@ -877,11 +853,6 @@ def test_index_lost_before_checkpoint_after_clean_close(index_image, tmp_path, l
         assert store.put_message("S", 0, b"next").queue_offset == expected_end
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "consume_queue.py ConsumeQueue.put() raises RuntimeError ('would leave a gap') when recovery "
-    "re-dispatches from the checkpoint into a queue that lost units before it: MessageStore() "
-    "cannot open the data directory at all (and then holds its lock, see "
-    "test_failed_open_releases_the_data_dir)"))
 def test_index_lost_before_checkpoint_with_later_records(index_image, tmp_path):
     work = tmp_path / "work"
     restore(index_image.files, work)
@@ -957,11 +928,6 @@ def test_second_open_of_data_dir_raises_in_use(tmp_path):
         check_model(store, model)
 
 
-@pytest.mark.xfail(strict=True, raises=DataDirInUseError, reason=(
-    "message_store.py MessageStore.__init__ locks the data directory first and does not release "
-    "the lock when a later step raises (topics.json, index or commitlog loading, recovery): the "
-    "lock file descriptor leaks and every later open in the same process fails with "
-    "DataDirInUseError"))
 def test_failed_open_releases_the_data_dir(tmp_path):
     data = tmp_path / "data"
     model = Model()
@@ -1059,7 +1025,7 @@ def test_power_loss_in_async_mode_keeps_the_flushed_prefix(tmp_path, monkeypatch
 
 # --- the dispatcher on a segment that ends in a short BLANK -------------------------------------
 
-def put_unpadded(store, model, topic, queue_id, total):
+def put_sized(store, model, topic, queue_id, total):
     """A single message whose record is exactly ``total`` bytes (no PAD)."""
     offset = model.next(topic, queue_id)
     body = body_of(topic, queue_id, offset, total - fmt.record_size(0, len(topic), 0))
@@ -1074,21 +1040,13 @@ def write_short_blank(store, model, blank=40):
     """Records up to ``blank`` bytes before the end of segment 0, then one that goes to segment 1."""
     create_topics(store)
     while SEGMENT - log_end(store) > 4096 + 256:
-        put_unpadded(store, model, "S", 0, 4096)
-    put_unpadded(store, model, "S", 0, SEGMENT - log_end(store) - blank)
+        put_sized(store, model, "S", 0, 4096)
+    put_sized(store, model, "S", 0, SEGMENT - log_end(store) - blank)
     assert SEGMENT - log_end(store) == blank
-    put_unpadded(store, model, "S", 1, 300)
+    put_sized(store, model, "S", 1, 300)
     assert log_end(store) == SEGMENT + 300
 
 
-SHORT_BLANK_BUG = (
-    "dispatcher.py Dispatcher._dispatch_record() unpacks the 88-byte HEADER before checking for "
-    "the BLANK magic; a BLANK marker shorter than 88 bytes at a segment end (any size from 8 is "
-    "written) raises struct.error: the dispatcher retries forever and indexes nothing after it, "
-    "close() raises, and recovery's re-dispatch raises, so the store cannot open")
-
-
-@pytest.mark.xfail(strict=True, reason=SHORT_BLANK_BUG)
 def test_segment_ending_in_short_blank_is_dispatched(tmp_path):
     store = open_at(tmp_path / "data")
     model = Model()
@@ -1098,7 +1056,6 @@ def test_segment_ending_in_short_blank_is_dispatched(tmp_path):
         check_model(store, model)
 
 
-@pytest.mark.xfail(strict=True, reason=SHORT_BLANK_BUG)
 def test_segment_ending_in_short_blank_survives_recovery(tmp_path):
     store = open_at(tmp_path / "data")
     model = Model()
