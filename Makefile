@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench bench-store check-java setup clean
+.PHONY: demo test bench bench-store check-java setup clean protos
 
 demo: $(STAMP) check-java  ## until the Spark demo exists: the store benchmark at a small size
 	$(PY) bench/store_bench.py --messages 200000 --queues 16,1000
@@ -25,6 +25,9 @@ $(STAMP): setup.py
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
+
+protos: $(STAMP)  ## regenerate rmq_spark/protocol/v1 from protos/
+	PYTHON=$(PY) scripts/gen_protos.sh
 
 check-java:
 	@scripts/check_java.sh

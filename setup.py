@@ -26,7 +26,8 @@ setup(
         "lz4>=4.3.3,<5",
     ],
     extras_require={
-        "test": ["pytest>=8.0,<10"],
+        # grpcio-tools is pinned: the generated code must not change under the regeneration test.
+        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0"],
         "bench": ["matplotlib>=3.8,<4"],
     },
     entry_points={"console_scripts": []},

@@ -187,7 +187,7 @@ class MessageStore:
                                  f"the limit is {fmt.MAX_PROPERTIES_BYTES}")
             total = fmt.record_size(len(record.body), topic_len, len(record.properties) + _INNER_BASE_RESERVED)
             if not self.commitlog.record_fits_segment(total):
-                return _illegal(f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
+                return PutResult(PutStatus.MESSAGE_TOO_LARGE, f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
                                 f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
@@ -210,7 +210,7 @@ class MessageStore:
 
     def _check_body(self, size: int, what: str = "message body") -> PutResult | None:
         if size > self.config.max_message_bytes:
-            return _illegal(f"the {what} is {size} bytes; the largest accepted is {self.config.max_message_bytes} "
+            return PutResult(PutStatus.MESSAGE_TOO_LARGE, f"the {what} is {size} bytes; the largest accepted is {self.config.max_message_bytes} "
                             "bytes (max_message_bytes): split it")
         return None
 

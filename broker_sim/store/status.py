@@ -11,7 +11,8 @@ class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
     QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # too large, malformed batch, batch rules broken
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # malformed batch, batch rules broken
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"  # over max_message_bytes, or larger than a segment
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     WRONG_QUEUE_TYPE = "WRONG_QUEUE_TYPE"  # an inner batch sent to a SimpleCQ topic
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is closed

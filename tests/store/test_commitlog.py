@@ -67,9 +67,9 @@ def test_a_message_larger_than_the_limit_is_refused_and_nothing_is_written(tmp_p
         store.create_topic("b", 1, "BatchCQ")
         before = store.commitlog.max_offset
         result = store.put_message("t", 0, b"x" * 4097)
-        assert result.status is PutStatus.MESSAGE_ILLEGAL
+        assert result.status is PutStatus.MESSAGE_TOO_LARGE
         assert "4097 bytes" in result.detail and "4096" in result.detail
-        assert store.put_inner_batch("b", 0, b"x" * 4097, 2).status is PutStatus.MESSAGE_ILLEGAL
+        assert store.put_inner_batch("b", 0, b"x" * 4097, 2).status is PutStatus.MESSAGE_TOO_LARGE
         assert store.put_message("t", 0, b"x" * 4096).ok
         assert store.commitlog.max_offset > before
         assert store.put_message("t", 0, b"x").queue_offset == 1
@@ -80,13 +80,13 @@ def test_default_limit_is_4_mib(tmp_path):
         store.create_topic("t", 1)
         assert store.put_message("t", 0, b"x" * (4 << 20)).ok
         result = store.put_message("t", 0, b"x" * ((4 << 20) + 1))
-        assert result.status is PutStatus.MESSAGE_ILLEGAL and "4194304" in result.detail
+        assert result.status is PutStatus.MESSAGE_TOO_LARGE and "4194304" in result.detail
 
 
 def test_a_record_larger_than_a_segment_is_refused(store):
     store.create_topic("t", 1)
     result = store.put_message("t", 0, b"x" * 70000)
-    assert result.status is PutStatus.MESSAGE_ILLEGAL and "segment" in result.detail
+    assert result.status is PutStatus.MESSAGE_TOO_LARGE and "segment" in result.detail
     assert store.commitlog.max_offset == 0
 
 
