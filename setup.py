@@ -30,5 +30,8 @@ setup(
         "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0"],
         "bench": ["matplotlib>=3.8,<4"],
     },
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": [
+        "rmq-broker-sim = broker_sim.server.cli:main",
+        "rmq-admin = rmq_spark.client.cli:main",
+    ]},
 )

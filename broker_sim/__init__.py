@@ -1,1 +1,42 @@
-"""broker_sim: a local broker with RocketMQ's batch storage and consumption model."""
+"""broker_sim: a local broker with RocketMQ's batch storage and consumption model.
+
+    import broker_sim
+
+    with broker_sim.embedded() as endpoint:    # "127.0.0.1:PORT", data in a temporary directory
+        ...                                     # point clients at endpoint
+
+The same broker runs as a process with `rmq-broker-sim --data-dir DIR --port PORT`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+
+__all__ = ["embedded"]
+
+
+@contextlib.contextmanager
+def embedded(data_dir=None, **store_options):
+    """Run a broker in this process on 127.0.0.1 and a free port; yields its endpoint
+    "127.0.0.1:PORT" and stops it cleanly on exit.
+
+    ``data_dir`` None: a temporary directory, removed afterwards. ``store_options`` are
+    ``broker_sim.store.StoreConfig`` fields (``flush_mode="sync"``, ``segment_bytes=...``).
+    """
+    from broker_sim.server import Broker  # grpc only for those who run a broker
+    from broker_sim.store import StoreConfig
+
+    config = StoreConfig(**store_options)
+    temporary = tempfile.mkdtemp(prefix="rmq-broker-sim-") if data_dir is None else None
+    try:
+        broker = Broker(temporary or data_dir, "127.0.0.1", 0, config)
+        broker.start()
+        try:
+            yield broker.endpoint
+        finally:
+            broker.stop(grace=1.0)
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)

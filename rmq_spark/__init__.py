@@ -1,1 +1,38 @@
-"""rmq_spark: the client SDK and the PySpark data source 'rocketmq-batch'."""
+"""rmq_spark: the client SDK of broker_sim and the PySpark data source 'rocketmq-batch'.
+
+    from rmq_spark import Admin, Producer, Message, RangeReader, OffsetRange
+
+The names are imported on first use, so that importing a part of the package (the broker
+imports only ``rmq_spark.protocol``) does not load the whole SDK.
+"""
+
+import importlib
+
+_HOMES = {
+    "Admin": "client.admin",
+    "TransportConfig": "client.transport",
+    "RangeReader": "consumer",
+    "Producer": "producer",
+    **{name: "structs" for name in (
+        "BrokerStats", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType", "SendResult",
+        "TopicInfo")},
+    **{name: "errors" for name in (
+        "BrokerError", "BrokerUnavailableError", "ClosedError", "ConfigError", "InvalidRequestError",
+        "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
+        "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "WrongQueueTypeError")},
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rmq_spark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -1,8 +1,9 @@
 """broker_sim.store: RocketMQ's batch storage model (commitlog, SimpleCQ, BatchCQ, dispatcher,
-checkpoint, recovery). Knows nothing of gRPC, RocksDB or rmq_spark."""
+checkpoint, recovery, consumer offsets). Knows nothing of gRPC, RocksDB or rmq_spark."""
 
 from .config import FlushMode, StoreConfig
 from .consume_queue import IndexUnit
+from .consumer_offsets import ConsumerOffsetTable
 from .errors import DataDirInUseError, StoreClosedError, StoreError, UnknownTopicError
 from .format import Compression, SysFlag, decode_record, encode_message_batch
 from .message_store import MessageStore
@@ -11,8 +12,8 @@ from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, St
 from .topics import QueueType, TopicConfig
 
 __all__ = [
-    "Compression", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult", "GetStatus", "IndexUnit",
-    "MessageStore", "PutResult", "PutStatus", "QueueType", "RecoveryReport", "StoreClosedError", "StoreConfig",
-    "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError", "decode_record",
-    "encode_message_batch",
+    "Compression", "ConsumerOffsetTable", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult",
+    "GetStatus", "IndexUnit", "MessageStore", "PutResult", "PutStatus", "QueueType", "RecoveryReport",
+    "StoreClosedError", "StoreConfig", "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError",
+    "decode_record", "encode_message_batch",
 ]

@@ -73,10 +73,16 @@ class CommitLog:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def append(self, topic: str, queue_id: int, records: list[PendingRecord]) -> Appended:
-        """Append records of one queue with consecutive queue offsets; callers checked sizes."""
+    def append(self, topic: str, queue_id: int, records: list[PendingRecord],
+               guard: Callable[[], bool] | None = None) -> Appended | None:
+        """Append records of one queue with consecutive queue offsets; callers checked sizes.
+
+        ``guard`` is called under the append lock; when it returns False nothing is appended
+        and the result is None (the topic was deleted after the caller checked it)."""
         topic_part = self._topic_part(topic)
         with self._write_lock:
+            if guard is not None and not guard():
+                return None
             key = (topic, queue_id)
             first_offset = queue_offset = self.queue_offsets.get(key, 0)
             store_ts = self.now_ms()
@@ -108,6 +114,16 @@ class CommitLog:
         os.pwritev(segment.fd, [header, body, after_body, crc], physical - segment.start)
         self.max_offset = physical + total
         return physical
+
+    def appends_paused(self) -> threading.Lock:
+        """The append lock, as a context manager: no record is appended while it is held."""
+        return self._write_lock
+
+    def forget_queues(self, topic: str) -> None:
+        """Forget the next offsets of a topic's queues (it was deleted); call with appends paused."""
+        for key in [key for key in self.queue_offsets if key[0] == topic]:
+            del self.queue_offsets[key]
+        self._topic_parts.pop(topic, None)
 
     def _segment_with_room(self, total: int) -> MappedFile:
         segment = self.segments.last()
@@ -156,6 +172,14 @@ class CommitLog:
             raise LookupError(f"commitlog offset {physical_offset} is not stored")
         pos = physical_offset - segment.start
         return segment.view[pos : pos + size]
+
+    def release_mapped_pages(self) -> None:
+        """Unmap the pages of the log that this process touched (reads, dispatching), so that
+        its resident memory follows what is in use, not what was ever read. The pages stay in
+        the page cache, and views held by readers stay valid: they fault back in on use."""
+        for segment in self.segments.files:
+            if segment.start < self.max_offset:
+                segment.release_pages()
 
     def segment_at(self, physical_offset: int) -> MappedFile | None:
         return self.segments.find(physical_offset)

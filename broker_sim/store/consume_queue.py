@@ -7,6 +7,7 @@ Only the dispatcher writes them, in commitlog order, so each queue's units are i
 from __future__ import annotations
 
 import bisect
+import shutil
 import struct
 import threading
 from pathlib import Path
@@ -269,6 +270,25 @@ class ConsumeQueueTable:
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((topic, queue_id))
+
+    def remove(self, topic: str) -> None:
+        """Close a topic's queues and delete their index files (the topic was deleted)."""
+        with self._lock:
+            removed = [self._queues.pop(key) for key in [key for key in self._queues if key[0] == topic]]
+        for queue in removed:
+            queue.close()
+        self.remove_files(topic)
+
+    def remove_files(self, topic: str) -> bool:
+        """Delete a topic's index directories, of both kinds; True when there were any."""
+        found = False
+        for directory in self.DIRECTORIES.values():
+            root = self.data_dir / directory / topic
+            if root.exists():
+                shutil.rmtree(root)
+                fsync_dir(root.parent)
+                found = True
+        return found
 
     def all(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
         with self._lock:  # the dispatcher may be adding a queue

@@ -5,6 +5,10 @@ unit per record to the record's queue: one per message on a SimpleCQ topic, one 
 batch on a BatchCQ topic. A message is readable only once dispatched; waiters are woken after
 each pass. Dispatching is idempotent per queue (a unit whose offset is already indexed is
 skipped), so recovery can re-dispatch from any record boundary at or before the indexed end.
+
+Records of a topic that no longer exists, or that lie below the topic's ``created_at_offset``
+(they belong to an earlier topic of the same name, deleted since), are not indexed. Each
+record is indexed under ``lock``, which topic deletion holds while it removes the indexes.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Callable
 from . import format as fmt
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueTable
-from .topics import TopicTable
+from .topics import QueueType, TopicTable
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,8 @@ class Dispatcher:
         self.on_progress = on_progress
         self.position = commitlog.min_offset  # the next record to dispatch
         self._tags_codes: dict[bytes, int] = {}
+        self.lock = threading.Lock()  # held while a record is indexed
+        self._warned: set = set()  # topics already warned about: one warning each, not one per record
         self._wake = threading.Event()
         self._idle = False  # waiting for new records: only then does wake() need the event
         self._running = False
@@ -49,7 +55,8 @@ class Dispatcher:
             segment = self.commitlog.segment_at(position)
             if segment is None:
                 break
-            position = self.position = self._dispatch_record(segment, position)
+            with self.lock:
+                position = self.position = self._dispatch_record(segment, position)
             count += 1
         if count:
             self.on_progress()
@@ -67,9 +74,13 @@ class Dispatcher:
         topic_raw = buf[at + 1 : at + 1 + topic_len]
         properties = buf[at + 3 + topic_len : pos + total]
         topic = self.topics.get(topic_raw.decode())
-        if topic is None or queue_id >= topic.queue_count:
-            log.warning("record at %d names topic %r queue %d, which does not exist: not indexed",
-                        position, topic_raw, queue_id)
+        if topic is None or queue_id >= topic.queue_count or position < topic.created_at_offset:
+            self._warn_once(topic_raw, "record at %d names topic %r queue %d, which does not exist (or was "
+                            "deleted since): not indexed", position, topic_raw, queue_id)
+            return position + total
+        if sys_flag & fmt.SysFlag.INNER_BATCH and topic.queue_type is not QueueType.BATCH_CQ:
+            self._warn_once(topic_raw, "record at %d is an inner batch of SimpleCQ topic %r: not indexed",
+                            position, topic_raw)
             return position + total
         count = 1
         if sys_flag & fmt.SysFlag.INNER_BATCH:
@@ -77,6 +88,14 @@ class Dispatcher:
         queue = self.queues.get(topic.name, queue_id, topic.queue_type)
         queue.put(position, total, self._tags_code(properties), store_ts, queue_offset, count)
         return position + total
+
+    def _warn_once(self, topic: bytes, message: str, *args) -> None:
+        key = (bytes(topic), message)
+        if key not in self._warned:
+            if len(self._warned) > 1024:
+                self._warned.clear()
+            self._warned.add(key)
+            log.warning(message + " (said once per topic)", *args)
 
     def _tags_code(self, properties: bytes) -> int:
         tags = fmt.find_property(properties, _TAGS_KEY)

@@ -87,6 +87,11 @@ class MappedFile:
         else:
             os.fdatasync(self.fd)
 
+    def release_pages(self) -> None:
+        """Drop this map's page-table entries (MADV_DONTNEED on a shared file map: the data
+        stays in the page cache and in the file, and faults back in when read)."""
+        self.map.madvise(mmap.MADV_DONTNEED)
+
     def zero_from(self, position: int) -> None:
         """Zero bytes from ``position`` (relative) to the end, leaving the tail sparse."""
         self._unmap()

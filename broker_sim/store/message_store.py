@@ -2,7 +2,7 @@
 
 Data directory::
 
-    lock  abort  checkpoint  config/topics.json
+    lock  abort  checkpoint  config/topics.json  config/consumerOffset.json
     commitlog/{20-digit start}
     consumequeue/{topic}/{queueId}/{20-digit start}        SimpleCQ
     batchconsumequeue/{topic}/{queueId}/{20-digit start}   BatchCQ
@@ -29,7 +29,7 @@ from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
 from .mapped_file import fsync_dir, raise_open_file_limit
 from .recovery import RecoveryReport, recover
 from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
-from .topics import QueueType, TopicConfig, TopicTable
+from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class MessageStore:
     def _open(self) -> None:
         self._closed = False
         self._dispatched = threading.Condition()
+        self._admin_lock = threading.Lock()  # topic creation and deletion, and index flushes
         self.topics = TopicTable(self.data_dir / "config" / "topics.json")
         self.commitlog = CommitLog(self.data_dir / "commitlog", self.config, self.now_ms)
         self.queues = ConsumeQueueTable(self.data_dir, self.config)
@@ -103,8 +104,34 @@ class MessageStore:
     # --- topics ----------------------------------------------------------------------------
 
     def create_topic(self, name: str, queue_count: int, queue_type=QueueType.SIMPLE_CQ) -> tuple[CreateStatus, str]:
-        """Create a topic; returns (status, a sentence saying what was wrong, if anything)."""
-        return self.topics.create(name, queue_count, queue_type)
+        """Create a topic; returns (status, a sentence saying what was wrong, if anything).
+
+        The topic records the commitlog's end as its creation offset: records below it belong
+        to an earlier topic of the same name and are never indexed into this one."""
+        with self._admin_lock:
+            if self.topics.get(name) is None and topic_name_problem(name) is None:
+                self.queues.remove_files(name)  # left by a deletion that a crash cut short
+            return self.topics.create(name, queue_count, queue_type, created_at_offset=self.commitlog.max_offset)
+
+    def delete_topic(self, name: str) -> bool:
+        """Delete a topic and its index files; False when there is no such topic.
+
+        Its records stay in the commitlog until their segments are deleted, but are never
+        served again: a topic created later with the same name starts empty, at offset 0,
+        also after recovery re-dispatches the log."""
+        with self._admin_lock:
+            if self.topics.get(name) is None:
+                return False
+            with self.dispatcher.lock:  # no unit of the topic is being written
+                with self.commitlog.appends_paused():  # writers that checked the topic are refused
+                    self.topics.delete(name)
+                    self.commitlog.forget_queues(name)
+                self.queues.remove(name)
+            saved = load_queue_table(self._queue_table_path)
+            kept = [entry for entry in saved if entry[0] != name]
+            if len(kept) != len(saved):
+                save_queue_table(self._queue_table_path, kept)
+            return True
 
     def topic(self, name: str) -> TopicConfig:
         config = self.topics.get(name)
@@ -117,18 +144,20 @@ class MessageStore:
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
                     flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST) -> PutResult:
         """Store one message."""
-        failed = self._check_queue(topic, queue_id) or self._check_body(len(body))
+        config, failed = self._check_queue(topic, queue_id)
+        failed = failed or self._check_body(len(body))
         if failed:
             return failed
         props = fmt.encode_properties(properties)
         record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag)
-        return self._append(topic, queue_id, [record])
+        return self._append(config, queue_id, [record])
 
     def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
                         born_host: bytes = _ZERO_HOST) -> PutResult:
         """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
         with consecutive offsets."""
-        failed = self._check_queue(topic, queue_id) or self._check_body(len(payload), what="batch")
+        config, failed = self._check_queue(topic, queue_id)
+        failed = failed or self._check_body(len(payload), what="batch")
         if failed:
             return failed
         if topic.startswith(fmt.RETRY_TOPIC_PREFIX):
@@ -145,7 +174,7 @@ class MessageStore:
                 records.append(PendingRecord(body, zlib.crc32(body), props, born, born_host, flag))
         except fmt.BatchFormatError as err:
             return _illegal(f"malformed batch payload: {err}")
-        return self._append(topic, queue_id, records)
+        return self._append(config, queue_id, records)
 
     def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
                         compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
@@ -153,10 +182,11 @@ class MessageStore:
                         born_host: bytes = _ZERO_HOST) -> PutResult:
         """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
         BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
-        failed = self._check_queue(topic, queue_id) or self._check_body(len(payload), what="batch")
+        config, failed = self._check_queue(topic, queue_id)
+        failed = failed or self._check_body(len(payload), what="batch")
         if failed:
             return failed
-        if self.topics.get(topic).queue_type is not QueueType.BATCH_CQ:
+        if config.queue_type is not QueueType.BATCH_CQ:
             return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches "
                              "need a BatchCQ topic; send an early batch instead, or create the topic with type "
                              "BatchCQ")
@@ -175,9 +205,10 @@ class MessageStore:
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
                                sys_flag, count)
-        return self._append(topic, queue_id, [record])
+        return self._append(config, queue_id, [record])
 
-    def _append(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
+    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        topic = config.name
         topic_len = len(topic.encode())
         for index, record in enumerate(records):
             props_len = len(record.properties) + fmt.CRC_RESERVED_BYTES + _INNER_BASE_RESERVED
@@ -191,7 +222,10 @@ class MessageStore:
                                 f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
-        appended = self.commitlog.append(topic, queue_id, records)
+        appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
+        if appended is None:
+            return PutResult(PutStatus.TOPIC_NOT_FOUND, f"topic {topic!r} was deleted while the message was being "
+                             f"stored; nothing was stored. {_unknown_topic(topic, self.topics)}")
         if self._sync:
             self.commitlog.flush(until=appended.end_offset)
         self.dispatcher.wake()
@@ -199,14 +233,15 @@ class MessageStore:
         return PutResult(PutStatus.PUT_OK, "", queue_id, appended.queue_offset, count, appended.physical_offsets,
                          appended.store_timestamp)
 
-    def _check_queue(self, topic: str, queue_id: int) -> PutResult | None:
+    def _check_queue(self, topic: str, queue_id: int) -> tuple[TopicConfig | None, PutResult | None]:
+        """The topic's config, and a failed result when the topic or queue does not exist."""
         config = self.topics.get(topic)
         if config is None:
-            return PutResult(PutStatus.TOPIC_NOT_FOUND, _unknown_topic(topic, self.topics))
+            return None, PutResult(PutStatus.TOPIC_NOT_FOUND, _unknown_topic(topic, self.topics))
         if not isinstance(queue_id, int) or not 0 <= queue_id < config.queue_count:
-            return PutResult(PutStatus.QUEUE_NOT_FOUND, f"topic {topic!r} has queues 0 to {config.queue_count - 1}; "
-                             f"there is no queue {queue_id!r}")
-        return None
+            return config, PutResult(PutStatus.QUEUE_NOT_FOUND, f"topic {topic!r} has queues 0 to "
+                                     f"{config.queue_count - 1}; there is no queue {queue_id!r}")
+        return config, None
 
     def _check_body(self, size: int, what: str = "message body") -> PutResult | None:
         if size > self.config.max_message_bytes:
@@ -326,13 +361,14 @@ class MessageStore:
     def _flush_indexes(self, thorough: bool) -> None:
         """Flush index files and save the checkpoint. Only a thorough flush (every index file)
         moves the checkpoint's index position, from which recovery re-dispatches."""
-        indexed = self.dispatcher.position  # read before flushing: units up to it are written
-        self.queues.flush(least_bytes=0 if thorough else self.config.index_flush_least_bytes)
-        if thorough:
-            save_queue_table(self._queue_table_path, [(topic, queue_id, queue.max_offset, queue.indexed_end)
-                                                      for (topic, queue_id), queue in self.queues.all()])
-            self._index_flushed = min(indexed, self.commitlog.flushed_offset)
-        Checkpoint(self.commitlog.flushed_offset, self._index_flushed, self.now_ms()).save(self._checkpoint_path)
+        with self._admin_lock:  # a topic's indexes are not deleted under the flush
+            indexed = self.dispatcher.position  # read before flushing: units up to it are written
+            self.queues.flush(least_bytes=0 if thorough else self.config.index_flush_least_bytes)
+            if thorough:
+                save_queue_table(self._queue_table_path, [(topic, queue_id, queue.max_offset, queue.indexed_end)
+                                                          for (topic, queue_id), queue in self.queues.all()])
+                self._index_flushed = min(indexed, self.commitlog.flushed_offset)
+            Checkpoint(self.commitlog.flushed_offset, self._index_flushed, self.now_ms()).save(self._checkpoint_path)
 
     def _flush_loop(self) -> None:
         config = self.config
@@ -341,6 +377,7 @@ class MessageStore:
             try:
                 if not self._sync:
                     self.commitlog.flush()
+                self.commitlog.release_mapped_pages()
                 now = time.monotonic() - self._opened_at
                 if now >= next_index:
                     thorough = now >= next_thorough

@@ -3,7 +3,9 @@ the indexes back in line with the log.
 
 1. Scan forward with CRC checks from a safe point (the segment before the checkpoint's) to the
    first record that is short, has an unknown magic, a wrong CRC or a wrong length.
-2. Truncate the log there: a torn or corrupted tail is never served.
+2. Truncate the log there: a torn or corrupted tail is never served. A topic created at an
+   offset past the new tail gets the tail as its creation offset, so that the records it is
+   sent from now on (written from the tail) are indexed.
 3. Drop index units that point past the tail, or whose record does not match them.
 4. Re-dispatch every record after the last durably indexed one (idempotent per queue). A
    queue whose index lost units before that point (it has fewer than the queue table saved
@@ -43,6 +45,9 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, dispatcher: Dispatc
     tail, reason = commitlog.scan_valid_tail(start)
     commitlog.truncate(tail)
     commitlog.flush()  # what the scan accepted is on disk before anything is built on it
+    clamped = topics.clamp_created_at(tail)
+    if clamped:
+        log.warning("the log now ends at %d, before the creation of topics %s: they start there", tail, clamped)
     dropped = sum(_drop_units_past(queue, commitlog, tail) for _key, queue in queues.all())
     damaged = _queues_that_lost_units(queues, queue_table, topics, tail)
     dispatcher.position = max(commitlog.min_offset, min(checkpoint.index_flushed_offset, tail))

@@ -1,7 +1,14 @@
-"""Topics: name, queue count and queue type, fixed at creation and persisted as JSON."""
+"""Topics: name, queue count and queue type, fixed at creation and persisted as JSON.
+
+A topic also records the commitlog offset at its creation (``created_at_offset``): records of
+an earlier topic of the same name (deleted since) all lie below it, and the dispatcher skips
+them, so a topic deleted and created again never gets the old records back, not even when
+recovery re-dispatches the log. topics.json files written before this field load it as 0.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
@@ -36,6 +43,7 @@ class TopicConfig:
     name: str
     queue_count: int
     queue_type: QueueType
+    created_at_offset: int = 0  # the commitlog's end when the topic was created
 
 
 def topic_name_problem(name: str) -> str | None:
@@ -58,7 +66,8 @@ class TopicTable:
         self._topics: dict[str, TopicConfig] = {}
         if path.exists():
             for item in json.loads(path.read_text())["topics"]:
-                config = TopicConfig(item["name"], item["queue_count"], QueueType(item["queue_type"]))
+                config = TopicConfig(item["name"], item["queue_count"], QueueType(item["queue_type"]),
+                                     int(item.get("created_at_offset", 0)))
                 self._topics[config.name] = config
 
     def get(self, name: str) -> TopicConfig | None:
@@ -67,7 +76,7 @@ class TopicTable:
     def all(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
-    def create(self, name: str, queue_count: int, queue_type) -> tuple[CreateStatus, str]:
+    def create(self, name: str, queue_count: int, queue_type, created_at_offset: int = 0) -> tuple[CreateStatus, str]:
         problem = topic_name_problem(name)
         if problem:
             return CreateStatus.INVALID, problem
@@ -86,9 +95,21 @@ class TopicTable:
                     f"topic {name!r} exists with {existing.queue_count} queues of type {existing.queue_type.value}; "
                     "queue count and type are fixed at creation: delete the topic first or use another name"
                 )
-            self._topics[name] = TopicConfig(name, queue_count, queue_type)
+            self._topics[name] = TopicConfig(name, queue_count, queue_type, created_at_offset)
             self._save()
             return CreateStatus.CREATED, ""
+
+    def clamp_created_at(self, tail: int) -> list[str]:
+        """Lower ``created_at_offset`` to ``tail`` where it is above it (recovery cut the log
+        below a topic's creation point: records appended from the new tail on are the topic's
+        own). Returns the names changed."""
+        with self._lock:
+            changed = [t.name for t in self._topics.values() if t.created_at_offset > tail]
+            for name in changed:
+                self._topics[name] = dataclasses.replace(self._topics[name], created_at_offset=tail)
+            if changed:
+                self._save()
+            return changed
 
     def delete(self, name: str) -> bool:
         with self._lock:
@@ -99,9 +120,7 @@ class TopicTable:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"topics": [
-            {"name": t.name, "queue_count": t.queue_count, "queue_type": t.queue_type.value} for t in self.all()
-        ]}
+        data = {"topics": [_to_json(t) for t in self.all()]}
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as out:
             json.dump(data, out, indent=1)
@@ -109,3 +128,10 @@ class TopicTable:
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
+
+
+def _to_json(topic: TopicConfig) -> dict:
+    item = {"name": topic.name, "queue_count": topic.queue_count, "queue_type": topic.queue_type.value}
+    if topic.created_at_offset:  # 0, the default, is left out: such files read the same everywhere
+        item["created_at_offset"] = topic.created_at_offset
+    return item

@@ -1,0 +1,64 @@
+"""A broker in a process of its own for benchmarks (so that it has the other core), started
+through the `rmq-broker-sim` CLI as users start it."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+
+
+@contextmanager
+def broker_process(data_dir: Path, *extra_args: str, timeout_s: float = 60):
+    """Run `rmq-broker-sim` on a free port; yields (endpoint, process)."""
+    command = [sys.executable, "-m", "broker_sim.server.cli", "--port", "0", "--data-dir", str(data_dir), *extra_args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        endpoint = _wait_listening(process, timeout_s)
+        yield endpoint, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _wait_listening(process: subprocess.Popen, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    lines = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError("the broker exited before listening:\n" + "".join(lines))
+        lines.append(line)
+        match = LISTENING.search(line)
+        if match:
+            return f"{match.group(1)}:{match.group(2)}"
+    raise RuntimeError(f"the broker did not listen within {timeout_s} s:\n" + "".join(lines))
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """Peak resident memory of a process (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+__all__ = ["broker_process", "rss_bytes", "peak_rss_bytes"]

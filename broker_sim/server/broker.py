@@ -1,0 +1,181 @@
+"""Broker: the store, the consumer offsets and a gRPC server, started and stopped together.
+
+The store host written into records (and so into message ids) is the broker's listening
+address: its IPv4 address and bound port.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import logging
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from google.protobuf.message import DecodeError
+from rmq_spark.protocol.v1 import broker_pb2 as pb
+
+from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
+from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
+
+from .errors import MalformedRequest
+from .servicers import CallGate, Counters, make_servicers
+
+log = logging.getLogger(__name__)
+
+MAX_GRPC_MESSAGE_BYTES = 64 << 20
+# Room for a request's own fields around a payload of max_message_bytes.
+_ENVELOPE_BYTES = 64 << 10
+_DRAIN_TIMEOUT_S = 10.0
+
+
+class BindError(OSError):
+    """The broker cannot listen on its address (in use, or not an address of this machine)."""
+
+
+class Broker:
+    """A broker on ``data_dir``, listening on ``host:port`` (port 0: any free port).
+
+    ``start()`` opens the store (running recovery), binds and serves; it returns the bound
+    port. ``stop(grace)`` stops serving (calls in flight get ``grace`` seconds), then closes
+    the offsets and the store cleanly (no ``abort`` marker is left).
+    """
+
+    def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
+                 *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS):
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        self.store_config = store_config or StoreConfig()
+        self.max_workers = max_workers
+        self.offsets_flush_interval_ms = offsets_flush_interval_ms
+        self.store: MessageStore | None = None
+        self.offsets: ConsumerOffsetTable | None = None
+        self.counters = Counters()
+        self._server: grpc.Server | None = None
+        self._gate = CallGate()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    @property
+    def endpoint(self) -> str:
+        """"host:port" as clients dial it."""
+        return f"{_host_part(self.host)}:{self.port}"
+
+    def start(self) -> int:
+        with self._lock:
+            if self._server is not None or self._stopped.is_set():
+                raise RuntimeError("a Broker starts once; create another one to start again")
+            limit = max(MAX_GRPC_MESSAGE_BYTES, self.store_config.max_message_bytes + _ENVELOPE_BYTES)
+            server = grpc.server(
+                ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rmq-rpc"),
+                options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                         ("grpc.so_reuseport", 0)],
+            )
+            address = f"{_host_part(self.host)}:{self.port}"
+            try:
+                port = server.add_insecure_port(address)
+            except RuntimeError as err:
+                port, cause = 0, err
+            else:
+                cause = None
+            if not port:
+                server.stop(None)
+                raise BindError(f"cannot listen on {address}: the port is in use or the host is not an address of "
+                                "this machine; choose another --port (0: any free port) or --host") from cause
+            config = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
+            try:
+                store = MessageStore(self.data_dir, config)
+            except BaseException:
+                server.stop(None)
+                raise
+            try:
+                offsets = ConsumerOffsetTable(self.data_dir / "config" / "consumerOffset.json",
+                                              self.offsets_flush_interval_ms)
+            except BaseException:
+                store.close()
+                server.stop(None)
+                raise
+            admin, messaging = make_servicers(store, offsets, self._gate, self.counters)
+            server.add_generic_rpc_handlers((_service_handler("Admin", admin),
+                                             _service_handler("Messaging", messaging)))
+            server.start()
+            self.store, self.offsets, self._server, self.port = store, offsets, server, port
+            log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
+            return port
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop serving, wait for calls in flight (``grace`` seconds, then they are cancelled),
+        and close the offsets and the store. Idempotent."""
+        with self._lock:
+            if self._server is None or self._stopped.is_set():
+                self._stopped.set()
+                return
+            self._server.stop(grace).wait((grace or 0) + _DRAIN_TIMEOUT_S)
+            if not self._gate.close(_DRAIN_TIMEOUT_S):
+                log.warning("calls still inside the store after %.0f s; closing it anyway", _DRAIN_TIMEOUT_S)
+            try:
+                self.offsets.close()
+            finally:
+                self.store.close()
+                self._stopped.set()
+            log.info("broker stopped; data in %s", self.data_dir)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the broker is stopped; False on timeout."""
+        return self._stopped.wait(timeout)
+
+    def __enter__(self) -> "Broker":
+        if self._server is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(grace=1.0)
+
+
+def _service_handler(name: str, servicer) -> grpc.GenericRpcHandler:
+    """The service's handlers, as the generated add_*Servicer_to_server makes them, except that
+    a request that does not parse reaches the servicer as a MalformedRequest (refused with
+    INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL."""
+    service = pb.DESCRIPTOR.services_by_name[name]
+    handlers = {}
+    for method in service.methods:
+        request_type = getattr(pb, method.input_type.name)
+        response_type = getattr(pb, method.output_type.name)
+        make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_parser(request_type),
+                                     response_serializer=response_type.SerializeToString)
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+def _parser(message_type):
+    def parse(data: bytes):
+        try:
+            return message_type.FromString(data)
+        except (DecodeError, ValueError) as err:
+            return MalformedRequest(message_type.DESCRIPTOR.name, err)
+
+    return parse
+
+
+def _host_part(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _store_ip(host: str) -> str:
+    """The IPv4 address records name as their store host (the record format has IPv4 hosts)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None and address.version == 4 and not address.is_unspecified:
+        return str(address)
+    name = socket.gethostname() if address is not None else host  # 0.0.0.0 or "::": this machine's address
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return "127.0.0.1"

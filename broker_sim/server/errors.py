@@ -1,0 +1,198 @@
+"""The one place where store outcomes and faults become gRPC statuses.
+
+Every refusal carries a gRPC status code, a sentence a user can act on (the status details),
+and the trailing metadata key ``rmq-reason`` with the reason's name, so that clients raise typed
+errors without parsing sentences.
+
+=========================  ===================  ==============================================
+rmq-reason                 gRPC code            when
+=========================  ===================  ==============================================
+TOPIC_NOT_FOUND            NOT_FOUND            the topic does not exist (the sentence names it
+                                                and the topics that do)
+QUEUE_NOT_FOUND            NOT_FOUND            the topic has no such queue id (the sentence
+                                                gives the valid ids). NOT_FOUND, not
+                                                INVALID_ARGUMENT: like a topic, a queue is an
+                                                entity that does not exist
+MESSAGE_TOO_LARGE          INVALID_ARGUMENT     a body or batch over max_message_bytes, or a
+                                                record larger than a commitlog segment
+MESSAGE_ILLEGAL            INVALID_ARGUMENT     the store refused the message: a malformed
+                                                batch payload, RocketMQ's batch rules broken
+                                                (delay, transaction, retry topic, WAIT values)
+PROPERTIES_SIZE_EXCEEDED   INVALID_ARGUMENT     properties over 32767 bytes with the store's own
+WRONG_QUEUE_TYPE           FAILED_PRECONDITION  an inner batch sent to a SimpleCQ topic
+TOPIC_CONFLICT             ALREADY_EXISTS       the topic exists with another queue count or
+                                                type (fixed at creation)
+INVALID_ARGUMENT           INVALID_ARGUMENT     a malformed request: bytes that do not parse
+                                                as the request message, empty names, negative
+                                                counts or timestamps, unset or unknown enum
+                                                values, a batch count that does not match its
+                                                payload, reserved property names
+BAD_OFFSET_RANGE           INVALID_ARGUMENT     an offset or range that cannot be: negative
+                                                offsets, end <= start (end != 0), a negative
+                                                byte budget. Offsets that are well formed but
+                                                outside the stored data are no error: ReadRanges
+                                                answers them with a RangeStatus
+SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
+                                                retry against a running broker
+INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
+                                                so, its log has the traceback
+=========================  ===================  ==============================================
+
+Expected outcomes of reads (no message yet, offset too small, past the end, budget spent) are
+``RangeStatus`` values in the ReadRanges stream, never errors.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+
+import grpc
+
+from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+REASON_KEY = "rmq-reason"
+
+
+class Reason(str, enum.Enum):
+    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+    QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    WRONG_QUEUE_TYPE = "WRONG_QUEUE_TYPE"
+    TOPIC_CONFLICT = "TOPIC_CONFLICT"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    BAD_OFFSET_RANGE = "BAD_OFFSET_RANGE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    INTERNAL = "INTERNAL"
+
+
+CODES = {
+    Reason.TOPIC_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.QUEUE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.MESSAGE_TOO_LARGE: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.MESSAGE_ILLEGAL: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.PROPERTIES_SIZE_EXCEEDED: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.WRONG_QUEUE_TYPE: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.TOPIC_CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
+    Reason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.BAD_OFFSET_RANGE: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Reason.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+_PUT_REASONS = {
+    PutStatus.TOPIC_NOT_FOUND: Reason.TOPIC_NOT_FOUND,
+    PutStatus.QUEUE_NOT_FOUND: Reason.QUEUE_NOT_FOUND,
+    PutStatus.MESSAGE_ILLEGAL: Reason.MESSAGE_ILLEGAL,
+    PutStatus.MESSAGE_TOO_LARGE: Reason.MESSAGE_TOO_LARGE,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: Reason.PROPERTIES_SIZE_EXCEEDED,
+    PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
+    PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
+}
+
+STOPPING = "the broker is stopping; retry against a running broker"
+
+
+class BrokerError(Exception):
+    """A refusal: its reason gives the gRPC code; its message is the sentence for the user."""
+
+    def __init__(self, reason: Reason, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        return CODES[self.reason]
+
+
+class MalformedRequest:
+    """Stands for a request whose bytes do not parse as its message type."""
+
+    def __init__(self, type_name: str, error: Exception):
+        self.type_name = type_name
+        self.error = error
+
+    def refusal(self) -> BrokerError:
+        return invalid(f"the request is not a valid {self.type_name} message ({self.error}); send it with "
+                       "the client of this protocol version")
+
+
+def invalid(message: str) -> BrokerError:
+    return BrokerError(Reason.INVALID_ARGUMENT, message)
+
+
+def bad_range(message: str) -> BrokerError:
+    return BrokerError(Reason.BAD_OFFSET_RANGE, message)
+
+
+def from_put(result: PutResult) -> BrokerError:
+    """The refusal for a failed put."""
+    reason = _PUT_REASONS.get(result.status, Reason.INTERNAL)
+    return BrokerError(reason, result.detail or f"the store answered {result.status.value}")
+
+
+def from_create(status: CreateStatus, detail: str) -> BrokerError:
+    """The refusal for a topic creation that neither created nor found the same topic."""
+    if status is CreateStatus.CONFLICT:
+        return BrokerError(Reason.TOPIC_CONFLICT, detail)
+    return invalid(detail)
+
+
+def from_exception(err: BaseException) -> BrokerError:
+    """The refusal for an exception raised while serving a call."""
+    if isinstance(err, BrokerError):
+        return err
+    if isinstance(err, StoreClosedError):
+        return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
+    if isinstance(err, UnknownTopicError):
+        reason = Reason.QUEUE_NOT_FOUND if "no queue" in str(err) else Reason.TOPIC_NOT_FOUND
+        return BrokerError(reason, str(err))
+    log.error("internal error while serving a call", exc_info=err)
+    return BrokerError(Reason.INTERNAL, f"the broker failed with {type(err).__name__}: {err}. This is a broker bug; "
+                                        "its log has the details")
+
+
+def abort(context: grpc.ServicerContext, error: BrokerError):
+    """End the call with the error's code, sentence and reason (raises, as context.abort)."""
+    context.set_trailing_metadata(((REASON_KEY, error.reason.value),))
+    context.abort(error.code, error.message)
+
+
+def translated(method):
+    """Decorate a unary handler: exceptions become statuses through ``from_exception``."""
+
+    @functools.wraps(method)
+    def handler(self, request, context):
+        try:
+            if isinstance(request, MalformedRequest):
+                raise request.refusal()
+            return method(self, request, context)
+        except Exception as err:  # context.abort raises too: only our own call is inside
+            error = from_exception(err)
+        abort(context, error)
+
+    return handler
+
+
+def translated_stream(method):
+    """Decorate a response-streaming handler as ``translated``: a failure after some responses
+    ends the stream with the status."""
+
+    @functools.wraps(method)
+    def handler(self, request, context):
+        try:
+            if isinstance(request, MalformedRequest):
+                raise request.refusal()
+            yield from method(self, request, context)
+            return
+        except Exception as err:
+            error = from_exception(err)
+        abort(context, error)
+
+    return handler

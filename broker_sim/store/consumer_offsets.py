@@ -1,0 +1,193 @@
+"""Consumer group offsets (RocketMQ's ConsumerOffsetManager and its consumerOffset.json).
+
+Per group, topic and queue: the committed next offset to consume, the group's durable progress
+(its lag, and where it restarts). Commits change memory only; the table is written to disk on
+an interval (RocketMQ's flushConsumerOffsetInterval, 5 s) and on close, atomically (a temporary
+file, fsync, rename, directory fsync), so the file on disk is always one whole version. A crash
+loses at most the commits of the last interval, as RocketMQ's.
+
+The file has RocketMQ's shape::
+
+    {"offsetTable": {"topic@group": {"0": 12, "1": 40}}}
+
+(group and topic names cannot hold '@').
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Iterable
+
+from .errors import StoreError
+from .mapped_file import fsync_dir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FLUSH_INTERVAL_MS = 5000
+SEPARATOR = "@"
+
+
+class ConsumerOffsetTable:
+    """The committed offsets of every consumer group, loaded from ``path`` at open.
+
+    ``flush_interval_ms`` None: no background writer (call ``flush()``); ``close()`` writes
+    what changed since the last write either way.
+    """
+
+    def __init__(self, path, flush_interval_ms: int | None = DEFAULT_FLUSH_INTERVAL_MS):
+        self.path = Path(path)
+        self._lock = threading.Lock()  # the table
+        self._write_lock = threading.Lock()  # one writer of the file at a time
+        self._offsets: dict[str, dict[tuple[str, int], int]] = {}  # group -> (topic, queue) -> offset
+        self._version = 0  # bumped by each change
+        self._written = 0  # the version on disk
+        self._closed = False
+        self._load()
+        self._stop = threading.Event()
+        self._thread = None
+        if flush_interval_ms is not None:
+            if flush_interval_ms < 1:
+                raise ValueError(f"flush_interval_ms={flush_interval_ms}: must be positive")
+            self._thread = threading.Thread(target=self._flush_loop, args=(flush_interval_ms / 1000,),
+                                            name="rmq-offsets-flusher", daemon=True)
+            self._thread.start()
+
+    # --- the table ---------------------------------------------------------------------------
+
+    def commit(self, group: str, offsets: Iterable[tuple[str, int, int]]) -> None:
+        """Set the next offset of each (topic, queue id, offset) for ``group``; all or none."""
+        entries = [(topic, queue_id, offset) for topic, queue_id, offset in offsets]
+        problem = _group_problem(group) or next(filter(None, (_entry_problem(*e) for e in entries)), None)
+        if problem:
+            raise ValueError(problem)
+        with self._lock:
+            if self._closed:
+                raise StoreError("the consumer offset table is closed")
+            table = self._offsets.setdefault(group, {})
+            for topic, queue_id, offset in entries:
+                table[(topic, queue_id)] = offset
+            self._version += 1
+
+    def query(self, group: str, topics: Iterable[str] | None = None) -> list[tuple[str, int, int]]:
+        """(topic, queue id, offset) committed by ``group``, sorted; only of ``topics`` if given.
+        A group that committed nothing has none."""
+        wanted = None if topics is None else set(topics)
+        with self._lock:
+            table = self._offsets.get(group, {})
+            return sorted((topic, queue_id, offset) for (topic, queue_id), offset in table.items()
+                          if wanted is None or topic in wanted)
+
+    def groups(self) -> list[str]:
+        """The groups that committed offsets, sorted."""
+        with self._lock:
+            return sorted(group for group, table in self._offsets.items() if table)
+
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets of ``topic`` (it was deleted); returns how many."""
+        removed = 0
+        with self._lock:
+            for table in self._offsets.values():
+                for key in [key for key in table if key[0] == topic]:
+                    del table[key]
+                    removed += 1
+            for group in [group for group, table in self._offsets.items() if not table]:
+                del self._offsets[group]
+            if removed:
+                self._version += 1
+        return removed
+
+    # --- persistence -------------------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Write the table if it changed since the last write; True when it was written."""
+        with self._write_lock:
+            with self._lock:
+                version = self._version
+                if version == self._written:
+                    return False
+                table: dict[str, dict[str, int]] = {}
+                for group, offsets in self._offsets.items():
+                    for (topic, queue_id), offset in offsets.items():
+                        table.setdefault(f"{topic}{SEPARATOR}{group}", {})[str(queue_id)] = offset
+                data = {"offsetTable": table}
+            _write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
+            self._written = version
+            return True
+
+    def close(self) -> None:
+        """Stop the background writer and write what changed; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+
+    def _flush_loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.flush()
+            except Exception:
+                log.exception("writing consumer offsets to %s failed; retrying in %.1f s", self.path, interval_s)
+
+    def _load(self) -> None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            table = json.loads(raw)["offsetTable"]
+            for key, queues in table.items():
+                topic, _, group = key.rpartition(SEPARATOR)
+                if not topic or not group:
+                    raise ValueError(f"key {key!r} is not topic@group")
+                for queue_id, offset in queues.items():
+                    self._offsets.setdefault(group, {})[(topic, int(queue_id))] = int(offset)
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise StoreError(f"consumer offsets file {self.path} is damaged ({err}); restore it from a backup, "
+                             "or move it away to start every group afresh") from err
+
+    def __enter__(self) -> "ConsumerOffsetTable":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _group_problem(group) -> str | None:
+    if not isinstance(group, str) or not group:
+        return "the consumer group name is empty"
+    if SEPARATOR in group:
+        return f"consumer group {group!r} contains '@'"
+    return None
+
+
+def _entry_problem(topic, queue_id, offset) -> str | None:
+    if not isinstance(topic, str) or not topic or SEPARATOR in topic:
+        return f"topic {topic!r}: not a topic name"
+    if not isinstance(queue_id, int) or queue_id < 0:
+        return f"queue id {queue_id!r} of topic {topic!r}: must be 0 or more"
+    if not isinstance(offset, int) or offset < 0:
+        return f"offset {offset!r} of topic {topic!r} queue {queue_id}: must be 0 or more"
+    return None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

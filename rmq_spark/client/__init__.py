@@ -1,0 +1,1 @@
+"""Talking to the broker: the transport (channels, deadlines, retries, errors) and Admin."""

@@ -1,0 +1,106 @@
+"""rmq-admin: topics and consumer group offsets of a broker, as tables for people or --json.
+
+    rmq-admin --endpoint 127.0.0.1:10911 topic create orders --queues 16 --type BatchCQ
+    rmq-admin topic list | topic describe orders | group offsets my-group [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from ..errors import RmqError
+from .admin import Admin
+
+DEFAULT_ENDPOINT = "127.0.0.1:10911"
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        with Admin(args.endpoint) as admin:
+            rows, columns = args.run(admin, args)
+    except RmqError as err:
+        print(f"rmq-admin: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(_table(rows, columns))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rmq-admin", description="Administer a broker_sim broker.")
+    parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help=f"HOST:PORT (default {DEFAULT_ENDPOINT})")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    commands = parser.add_subparsers(dest="noun", required=True)
+
+    topic = commands.add_parser("topic", help="create, list and describe topics").add_subparsers(
+        dest="verb", required=True)
+    create = topic.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--queues", type=int, required=True, help="number of queues")
+    create.add_argument("--type", default="BatchCQ", choices=["BatchCQ", "SimpleCQ"], help="index type")
+    create.set_defaults(run=_create)
+    topic.add_parser("list", help="list topics").set_defaults(run=_list)
+    describe = topic.add_parser("describe", help="per-queue min / max offsets")
+    describe.add_argument("name")
+    describe.set_defaults(run=_describe)
+    delete = topic.add_parser("delete", help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(run=_delete)
+
+    group = commands.add_parser("group", help="consumer group offsets").add_subparsers(dest="verb", required=True)
+    offsets = group.add_parser("offsets", help="committed offsets and lag of a group")
+    offsets.add_argument("group")
+    offsets.set_defaults(run=_group_offsets)
+    return parser
+
+
+def _create(admin: Admin, args):
+    topic = admin.create_topic(args.name, args.queues, args.type)
+    return [_topic_row(topic)], ["name", "queues", "type"]
+
+
+def _list(admin: Admin, args):
+    return [_topic_row(t) for t in admin.list_topics()], ["name", "queues", "type"]
+
+
+def _describe(admin: Admin, args):
+    _topic, queues = admin.describe_topic(args.name)
+    rows = [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+             "messages": q.messages} for q in queues]
+    return rows, ["queue_id", "min_offset", "max_offset", "messages"]
+
+
+def _delete(admin: Admin, args):
+    return [{"name": args.name, "deleted": admin.delete_topic(args.name)}], ["name", "deleted"]
+
+
+def _group_offsets(admin: Admin, args):
+    committed = admin.group_offsets(args.group)
+    topics = sorted({o.topic for o in committed})
+    latest = {(q.topic, q.queue_id): q.max_offset for qs in admin.offsets(topics).values() for q in qs}
+    rows = [{**dataclasses.asdict(o), "max_offset": latest.get((o.topic, o.queue_id), o.offset),
+             "lag": max(0, latest.get((o.topic, o.queue_id), o.offset) - o.offset)} for o in committed]
+    return rows, ["group", "topic", "queue_id", "offset", "max_offset", "lag"]
+
+
+def _topic_row(topic) -> dict:
+    return {"name": topic.name, "queues": topic.queue_count, "type": topic.queue_type.value}
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[str(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Batch codecs: how a batch of messages travels and is stored as one payload.
+
+A batch is encoded by a codec (``rmq``: RocketMQ's MessageBatch encoding; ``arrow``: one
+Arrow IPC record batch), then compressed as a whole (none, lz4 or zstd). The broker stores
+the payload as it is; readers decode it into Arrow columns (``BATCH_SCHEMA``), and stored
+records into the read schema (``records.decode_records``).
+
+    payload = encode_batch(table, "arrow", "lz4")
+    batch = decode_batch(payload, "arrow", "lz4", count=table.num_rows)
+"""
+
+from __future__ import annotations
+
+import enum
+
+import pyarrow as pa
+
+from . import arrow, rmq
+from .columns import BATCH_SCHEMA, PROPERTIES_TYPE, to_batch_columns
+from .compression import Compression, compress, decompress
+from .properties import SYSTEM_PROPERTIES
+
+__all__ = [
+    "BATCH_SCHEMA", "PROPERTIES_TYPE", "SYSTEM_PROPERTIES", "Codec", "Compression", "compress", "decode_batch",
+    "decompress", "encode_batch", "encode_messages",
+]
+
+
+class Codec(enum.Enum):
+    """The encoding of a batch payload; the value is the stored BATCH_CODEC property."""
+
+    RMQ = "rmq"
+    ARROW = "arrow"
+
+    @classmethod
+    def parse(cls, value: "Codec | str | None") -> "Codec":
+        """The codec named by ``value`` ("rmq" or "arrow", any case); ``None`` means rmq.
+
+        Raises ValueError naming the accepted values.
+        """
+        if value is None:
+            return cls.RMQ
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            for codec in cls:
+                if codec.value == value.strip().lower():
+                    return codec
+        raise ValueError(f"unknown codec {value!r}; use one of: {', '.join(c.value for c in cls)}")
+
+
+_ENCODERS = {Codec.RMQ: rmq.encode, Codec.ARROW: arrow.encode}
+_DECODERS = {Codec.RMQ: rmq.decode, Codec.ARROW: arrow.decode}
+
+
+def encode_batch(columns: "pa.Table | pa.RecordBatch", codec: "Codec | str", compression: "Compression | str") -> bytes:
+    """The payload of one inner batch: ``columns`` encoded by ``codec``, then compressed.
+
+    Parameters
+    ----------
+    columns : pyarrow.Table or pyarrow.RecordBatch
+        A ``body`` column (binary or string, no nulls) and optionally ``keys``, ``tags``
+        (string), ``properties`` (map<string, string>) and ``born_timestamp`` (int64 ms or a
+        timestamp). Other columns are ignored.
+    codec : Codec or str
+    compression : Compression or str
+
+    Returns
+    -------
+    bytes
+        The payload to send; decode it with the same codec and compression.
+
+    Raises
+    ------
+    ValueError
+        For a missing or null body, columns of the wrong type, and (rmq) property names or
+        values that RocketMQ's encoding cannot carry.
+    """
+    codec, compression = Codec.parse(codec), Compression.parse(compression)
+    encoded = _ENCODERS[codec](to_batch_columns(columns))
+    return compress(encoded, compression)
+
+
+def encode_messages(messages, codec: "Codec | str", compression: "Compression | str") -> bytes:
+    """``encode_batch`` for a list of ``(body, properties, keys, tags, born_timestamp_ms)``.
+
+    ``body`` is bytes (or str, encoded UTF-8); ``properties`` a dict of strings or None;
+    ``keys``, ``tags`` str or None; ``born_timestamp_ms`` int or None.
+    """
+    bodies, properties, keys, tags, born = [], [], [], [], []
+    for index, message in enumerate(messages):
+        try:
+            body, props, key, tag, born_ms = message
+        except (TypeError, ValueError):
+            raise ValueError(f"message {index}: expected (body, properties, keys, tags, born_timestamp_ms), "
+                             f"got {message!r:.80}") from None
+        bodies.append(body.encode() if isinstance(body, str) else body)
+        properties.append(list(props.items()) if props else [])
+        keys.append(key)
+        tags.append(tag)
+        born.append(born_ms)
+    table = pa.RecordBatch.from_arrays([
+        pa.array(bodies, pa.binary()), pa.array(keys, pa.string()), pa.array(tags, pa.string()),
+        pa.array(properties, PROPERTIES_TYPE), pa.array(born, pa.int64()),
+    ], schema=BATCH_SCHEMA)
+    return encode_batch(table, codec, compression)
+
+
+def decode_batch(payload, codec: "Codec | str", compression: "Compression | str", count: int | None) -> pa.RecordBatch:
+    """The messages of one inner batch payload, as a record batch in ``BATCH_SCHEMA``.
+
+    Parameters
+    ----------
+    payload : bytes-like
+        The payload, compressed as ``compression`` says.
+    codec : Codec or str
+    compression : Compression or str
+    count : int or None
+        The number of messages the batch must hold (its INNER_NUM); None skips the check.
+
+    Returns
+    -------
+    pyarrow.RecordBatch
+        body (binary), keys and tags (string, null when absent), properties (the user's
+        properties: never TAGS, KEYS or broker properties), born_timestamp (int64 ms, null
+        when the codec does not carry it: rmq). An uncompressed arrow payload is decoded
+        without copying: the result then refers to ``payload``'s memory.
+
+    Raises
+    ------
+    ValueError
+        For a payload that does not decompress or parse (saying where and why), or whose
+        message count differs from ``count``.
+    """
+    codec, compression = Codec.parse(codec), Compression.parse(compression)
+    batch = _DECODERS[codec](decompress(payload, compression))
+    if count is not None and batch.num_rows != count:
+        raise ValueError(f"{codec.value} batch holds {batch.num_rows} messages where {count} were expected "
+                         "(its INNER_NUM): the payload or the count is wrong")
+    return batch

@@ -1,0 +1,79 @@
+"""The arrow batch encoding: one Arrow IPC stream holding one record batch.
+
+Columns, as ``columns.BATCH_SCHEMA``: body binary, keys string, tags string, properties
+map<string, string>, born_timestamp int64 (milliseconds since the Unix epoch, UTC; int64
+rather than a timestamp type so that the payload needs no unit or zone conversion either way).
+Nulls mean "absent". The stream is not compressed by Arrow: the whole payload is, by the codec.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from .columns import BATCH_SCHEMA, to_batch_columns
+
+
+class ArrowPayloadError(ValueError):
+    """An arrow batch payload that does not read; the message says why."""
+
+
+def encode(batch: pa.RecordBatch) -> pa.Buffer:
+    """The IPC stream of ``batch`` (in ``BATCH_SCHEMA``), uncompressed."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, BATCH_SCHEMA) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def _schema_message(schema: pa.Schema) -> pa.Buffer:
+    """The metadata of the schema message that ``encode`` writes first."""
+    sink = pa.BufferOutputStream()
+    pa.ipc.new_stream(sink, schema).close()
+    return pa.ipc.MessageReader.open_stream(sink.getvalue()).read_next_message().metadata
+
+
+# A payload of this SDK starts with this message: recognizing it skips parsing the schema.
+_BATCH_SCHEMA_MESSAGE = _schema_message(BATCH_SCHEMA)
+
+
+def decode(payload) -> pa.RecordBatch:
+    """The record batch of an arrow payload (uncompressed), in ``BATCH_SCHEMA``.
+
+    Zero copy: the columns are views of ``payload``, which must not change while they live.
+    Raises ArrowPayloadError when the stream does not read, does not hold exactly one
+    record batch, or lacks a body column.
+    """
+    try:
+        messages = pa.ipc.MessageReader.open_stream(pa.py_buffer(payload))
+        first = _next_message(messages, "schema")
+        if first.metadata.equals(_BATCH_SCHEMA_MESSAGE):
+            schema = BATCH_SCHEMA
+        else:
+            schema = pa.ipc.read_schema(first)
+        batch = pa.ipc.read_record_batch(_next_message(messages, "record batch"), schema)
+        try:
+            messages.read_next_message()
+        except StopIteration:
+            pass
+        else:
+            raise ArrowPayloadError("arrow batch payload holds more than one record batch; the encoding has one")
+    except (pa.ArrowInvalid, OSError) as err:
+        raise ArrowPayloadError(f"arrow batch payload of {len(memoryview(payload))} bytes is not a readable "
+                                f"Arrow IPC stream: {err}") from None
+    if schema is BATCH_SCHEMA:
+        return batch
+    try:
+        return to_batch_columns(batch)
+    except ValueError as err:
+        raise ArrowPayloadError(f"arrow batch payload: {err}") from None
+
+
+def _next_message(messages: pa.ipc.MessageReader, expected: str) -> pa.ipc.Message:
+    try:
+        message = messages.read_next_message()
+    except StopIteration:
+        raise ArrowPayloadError(f"arrow batch payload ends before its {expected} message") from None
+    if message.type != expected:
+        raise ArrowPayloadError(f"arrow batch payload holds a {message.type} message where its {expected} "
+                                "message should be (dictionary-encoded columns are not supported)")
+    return message

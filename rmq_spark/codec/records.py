@@ -1,0 +1,396 @@
+"""Stored commitlog records, as the broker streams them, decoded into the read schema.
+
+A read returns stored records concatenated, in RocketMQ's V1 layout (big-endian, IPv4 hosts)::
+
+    TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 |
+    PHYSICALOFFSET 8 | SYSFLAG 4 | BORNTIMESTAMP 8 | BORNHOST 8 | STORETIMESTAMP 8 |
+    STOREHOST 8 | RECONSUMETIMES 4 | PREPARED TX OFFSET 8 | BODYLEN 4 | BODY |
+    TOPICLEN 1 | TOPIC | PROPLEN 2 | PROPERTIES
+
+A record with SYSFLAG INNER_BATCH is an inner batch: its body is a batch payload (codec in
+property BATCH_CODEC, absent = rmq; compression in SYSFLAG), holding INNER_NUM messages at
+offsets QUEUEOFFSET .. QUEUEOFFSET + INNER_NUM - 1. Any other record is one message.
+
+Header fields are read for all records at once with numpy, and Python runs once per inner
+batch (to decompress it). The one loop that may run per message or record is the walk along
+their TOTALSIZE chain, where sizes vary: a tight loop over ints (runs of equal sizes, the
+usual batch of a producer, are walked by numpy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from . import arrow, rmq
+from ._bytes import ChainError, as_uint8, entry_starts, matches, read_at
+from ._gather import RangeColumn
+from ._messages import Finished, MessageColumns
+from .columns import PROPERTIES_TYPE
+from .compression import Compression, decompress
+from .properties import (PROPERTY_BATCH_CODEC, PROPERTY_INNER_BASE, PROPERTY_INNER_NUM, PROPERTY_TAGS,
+                         decode_properties, find_property)
+
+MAGIC_V1 = 0xDAA320A7
+_OTHER_MAGICS = {0xDAA320AB: "a V2 record (2-byte topic length), not supported by this client",
+                 0xCBD43194: "a BLANK end-of-segment marker, not a record"}
+FIXED_BYTES = 91  # every field but the body, topic and properties
+SYSFLAG_INNER_BATCH = 0x80
+_SYSFLAG_IPV6_HOSTS = 0x10 | 0x20  # RocketMQ's BORNHOST_V6 / STOREHOST_V6: 20-byte hosts
+
+# Every field before the body, as numpy reads them in one gather per buffer.
+_HEADER = np.dtype([
+    ("total", ">i4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born", ">i8"), ("born_host", "V8"),
+    ("store", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"), ("prepared_offset", ">i8"),
+    ("body_length", ">i4"),
+])
+_BODY = _HEADER.itemsize  # 88: where the body starts
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+READ_SCHEMA = pa.schema([
+    pa.field("topic", pa.string()),
+    pa.field("queue_id", pa.int32()),
+    pa.field("queue_offset", pa.int64()),
+    pa.field("body", pa.binary()),
+    pa.field("tags", pa.string()),
+    pa.field("keys", pa.string()),
+    pa.field("born_timestamp", _TIMESTAMP),
+    pa.field("store_timestamp", _TIMESTAMP),
+])
+_READ_SCHEMA_WITH_PROPERTIES = READ_SCHEMA.append(pa.field("properties", PROPERTIES_TYPE))
+
+
+def read_schema(include_properties: bool = False) -> pa.Schema:
+    """The read schema; with ``include_properties``, a last column of user properties."""
+    return _READ_SCHEMA_WITH_PROPERTIES if include_properties else READ_SCHEMA
+
+
+class RecordFormatError(ValueError):
+    """Stored records that do not parse; the message names the record and byte offset."""
+
+
+@dataclass
+class RecordHeaders:
+    """The header fields of every record of a buffer (numpy arrays, one element a record)."""
+
+    start: np.ndarray
+    total: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    sys_flag: np.ndarray
+    born_ms: np.ndarray
+    store_ms: np.ndarray
+    body_start: np.ndarray
+    body_length: np.ndarray
+    topic_start: np.ndarray
+    topic_length: np.ndarray
+    props_start: np.ndarray
+    props_length: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def read_headers(buf) -> RecordHeaders:
+    """Find and check every record of ``buf`` (concatenated V1 records, filling it exactly).
+
+    Raises RecordFormatError naming the first bad record, its byte offset and what is wrong.
+    """
+    try:
+        start = entry_starts(buf, FIXED_BYTES, "record")
+    except ChainError as err:
+        raise RecordFormatError(str(err)) from None
+    total = np.empty_like(start)
+    total[:-1] = start[1:] - start[:-1]
+    total[-1] = len(buf) - start[-1]
+    fields = read_at(buf, start, _HEADER)
+    # Lengths are clipped to their record before use, so that a bad one reads inside the
+    # buffer and is reported below rather than read past.
+    body_length = fields["body_length"].astype(np.int64)
+    body = np.clip(body_length, 0, total - FIXED_BYTES)
+    topic_at = start + _BODY + body
+    topic_length = as_uint8(buf)[topic_at].astype(np.int64)
+    topic = np.minimum(topic_length, total - FIXED_BYTES - body)
+    props_at = topic_at + 1 + topic
+    props_length = read_at(buf, props_at, ">i2").astype(np.int64)
+    sys_flag = fields["sys_flag"].astype(np.int32)
+    bad = ((fields["magic"] != MAGIC_V1) | ((sys_flag & _SYSFLAG_IPV6_HOSTS) != 0) | (body != body_length)
+           | (topic != topic_length) | (props_length != total - FIXED_BYTES - body - topic))
+    if bad.any():
+        i = int(np.argmax(bad))
+        problem = _problem(int(fields["magic"][i]), int(sys_flag[i]), int(total[i]), int(body_length[i]),
+                           int(topic_length[i]), int(props_length[i]))
+        raise RecordFormatError(f"record {i} at byte {start[i]}: {problem}")
+    return RecordHeaders(
+        start=start, total=total, queue_id=fields["queue_id"].astype(np.int32),
+        queue_offset=fields["queue_offset"].astype(np.int64), sys_flag=sys_flag,
+        born_ms=fields["born"].astype(np.int64), store_ms=fields["store"].astype(np.int64),
+        body_start=start + _BODY, body_length=body_length, topic_start=topic_at + 1, topic_length=topic_length,
+        props_start=props_at + 2, props_length=props_length)
+
+
+def _problem(magic: int, sys_flag: int, total: int, body_length: int, topic_length: int, props_length: int) -> str:
+    """What is wrong with a record's header, in the order the fields come."""
+    if magic != MAGIC_V1:
+        return f"magic {magic:#x} is {_OTHER_MAGICS.get(magic, 'unknown')} (a V1 record has {MAGIC_V1:#x})"
+    if sys_flag & _SYSFLAG_IPV6_HOSTS:
+        return f"SYSFLAG {sys_flag:#x} marks IPv6 hosts; this client reads IPv4-host records only"
+    if not 0 <= body_length <= total - FIXED_BYTES:
+        return f"BODYLEN {body_length} does not fit its TOTALSIZE {total}"
+    if topic_length > total - FIXED_BYTES - body_length:
+        return f"TOPICLEN {topic_length} does not fit its TOTALSIZE {total}"
+    return (f"PROPLEN {props_length} disagrees with TOTALSIZE {total} (BODYLEN {body_length}, "
+            f"TOPICLEN {topic_length})")
+
+
+@dataclass(frozen=True)
+class RecordHeader:
+    """One stored record's header, topic and properties; ``body`` is a view of the buffer."""
+
+    position: int
+    total_size: int
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    topic: str
+    properties: dict
+    body: memoryview
+
+    @property
+    def inner_batch(self) -> bool:
+        return bool(self.sys_flag & SYSFLAG_INNER_BATCH)
+
+    @property
+    def count(self) -> int:
+        """The queue offsets this record takes: INNER_NUM for an inner batch, else 1."""
+        if not self.inner_batch:
+            return 1
+        return _inner_count(self.properties.get(PROPERTY_INNER_NUM), f"record at byte {self.position}")
+
+
+def iter_record_headers(buf) -> Iterator[RecordHeader]:
+    """Each record of ``buf`` in order, with its properties decoded (system ones included)."""
+    headers = read_headers(buf)
+    view = memoryview(buf).cast("B")
+    for i in range(len(headers)):
+        topic_start, props_start = int(headers.topic_start[i]), int(headers.props_start[i])
+        body_start = int(headers.body_start[i])
+        yield RecordHeader(
+            int(headers.start[i]), int(headers.total[i]), int(headers.queue_id[i]), int(headers.queue_offset[i]),
+            int(headers.sys_flag[i]), int(headers.born_ms[i]), int(headers.store_ms[i]),
+            bytes(view[topic_start:topic_start + int(headers.topic_length[i])]).decode(),
+            decode_properties(view[props_start:props_start + int(headers.props_length[i])]),
+            view[body_start:body_start + int(headers.body_length[i])])
+
+
+def _inner_count(raw: str | None, where: str) -> int:
+    """An inner batch's INNER_NUM property as a count."""
+    if raw is None or not raw.isdigit() or int(raw) < 1:
+        raise RecordFormatError(f"{where} is an inner batch with INNER_NUM {raw!r}; it needs a positive count")
+    return int(raw)
+
+
+@dataclass
+class _InnerBatch:
+    """What decoding an inner batch record needs from its header and properties."""
+
+    record: int
+    where: str  # "record 3 at byte 1234", for errors
+    body: slice  # of the records buffer
+    count: int
+    codec: str
+    compression: Compression
+    tags: bytes | None
+
+
+def decode_records(buf, start: int, end: int | None = None, include_properties: bool = False) -> pa.RecordBatch:
+    """The messages of stored records with ``start <= queue_offset < end``, in the read schema.
+
+    Parameters
+    ----------
+    buf : bytes-like
+        Concatenated stored records of one queue, as the broker streams them.
+    start, end : int
+        The offsets to keep; ``end`` None keeps everything from ``start`` on. A range may start
+        or end inside an inner batch: exactly its offsets come out.
+    include_properties : bool
+        Add the ``properties`` column (user properties only).
+
+    Returns
+    -------
+    pyarrow.RecordBatch
+        In ``read_schema(include_properties)``, in record order. Inner batch messages take the
+        record's topic, queue and store time; their tags are their own or else the record's
+        TAGS, their born time their own (arrow codec) or else the record's. Every column is
+        copied out of ``buf``.
+
+    Raises
+    ------
+    ValueError
+        (RecordFormatError) for records or payloads that do not parse, an unknown codec or
+        compression, or a payload whose count differs from INNER_NUM; the message names the
+        record, its byte offset and what is wrong.
+    """
+    buf = memoryview(buf).cast("B")
+    schema = read_schema(include_properties)
+    if not len(buf):
+        return _empty(schema)
+    headers = read_headers(buf)
+    inner = _inner_batches(buf, headers)
+    cut = _cut(headers, inner, start, end)
+    if cut.nrows == 0:
+        return _empty(schema)
+    done = _decode_messages(buf, headers, inner, cut, include_properties)
+    arrays = _record_columns(buf, headers, cut, done)
+    if include_properties:
+        arrays.append(done.properties)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@dataclass
+class _Cut:
+    """Which messages of each record are kept (numpy arrays, one element a record)."""
+
+    first: np.ndarray  # the index in its record of the first message kept
+    rows: np.ndarray  # how many are kept
+    row_start: np.ndarray  # the row the first one becomes
+    nrows: int
+
+
+def _cut(headers: RecordHeaders, inner: list[_InnerBatch], start: int, end: int | None) -> _Cut:
+    count = np.ones(len(headers), dtype=np.int64)
+    for batch in inner:
+        count[batch.record] = batch.count
+    base = headers.queue_offset
+    first = np.clip(start - base, 0, count)
+    stop = count if end is None else np.clip(end - base, 0, count)
+    rows = np.maximum(stop - first, 0)
+    row_start = np.zeros(len(rows), dtype=np.int64)
+    np.cumsum(rows[:-1], out=row_start[1:])
+    return _Cut(first, rows, row_start, int(rows.sum()))
+
+
+def _decode_messages(buf: memoryview, headers: RecordHeaders, inner: list[_InnerBatch], cut: _Cut,
+                     include_properties: bool) -> Finished:
+    """Body, keys, tags, properties and born times of the kept messages."""
+    columns = MessageColumns(cut.nrows, include_properties)
+    singles = np.flatnonzero(((headers.sys_flag & SYSFLAG_INNER_BATCH) == 0) & (cut.rows > 0))
+    if len(singles):
+        columns.put_encoded(cut.row_start[singles], buf, headers.body_start[singles], headers.body_length[singles],
+                            headers.props_start[singles], headers.props_length[singles])
+    for batch in inner:
+        taken = int(cut.rows[batch.record])
+        if taken:
+            at = int(cut.row_start[batch.record])
+            _put_inner(columns, buf, batch, slice(at, at + taken), int(cut.first[batch.record]))
+    return columns.finish()
+
+
+def _record_columns(buf: memoryview, headers: RecordHeaders, cut: _Cut, done: Finished) -> list[pa.Array]:
+    """The read schema's columns but properties: messages take their record's topic, queue and
+    store time, and its born time unless they carry their own."""
+    record_rows = np.repeat(np.arange(len(headers)), cut.rows)
+    queue_offset = np.arange(cut.nrows, dtype=np.int64) + np.repeat(headers.queue_offset + cut.first - cut.row_start,
+                                                                     cut.rows)
+    born_ms = headers.born_ms[record_rows]
+    if done.born_valid.any():
+        born_ms = np.where(done.born_valid, done.born_ms, born_ms)
+    return [
+        _topics(buf, headers, record_rows, cut.nrows),
+        _numbers(headers.queue_id[record_rows], pa.int32()),
+        _numbers(queue_offset, pa.int64()),
+        done.body, done.tags, done.keys,
+        _numbers(born_ms * 1000, _TIMESTAMP),
+        _numbers(headers.store_ms[record_rows] * 1000, _TIMESTAMP),
+    ]
+
+
+def _numbers(values: np.ndarray, type: pa.DataType) -> pa.Array:
+    """A numpy array of native integers as an Arrow array of ``type`` (no copy)."""
+    return pa.Array.from_buffers(type, len(values), [None, pa.py_buffer(np.ascontiguousarray(values))])
+
+
+def _empty(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+
+
+def _inner_batches(buf: memoryview, headers: RecordHeaders) -> list[_InnerBatch]:
+    """Count, codec, compression and tags of each inner batch record (Python per batch)."""
+    records = np.flatnonzero(headers.sys_flag & SYSFLAG_INNER_BATCH)
+    if not len(records):
+        return []
+    out = []
+    columns = (headers.start, headers.queue_offset, headers.sys_flag, headers.body_start, headers.body_length,
+               headers.props_start, headers.props_length)
+    for i, position, base, sys_flag, body_start, body_length, props_start, props_length in zip(
+            records.tolist(), *(column[records].tolist() for column in columns)):
+        where = f"record {i} at byte {position}"
+        raw = buf[props_start:props_start + props_length].tobytes()
+        inner_base = find_property(raw, PROPERTY_INNER_BASE)
+        if inner_base is not None and inner_base != str(base):
+            raise RecordFormatError(f"{where}: QUEUEOFFSET {base} but INNER_BASE {inner_base}")
+        codec = find_property(raw, PROPERTY_BATCH_CODEC) or "rmq"
+        if codec not in ("rmq", "arrow"):
+            raise RecordFormatError(f"{where}: unknown BATCH_CODEC {codec!r}; this client reads rmq and arrow")
+        try:
+            compression = Compression.from_sys_flag(sys_flag)
+        except ValueError as err:
+            raise RecordFormatError(f"{where}: {err}") from None
+        count = _inner_count(find_property(raw, PROPERTY_INNER_NUM), where)
+        tags = find_property(raw, PROPERTY_TAGS)
+        out.append(_InnerBatch(i, where, slice(body_start, body_start + body_length), count, codec, compression,
+                               tags.encode() if tags is not None else None))
+    return out
+
+
+def _put_inner(columns: MessageColumns, buf: memoryview, batch: _InnerBatch, rows: slice, first: int) -> None:
+    """Decode an inner batch and put messages ``first`` .. of it at ``rows``."""
+    try:
+        payload = decompress(buf[batch.body], batch.compression)
+        if batch.codec == "rmq":
+            entries = rmq.scan(payload)
+            _check_count(len(entries), batch)
+            rmq.put_entries(columns, rows, payload, entries, first, first + rows.stop - rows.start)
+        else:
+            decoded = arrow.decode(payload)
+            _check_count(decoded.num_rows, batch)
+            columns.put_columns(rows, decoded.slice(first, rows.stop - rows.start))
+    except RecordFormatError:
+        raise
+    except ValueError as err:
+        raise RecordFormatError(f"{batch.where}, an inner batch ({batch.codec}, {batch.compression.name.lower()}): "
+                                f"{err}") from None
+    if batch.tags is not None:
+        columns.fallback_tags.put_constant(rows, batch.tags)
+
+
+def _check_count(found: int, batch: _InnerBatch) -> None:
+    if found != batch.count:
+        raise RecordFormatError(f"{batch.where}: the inner batch holds {found} messages but its INNER_NUM says "
+                                f"{batch.count}")
+
+
+def _topics(buf: memoryview, headers: RecordHeaders, record_rows: np.ndarray, nrows: int) -> pa.Array:
+    """The topic of each row; usually one topic for all, built without a gather."""
+    first = int(headers.topic_start[0])
+    name = bytes(buf[first:first + int(headers.topic_length[0])])
+    if (headers.topic_length == len(name)).all() and matches(buf, headers.topic_start, name).all():
+        return _repeated_string(name, nrows)
+    column = RangeColumn()
+    column.put(slice(0, nrows), buf, headers.topic_start[record_rows], headers.topic_length[record_rows])
+    return column.finish(nrows, pa.string())
+
+
+def _repeated_string(value: bytes, count: int) -> pa.Array:
+    try:
+        value.decode()
+    except UnicodeDecodeError as err:
+        raise RecordFormatError(f"topic {value!r} is not UTF-8: {err}") from None
+    offsets = np.arange(count + 1, dtype=np.int32) * len(value)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(value * count)])

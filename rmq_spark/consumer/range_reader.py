@@ -1,0 +1,136 @@
+"""RangeReader: reads offset ranges of many queues with batched ReadRanges calls, into Arrow."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+from ..client.transport import Transport, TransportConfig
+from ..codec.records import decode_records, read_schema
+from ..errors import ConfigError, OffsetOutOfRangeError
+from ..protocol.v1 import broker_pb2 as pb
+from ..structs import OffsetRange
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES_PER_FETCH = 64 << 20
+ON_DATA_LOSS = ("fail", "skip")
+
+
+@dataclass
+class _Pending:
+    topic: str
+    queue_id: int
+    start: int
+    end: int | None
+
+
+class RangeReader:
+    """Reads exactly the offsets of the ranges asked for, as ``pyarrow.RecordBatch`` in the
+    read schema (``codec.records.READ_SCHEMA``).
+
+    All ranges go to the broker in one ReadRanges call (one batched index lookup), which
+    streams the stored records; a range may start or end inside a stored batch, and the
+    reader cuts it. A call reads at most ``max_bytes_per_fetch`` stored bytes; what is left
+    is read by the next call, so the reader holds about one response's worth of batches.
+
+    Parameters
+    ----------
+    endpoint : str
+        ``HOST:PORT`` of the broker.
+    max_bytes_per_fetch : int
+        Stored bytes one ReadRanges call may return (default 64 MiB).
+    tag_filter : str, optional
+        ``"TagA || TagB"``: only messages with one of these tags.
+    include_properties : bool
+        Add the ``properties`` map column.
+    on_data_loss : {"fail", "skip"}
+        When a range starts below the queue's first stored offset (its data was deleted):
+        raise ``OffsetOutOfRangeError``, or log a warning and read from the first stored one.
+    """
+
+    def __init__(self, endpoint: str, *, max_bytes_per_fetch: int = DEFAULT_MAX_BYTES_PER_FETCH,
+                 tag_filter: str | None = None, include_properties: bool = False, on_data_loss: str = "fail",
+                 transport: TransportConfig | None = None):
+        if not isinstance(max_bytes_per_fetch, int) or max_bytes_per_fetch <= 0:
+            raise ConfigError(f"max_bytes_per_fetch={max_bytes_per_fetch!r}: must be a positive number of bytes")
+        if on_data_loss not in ON_DATA_LOSS:
+            raise ConfigError(f"on_data_loss={on_data_loss!r}: use one of {', '.join(ON_DATA_LOSS)}")
+        self.max_bytes_per_fetch = max_bytes_per_fetch
+        self.tag_filter = (tag_filter or "").strip()
+        self.include_properties = include_properties
+        self.on_data_loss = on_data_loss
+        self.schema = read_schema(include_properties)
+        self._transport = Transport(endpoint, transport)
+
+    def read(self, ranges: list[OffsetRange]) -> Iterator[pa.RecordBatch]:
+        """Yield the messages of ``ranges`` as record batches (no empty ones)."""
+        pending = [_Pending(r.topic, r.queue_id, r.start, r.end) for r in ranges if _check_range(r)]
+        while pending:
+            call = [p for p in pending]
+            request = pb.ReadRangesRequest(
+                ranges=[pb.ReadRange(topic=p.topic, queue_id=p.queue_id, start_offset=p.start,
+                                     end_offset=p.end or 0) for p in call],
+                max_bytes=self.max_bytes_per_fetch, tag_filter=self.tag_filter)
+            progressed = False
+            for response in self._transport.stream(self._transport.messaging.ReadRanges, request):
+                item = call[response.range_index]
+                if response.records:
+                    batch = decode_records(response.records, item.start, item.end, self.include_properties)
+                    if batch.num_rows:
+                        yield batch
+                if response.done:
+                    progressed |= self._finish(item, response)
+            pending = [p for p in pending if p.start is not None]
+            if pending and not progressed:
+                raise OffsetOutOfRangeError(f"no progress reading {pending[0]}: the broker returned nothing")
+
+    def read_table(self, ranges: list[OffsetRange]) -> pa.Table:
+        return pa.Table.from_batches(list(self.read(ranges)), schema=self.schema)
+
+    def _finish(self, item: _Pending, response: pb.ReadRangesResponse) -> bool:
+        """Apply a range's end of call; returns whether the range moved. A finished range gets
+        ``start = None``."""
+        status = response.status
+        if status == pb.FOUND:
+            moved = response.next_offset > item.start
+            item.start = response.next_offset
+            if item.end is None or item.start >= item.end:
+                item.start = None
+            return moved
+        if status == pb.NO_MESSAGE:
+            item.start = None  # nothing stored from there on
+            return True
+        if status == pb.OFFSET_TOO_SMALL:
+            where = f"{item.topic} queue {item.queue_id}"
+            if self.on_data_loss == "fail":
+                raise OffsetOutOfRangeError(
+                    f"{where}: offset {item.start} is no longer stored (the first stored is {response.min_offset}); "
+                    "messages were lost. Read from the first stored offset, or pass on_data_loss='skip'")
+            log.warning("%s: offsets %d to %d are no longer stored; skipped", where, item.start,
+                        response.min_offset - 1)
+            item.start = response.min_offset
+            return True
+        if status == pb.OFFSET_OVERFLOW:
+            raise OffsetOutOfRangeError(f"{item.topic} queue {item.queue_id}: offset {item.start} is past the "
+                                        f"queue's end ({response.max_offset})")
+        return False  # BUDGET_EXHAUSTED: read on in the next call
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> "RangeReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_range(r: OffsetRange) -> bool:
+    """Validate a range; False for an empty one (nothing to read)."""
+    if r.start < 0 or (r.end is not None and r.end < r.start):
+        raise ConfigError(f"bad range {r}: need 0 <= start <= end")
+    return r.end is None or r.end > r.start

@@ -1,0 +1,107 @@
+"""One error tree for the SDK and the Spark connector.
+
+Every error says what was wrong and how to fix it. ``retriable`` tells whether the same call
+may succeed if made again (the transport retries those, with backoff, where a repeat is safe).
+Errors raised for a broker answer carry its gRPC ``code`` and the broker's ``reason`` (the
+``rmq-reason`` trailing metadata).
+"""
+
+from __future__ import annotations
+
+
+class RmqError(Exception):
+    """Base of every error of rmq_spark."""
+
+    retriable = False
+
+    def __init__(self, message: str, *, code=None, reason: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+
+
+class ConfigError(RmqError, ValueError):
+    """A bad argument or option on the client side; nothing was sent."""
+
+
+class BrokerUnavailableError(RmqError):
+    """The broker cannot be reached or is stopping."""
+
+    retriable = True
+
+
+class RequestTimeoutError(RmqError):
+    """The broker did not answer within the deadline."""
+
+    retriable = True
+
+
+class TopicNotFoundError(RmqError, LookupError):
+    """The topic does not exist."""
+
+
+class QueueNotFoundError(RmqError, LookupError):
+    """The topic has no such queue."""
+
+
+class TopicConflictError(RmqError):
+    """A topic of that name exists with another queue count or type."""
+
+
+class InvalidRequestError(RmqError, ValueError):
+    """The broker refused a malformed request."""
+
+
+class MessageTooLargeError(InvalidRequestError):
+    """A message or batch is larger than the broker accepts."""
+
+
+class PropertiesTooLargeError(InvalidRequestError):
+    """A message's properties are larger than 32767 bytes."""
+
+
+class WrongQueueTypeError(RmqError):
+    """The call needs another queue type (an inner batch on a SimpleCQ topic)."""
+
+
+class OffsetOutOfRangeError(RmqError):
+    """An offset range is invalid, or its data is no longer stored (deleted below it)."""
+
+
+class ClosedError(RmqError):
+    """The producer or reader was closed."""
+
+
+class BrokerError(RmqError):
+    """Any other broker failure."""
+
+
+# The broker's reasons (broker_sim/server/errors.py) -> error classes.
+_BY_REASON = {
+    "TOPIC_NOT_FOUND": TopicNotFoundError,
+    "QUEUE_NOT_FOUND": QueueNotFoundError,
+    "TOPIC_CONFLICT": TopicConflictError,
+    "MESSAGE_TOO_LARGE": MessageTooLargeError,
+    "PROPERTIES_SIZE_EXCEEDED": PropertiesTooLargeError,
+    "MESSAGE_ILLEGAL": InvalidRequestError,
+    "INVALID_ARGUMENT": InvalidRequestError,
+    "WRONG_QUEUE_TYPE": WrongQueueTypeError,
+    "BAD_OFFSET_RANGE": OffsetOutOfRangeError,
+    "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
+}
+# gRPC status code names -> error classes, when the broker gave no reason.
+_BY_CODE = {
+    "UNAVAILABLE": BrokerUnavailableError,
+    "DEADLINE_EXCEEDED": RequestTimeoutError,
+    "NOT_FOUND": TopicNotFoundError,
+    "ALREADY_EXISTS": TopicConflictError,
+    "INVALID_ARGUMENT": InvalidRequestError,
+    "OUT_OF_RANGE": OffsetOutOfRangeError,
+    "FAILED_PRECONDITION": WrongQueueTypeError,
+}
+
+
+def error_for(code_name: str, message: str, reason: str | None = None, code=None) -> RmqError:
+    """The typed error for a broker answer."""
+    cls = _BY_REASON.get(reason or "") or _BY_CODE.get(code_name, BrokerError)
+    return cls(message, code=code, reason=reason)

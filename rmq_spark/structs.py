@@ -1,0 +1,106 @@
+"""Plain, documented types that the SDK takes and returns (never protobuf objects)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class QueueType(str, enum.Enum):
+    """How a topic is indexed, fixed at creation: a unit per batch, or a unit per message."""
+
+    BATCH_CQ = "BatchCQ"
+    SIMPLE_CQ = "SimpleCQ"
+
+    @classmethod
+    def parse(cls, value: "QueueType | str") -> "QueueType":
+        for member in cls:
+            if value == member or str(value).lower() == member.value.lower():
+                return member
+        from .errors import ConfigError
+
+        raise ConfigError(f"unknown queue type {value!r}; use BatchCQ or SimpleCQ")
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message to send.
+
+    ``keys``: space-separated keys, as RocketMQ's KEYS (the default queue selector hashes them).
+    ``queue_id``: send to this queue (otherwise the producer's selector chooses).
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | None = None
+    properties: dict = field(default_factory=dict)
+    queue_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """Where one message was stored."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    message_id: str
+    store_timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    queue_count: int
+    queue_type: QueueType
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    """A queue's readable offsets: ``min_offset`` .. ``max_offset - 1``."""
+
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def messages(self) -> int:
+        return self.max_offset - self.min_offset
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets ``start`` .. ``end - 1`` of a queue; ``end`` None: up to what is stored."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A consumer group's committed next offset of a queue."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class BrokerStats:
+    topics: int
+    queues: int
+    commitlog_min_offset: int
+    commitlog_max_offset: int
+    commitlog_flushed_offset: int
+    dispatched_offset: int
+    dispatch_lag_bytes: int
+    messages_put: int
+    messages_read: int
+    resident_memory_bytes: int
+    data_dir: str
+    flush_mode: str

@@ -1,0 +1,79 @@
+import pytest
+
+from rmq_spark import (
+    Admin, BrokerUnavailableError, ConfigError, Message, Producer, QueueType, TopicConflictError,
+    TopicNotFoundError, TransportConfig,
+)
+
+
+@pytest.fixture
+def admin(endpoint):
+    with Admin(endpoint) as admin:
+        yield admin
+
+
+def test_topics(admin, topic_name):
+    created = admin.create_topic(topic_name, 4, "SimpleCQ")
+    assert (created.name, created.queue_count, created.queue_type) == (topic_name, 4, QueueType.SIMPLE_CQ)
+    assert admin.create_topic(topic_name, 4, QueueType.SIMPLE_CQ) == created  # the same again: no error
+    assert topic_name in [t.name for t in admin.list_topics()]
+    info, queues = admin.describe_topic(topic_name)
+    assert info == created and [(q.queue_id, q.min_offset, q.max_offset) for q in queues] == [
+        (i, 0, 0) for i in range(4)]
+    assert admin.delete_topic(topic_name) is True
+    assert topic_name not in [t.name for t in admin.list_topics()]
+
+
+def test_topic_errors_say_what_to_do(admin, topic_name):
+    admin.create_topic(topic_name, 2, "BatchCQ")
+    with pytest.raises(TopicConflictError, match="2 queues of type BatchCQ"):
+        admin.create_topic(topic_name, 3, "BatchCQ")
+    with pytest.raises(TopicNotFoundError, match=f"'{topic_name}x' does not exist.*{topic_name}"):
+        admin.describe_topic(topic_name + "x")
+    with pytest.raises(ConfigError, match="BatchCQ or SimpleCQ"):
+        admin.create_topic(topic_name, 2, "Kafka")
+    with pytest.raises(ConfigError, match="at least one queue"):
+        admin.create_topic(topic_name, 0)
+
+
+def test_offsets_of_many_topics_and_by_time(admin, endpoint, topic_name):
+    a, b = topic_name + "a", topic_name + "b"
+    admin.create_topic(a, 2, "BatchCQ")
+    admin.create_topic(b, 3, "SimpleCQ")
+    with Producer(endpoint) as producer:
+        first = producer.send_batch([Message(a, b"m", queue_id=1)] * 5)
+        producer.send(Message(b, b"m", queue_id=2))
+    offsets = admin.offsets([a, b])
+    assert [(q.queue_id, q.max_offset) for q in offsets[a]] == [(0, 0), (1, 5)]
+    assert [(q.queue_id, q.max_offset) for q in offsets[b]] == [(0, 0), (1, 0), (2, 1)]
+    stored_at = first[0].store_timestamp_ms
+    assert admin.offsets_for_timestamp(a, stored_at) == {0: 0, 1: 0}
+    assert admin.offsets_for_timestamp(a, stored_at + 1, queue_ids=[1]) == {1: 5}
+
+
+def test_group_offsets(admin, topic_name):
+    admin.create_topic(topic_name, 2)
+    admin.commit_group_offsets("g1", {(topic_name, 0): 7, (topic_name, 1): 3})
+    got = {(o.topic, o.queue_id): o.offset for o in admin.group_offsets("g1", [topic_name])}
+    assert got == {(topic_name, 0): 7, (topic_name, 1): 3}
+    assert admin.group_offsets("nobody") == []
+
+
+def test_broker_stats(admin, endpoint, topic_name):
+    admin.create_topic(topic_name, 1)
+    with Producer(endpoint) as producer:
+        producer.send(Message(topic_name, b"x" * 100))
+    stats = admin.broker_stats()
+    assert stats.topics >= 1 and stats.messages_put >= 1
+    assert stats.commitlog_max_offset >= stats.dispatched_offset > 0
+    assert stats.resident_memory_bytes > 0 and stats.flush_mode == "async"
+
+
+def test_bad_endpoint_and_unreachable_broker():
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        Admin("localhost")
+    unreachable = Admin("127.0.0.1:1", TransportConfig(retries=1, timeout_ms=500, retry_backoff_ms=10))
+    with pytest.raises(BrokerUnavailableError, match="127.0.0.1:1") as caught:
+        unreachable.list_topics()
+    assert caught.value.retriable
+    unreachable.close()

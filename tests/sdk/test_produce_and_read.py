@@ -1,0 +1,126 @@
+"""Producer and RangeReader against a real broker: every codec, compression and queue type,
+ranges inside and across batches, and the errors a user can act on."""
+
+import itertools
+
+import pyarrow as pa
+import pytest
+
+import broker_sim
+from rmq_spark import (
+    Admin, ClosedError, ConfigError, Message, MessageTooLargeError, OffsetRange, Producer, QueueNotFoundError,
+    RangeReader, TopicNotFoundError,
+)
+
+
+def make_messages(topic, n, start=0, queue_id=0, tags="TagA"):
+    return [Message(topic, b"body-%d-" % i + bytes([i % 256]) * (i % 50), tags=tags, keys=f"k{i}",
+                    properties={"n": str(i)}, queue_id=queue_id) for i in range(start, start + n)]
+
+
+def expected_rows(messages, first_offset):
+    return [(m.topic, m.queue_id, first_offset + i, m.body, m.tags, m.keys) for i, m in enumerate(messages)]
+
+
+def rows(table: pa.Table):
+    columns = ["topic", "queue_id", "queue_offset", "body", "tags", "keys"]
+    return list(zip(*(table.column(c).to_pylist() for c in columns)))
+
+
+@pytest.mark.parametrize("queue_type", ["BatchCQ", "SimpleCQ"])
+@pytest.mark.parametrize("codec, compression", list(itertools.product(["rmq", "arrow"], ["none", "lz4", "zstd"])))
+def test_batches_round_trip(endpoint, topic_name, queue_type, codec, compression):
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 2, queue_type)
+    batches = [make_messages(topic_name, n, start, queue_id=1) for start, n in [(0, 7), (7, 1), (8, 30)]]
+    with Producer(endpoint, codec=codec, compression=compression) as producer:
+        results = [producer.send_batch(batch) for batch in batches]
+    assert [[r.queue_offset for r in rs] for rs in results] == [list(range(0, 7)), [7], list(range(8, 38))]
+    assert all(r.queue_id == 1 and r.message_id for rs in results for r in rs)
+    messages = [m for batch in batches for m in batch]
+    with RangeReader(endpoint, include_properties=True) as reader:
+        table = reader.read_table([OffsetRange(topic_name, 1, 0)])
+        assert rows(table) == expected_rows(messages, 0)
+        assert table.column("properties").to_pylist()[3] == [("n", "3")]
+        # Ranges starting and ending inside batches, and across them: exactly those offsets.
+        for start, end in [(2, 5), (6, 9), (0, 1), (7, 8), (5, 37), (37, 38)]:
+            got = reader.read_table([OffsetRange(topic_name, 1, start, end)])
+            assert rows(got) == expected_rows(messages[start:end], start), (start, end)
+
+
+def test_many_ranges_in_one_call_and_a_small_budget(endpoint, topic_name):
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 8, "BatchCQ")
+    with Producer(endpoint, codec="arrow", compression="lz4") as producer:
+        for queue_id in range(8):
+            for start in range(0, 100, 10):
+                producer.send_batch(make_messages(topic_name, 10, start, queue_id))
+    ranges = [OffsetRange(topic_name, q, q, 100 - q) for q in range(8)]
+    with RangeReader(endpoint, max_bytes_per_fetch=3000) as reader:  # a few records a call
+        table = reader.read_table(ranges)
+    assert len(table) == sum(100 - 2 * q for q in range(8))
+    by_queue = {}
+    for topic, queue_id, offset, *_ in rows(table):
+        by_queue.setdefault(queue_id, []).append(offset)
+    assert by_queue == {q: list(range(q, 100 - q)) for q in range(8)}
+
+
+def test_single_sends_and_queue_selection(endpoint, topic_name):
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 4, "SimpleCQ")
+    with Producer(endpoint) as producer:
+        same_key = [producer.send(Message(topic_name, b"x", keys="order-1")) for _ in range(3)]
+        assert len({r.queue_id for r in same_key}) == 1
+        assert [r.queue_offset for r in same_key] == [0, 1, 2]
+    with Producer(endpoint, queue_selector="round_robin") as producer:
+        turns = [producer.send(Message(topic_name, b"x")).queue_id for _ in range(8)]
+        assert sorted(turns) == [0, 0, 1, 1, 2, 2, 3, 3]
+    with pytest.raises(ConfigError, match="queue_selector"):
+        Producer(endpoint, queue_selector="random")
+
+
+def test_tag_filter(endpoint, topic_name):
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 1, "BatchCQ")
+    with Producer(endpoint) as producer:
+        producer.send_batch(make_messages(topic_name, 3, 0, tags="A"))
+        producer.send_batch(make_messages(topic_name, 3, 3, tags="B"))
+        producer.send_batch(make_messages(topic_name, 3, 6, tags="C"))
+    with RangeReader(endpoint, tag_filter="A || C") as reader:
+        table = reader.read_table([OffsetRange(topic_name, 0, 0)])
+    assert table.column("queue_offset").to_pylist() == [0, 1, 2, 6, 7, 8]
+    assert set(table.column("tags").to_pylist()) == {"A", "C"}
+
+
+def test_errors_say_what_to_do(endpoint, topic_name):
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 2, "BatchCQ")
+    producer = Producer(endpoint)
+    with pytest.raises(TopicNotFoundError, match="does not exist"):
+        producer.send(Message(topic_name + "-missing", b"x"))
+    with pytest.raises(QueueNotFoundError, match="queues 0 to 1"):
+        producer.send(Message(topic_name, b"x", queue_id=5))
+    with pytest.raises(MessageTooLargeError, match="4194304"):
+        producer.send(Message(topic_name, b"x" * ((4 << 20) + 1)))
+    with pytest.raises(ConfigError, match="one topic"):
+        producer.send_batch([Message(topic_name, b"x"), Message(topic_name + "2", b"y")])
+    with pytest.raises(ConfigError, match="codec"):
+        Producer(endpoint, codec="avro")
+    producer.close()
+    with pytest.raises(ClosedError, match="closed"):
+        producer.send(Message(topic_name, b"x"))
+    with pytest.raises(ConfigError, match="bad range"):
+        list(RangeReader(endpoint).read([OffsetRange(topic_name, 0, 5, 2)]))
+
+
+def test_reads_after_a_broker_restart(tmp_path):
+    data = tmp_path / "broker"
+    with broker_sim.embedded(data) as endpoint:
+        with Admin(endpoint) as admin:
+            admin.create_topic("restart", 1, "BatchCQ")
+        with Producer(endpoint, codec="arrow", compression="zstd") as producer:
+            producer.send_batch(make_messages("restart", 20))
+    with broker_sim.embedded(data) as endpoint:
+        with RangeReader(endpoint) as reader:
+            table = reader.read_table([OffsetRange("restart", 0, 5, 15)])
+    assert rows(table) == expected_rows(make_messages("restart", 20)[5:15], 5)

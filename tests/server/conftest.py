@@ -1,0 +1,24 @@
+import pytest
+from server_rpc import Client
+
+from broker_sim.server import Broker
+from broker_sim.store import StoreConfig
+
+# Small commitlog segments: reads and writes cross segment files.
+CONFIG = StoreConfig(segment_bytes=16 << 20, simple_cq_units_per_file=64, batch_cq_units_per_file=16)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """A real Broker on 127.0.0.1 and a free port, stopped at the end."""
+    broker = Broker(tmp_path / "data", "127.0.0.1", 0, CONFIG)
+    broker.start()
+    yield broker
+    broker.stop(grace=1.0)
+
+
+@pytest.fixture
+def client(broker):
+    client = Client(broker.endpoint)
+    yield client
+    client.close()

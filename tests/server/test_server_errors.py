@@ -1,0 +1,59 @@
+"""The error mapping as a table: every store status and fault has its reason, code and sentence,
+and the module docstring documents exactly the reasons there are."""
+
+import grpc
+import pytest
+
+from broker_sim.server import errors
+from broker_sim.server.errors import CODES, BrokerError, Reason
+from broker_sim.server.servicers import CallGate
+from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
+
+EXPECTED = {
+    "TOPIC_NOT_FOUND": "NOT_FOUND",
+    "QUEUE_NOT_FOUND": "NOT_FOUND",
+    "MESSAGE_TOO_LARGE": "INVALID_ARGUMENT",
+    "MESSAGE_ILLEGAL": "INVALID_ARGUMENT",
+    "PROPERTIES_SIZE_EXCEEDED": "INVALID_ARGUMENT",
+    "WRONG_QUEUE_TYPE": "FAILED_PRECONDITION",
+    "TOPIC_CONFLICT": "ALREADY_EXISTS",
+    "INVALID_ARGUMENT": "INVALID_ARGUMENT",
+    "BAD_OFFSET_RANGE": "INVALID_ARGUMENT",
+    "SERVICE_NOT_AVAILABLE": "UNAVAILABLE",
+    "INTERNAL": "INTERNAL",
+}
+
+
+def test_the_table_and_its_documentation():
+    assert {reason.value: code.name for reason, code in CODES.items()} == EXPECTED
+    table = [line.split() for line in errors.__doc__.splitlines() if line and line.split()[0] in EXPECTED]
+    assert {row[0]: row[1] for row in table} == EXPECTED
+
+
+@pytest.mark.parametrize("status", [s for s in PutStatus if s is not PutStatus.PUT_OK])
+def test_every_put_status_has_its_reason(status):
+    error = errors.from_put(PutResult(status, "what went wrong"))
+    assert error.reason.value == status.value and error.message == "what went wrong"
+    assert error.code is CODES[error.reason]
+
+
+def test_faults_and_creation_outcomes():
+    assert errors.from_exception(StoreClosedError("closed")).code is grpc.StatusCode.UNAVAILABLE
+    assert errors.from_exception(UnknownTopicError("topic 'x' does not exist")).reason is Reason.TOPIC_NOT_FOUND
+    assert errors.from_exception(UnknownTopicError("topic 't' has queues 0 to 1; there is no queue 5")).reason \
+        is Reason.QUEUE_NOT_FOUND
+    internal = errors.from_exception(KeyError("boom"))
+    assert internal.reason is Reason.INTERNAL and "KeyError" in internal.message
+    assert errors.from_create(CreateStatus.CONFLICT, "fixed").reason is Reason.TOPIC_CONFLICT
+    assert errors.from_create(CreateStatus.INVALID, "bad").reason is Reason.INVALID_ARGUMENT
+
+
+def test_a_closed_gate_refuses_calls_as_unavailable():
+    gate = CallGate()
+    with gate:
+        assert gate.close(0.01) is False  # a call is still inside
+    assert gate.close(0.01) is True
+    with pytest.raises(BrokerError) as caught:
+        with gate:
+            pass
+    assert caught.value.code is grpc.StatusCode.UNAVAILABLE and "stopping" in caught.value.message
