@@ -45,6 +45,17 @@ def fill(endpoint: str, topic: str, queue_type: str, codec: str, compression: st
             queue_id = i % queues
             producer.send_batch([Message(topic, body, tags="TagA", keys=f"k{j}", queue_id=queue_id)
                                  for j in range(batch)])
+    _wait_indexed(endpoint, topic, messages // batch * batch)
+
+
+def _wait_indexed(endpoint: str, topic: str, expected: int, timeout_s: float = 120) -> None:
+    """Sends return once stored; reads see messages once indexed."""
+    deadline = time.monotonic() + timeout_s
+    with Admin(endpoint) as admin:
+        while sum(q.max_offset for q in admin.offsets([topic])[topic]) < expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: not all {expected:,} messages were indexed in {timeout_s} s")
+            time.sleep(0.05)
 
 
 def read_all(endpoint: str, topic: str, queues: int) -> tuple[int, float]:

@@ -97,8 +97,10 @@ class RangeReader:
         status = response.status
         if status == pb.FOUND:
             moved = response.next_offset > item.start
+            if item.end is None:  # "up to what is stored": pinned at the first answer
+                item.end = response.max_offset
             item.start = response.next_offset
-            if item.end is None or item.start >= item.end:
+            if item.start >= item.end:
                 item.start = None
             return moved
         if status == pb.NO_MESSAGE:

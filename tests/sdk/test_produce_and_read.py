@@ -63,6 +63,9 @@ def test_many_ranges_in_one_call_and_a_small_budget(endpoint, topic_name):
     for topic, queue_id, offset, *_ in rows(table):
         by_queue.setdefault(queue_id, []).append(offset)
     assert by_queue == {q: list(range(q, 100 - q)) for q in range(8)}
+    with RangeReader(endpoint, max_bytes_per_fetch=3000) as reader:  # open ends: up to what is stored
+        table = reader.read_table([OffsetRange(topic_name, q, 0) for q in range(8)])
+    assert len(table) == 800 and table.column("queue_offset").to_pylist()[:100] == list(range(100))
 
 
 def test_single_sends_and_queue_selection(endpoint, topic_name):
