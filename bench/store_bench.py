@@ -204,7 +204,8 @@ def _plot(ax, rows: list[dict]) -> None:
     labels = [f"{r['index']}\n{r['way in']}\n{r['queues']:,} q" for r in rows]
     ax.bar(range(len(rows)), [r["msgs/s"] for r in rows], color=["grey"] + ["C0", "C0", "C1", "C1", "C2", "C2"])
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
-    ax.set_ylabel("msgs/s (append + index + read)")
+    ax.set_yscale("log")
+    ax.set_ylabel("msgs/s (append + index + read), log scale")
     ax.set_title("broker_sim.store, 1 KB messages")
 
 

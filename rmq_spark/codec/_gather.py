@@ -113,8 +113,9 @@ class RangeColumn:
         if rows.stop > rows.start:
             self._parts.append((rows, value, None))
 
-    def put_array(self, rows, array: pa.Array) -> None:
-        """Set ``rows`` to the values of a binary or string Arrow array, nulls included."""
+    def put_array(self, rows, array: "pa.Array | pa.ChunkedArray") -> None:
+        """Set ``rows`` to the values of a binary or string Arrow array (or chunked array),
+        nulls included."""
         if len(array):
             self._parts.append((rows, array, None))
 
@@ -133,13 +134,14 @@ class RangeColumn:
         """Whole arrays covering every row in order, concatenated; None for other columns."""
         at = 0
         for rows, part, _ in self._parts:
-            if not isinstance(part, pa.Array) or not isinstance(rows, slice) or rows.start != at:
+            if not isinstance(part, _ARRAYS) or not isinstance(rows, slice) or rows.start != at:
                 return None
             at = rows.stop
         if at != nrows or not self._parts:
             return None
         # Concatenating copies even one array: the column never refers to the parts' buffers.
-        return pa.concat_arrays([part if part.type == type else part.cast(type) for _, part, _ in self._parts])
+        result = pa.concat_arrays([chunk for _, part, _ in self._parts for chunk in _chunks(part)])
+        return result if result.type == type else result.cast(type)
 
     def _gathered(self, nrows: int, type: pa.DataType) -> pa.Array:
         if nrows == 0:
@@ -148,8 +150,8 @@ class RangeColumn:
         valid = np.zeros(nrows, dtype=bool)
         for rows, part, _ in self._parts:
             ok = None
-            if isinstance(part, pa.Array):
-                part, ok = self._array_views(part)
+            if isinstance(part, _ARRAYS):
+                part, ok = self._array_views(_combined(part))
             elif isinstance(part, bytes):
                 part = self.sources.constant_view(part)
             if ok is not None:
@@ -199,6 +201,17 @@ def gather_ranges(source: np.ndarray, rows: np.ndarray, starts: np.ndarray, leng
     return array
 
 
+_ARRAYS = (pa.Array, pa.ChunkedArray)
+
+
+def _chunks(array: "pa.Array | pa.ChunkedArray") -> list[pa.Array]:
+    return array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+
+
+def _combined(array: "pa.Array | pa.ChunkedArray") -> pa.Array:
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
 def _row_index(rows, count: int) -> np.ndarray:
     if isinstance(rows, slice):
         return np.arange(rows.start, rows.start + count, dtype=np.int64)
@@ -219,30 +232,19 @@ class MapColumn:
             value_column.put_array(entries, values)
         self._parts.append((rows, np.asarray(counts, dtype=np.int64), fill, None))
 
-    def put_array(self, rows: slice, array: pa.MapArray) -> None:
-        """Set ``rows`` (a slice) to the maps of a map<string, string> array (null: empty)."""
-        # A map array's offsets index its whole (unsliced) keys and items children.
-        offsets = np.asarray(array.offsets, dtype=np.int64)
-        counts = np.diff(offsets)
-        if array.null_count:
-            counts[~np.asarray(array.is_valid(), dtype=bool)] = 0
-            taken = pa.array(_entries_of(offsets[:-1], counts))
-            map_keys, map_items = array.keys.take(taken), array.items.take(taken)
-        else:
-            first, last = int(offsets[0]), int(offsets[-1])
-            map_keys, map_items = array.keys.slice(first, last - first), array.items.slice(first, last - first)
-
-        def fill(keys: RangeColumn, values: RangeColumn, entries: np.ndarray) -> None:
-            keys.put_array(entries, map_keys)
-            values.put_array(entries, map_items)
-        self._parts.append((rows, counts, fill, array if not array.null_count else None))
+    def put_array(self, rows, array: "pa.MapArray | pa.ChunkedArray") -> None:
+        """Set ``rows`` to the maps of a map<string, string> array or chunked array (null: empty)."""
+        if len(array):
+            self._parts.append((rows, None, None, array))
 
     def finish(self, nrows: int) -> pa.MapArray:
         whole = self._concatenated(nrows)
         if whole is not None:
             return whole
+        parts = [(rows, counts, fill) if array is None else (rows, *_map_entries(_combined(array)))
+                 for rows, counts, fill, array in self._parts]
         counts = np.zeros(nrows, dtype=np.int64)
-        for rows, part_counts, _, _ in self._parts:
+        for rows, part_counts, _ in parts:
             counts[rows] = part_counts
         offsets = np.zeros(nrows + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -250,7 +252,7 @@ class MapColumn:
             empty = pa.array([], pa.string())
             return pa.MapArray.from_arrays(pa.array(offsets.astype(np.int32)), empty, empty)
         keys, values = RangeColumn(), RangeColumn()
-        for rows, part_counts, fill, _ in self._parts:
+        for rows, part_counts, fill in parts:
             fill(keys, values, _entries_of(offsets[:-1][rows], part_counts))
         total = int(offsets[-1])
         return pa.MapArray.from_arrays(pa.array(offsets.astype(np.int32)), keys.finish(total, pa.string()),
@@ -259,12 +261,32 @@ class MapColumn:
     def _concatenated(self, nrows: int) -> pa.MapArray | None:
         at = 0
         for rows, _, _, array in self._parts:
-            if array is None or not isinstance(rows, slice) or rows.start != at:
+            if array is None or array.null_count or not isinstance(rows, slice) or rows.start != at:
                 return None
             at = rows.stop
         if at != nrows or not self._parts:
             return None
-        return pa.concat_arrays([array for _, _, _, array in self._parts])  # a copy, even of one
+        return pa.concat_arrays([chunk for _, _, _, array in self._parts for chunk in _chunks(array)])  # a copy
+
+
+def _map_entries(array: pa.MapArray):
+    """Entries per row of a map array (a null map has none), and a fill putting its keys and
+    values at given entry indices."""
+    # A map array's offsets index its whole (unsliced) keys and items children.
+    offsets = np.asarray(array.offsets, dtype=np.int64)
+    counts = np.diff(offsets)
+    if array.null_count:
+        counts[~np.asarray(array.is_valid(), dtype=bool)] = 0
+        taken = pa.array(_entries_of(offsets[:-1], counts))
+        map_keys, map_items = array.keys.take(taken), array.items.take(taken)
+    else:
+        first, last = int(offsets[0]), int(offsets[-1])
+        map_keys, map_items = array.keys.slice(first, last - first), array.items.slice(first, last - first)
+
+    def fill(keys: RangeColumn, values: RangeColumn, entries: np.ndarray) -> None:
+        keys.put_array(entries, map_keys)
+        values.put_array(entries, map_items)
+    return counts, fill
 
 
 def _entries_of(first_entry: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -8,13 +8,18 @@ Nulls mean "absent". The stream is not compressed by Arrow: the whole payload is
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
+from ._bytes import read_at
 from .columns import BATCH_SCHEMA, to_batch_columns
 
 
 class ArrowPayloadError(ValueError):
-    """An arrow batch payload that does not read; the message says why."""
+    """An arrow batch payload that does not read; the message says why, ``payload`` which of
+    those decoded together."""
+
+    payload = 0
 
 
 def encode(batch: pa.RecordBatch) -> pa.Buffer:
@@ -34,6 +39,19 @@ def _schema_message(schema: pa.Schema) -> pa.Buffer:
 
 # A payload of this SDK starts with this message: recognizing it skips parsing the schema.
 _BATCH_SCHEMA_MESSAGE = _schema_message(BATCH_SCHEMA)
+
+
+def _stream_head(schema: pa.Schema) -> bytes:
+    """The bytes ``encode`` writes before the record batch: the framed schema message."""
+    sink = pa.BufferOutputStream()
+    pa.ipc.new_stream(sink, schema).close()
+    return sink.getvalue().to_pybytes()[:-len(_END_OF_STREAM)]
+
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # continuation marker, length 0
+_HEAD = _stream_head(BATCH_SCHEMA)  # 8-byte aligned, as every IPC message
+_HEAD_WORDS = np.frombuffer(_HEAD, dtype="<u8")
+_END_WORD = np.frombuffer(_END_OF_STREAM, dtype="<u8")[0]
 
 
 def decode(payload) -> pa.RecordBatch:
@@ -77,3 +95,46 @@ def _next_message(messages: pa.ipc.MessageReader, expected: str) -> pa.ipc.Messa
         raise ArrowPayloadError(f"arrow batch payload holds a {message.type} message where its {expected} "
                                 "message should be (dictionary-encoded columns are not supported)")
     return message
+
+
+def decode_payloads(buf: pa.Buffer, begins: np.ndarray, ends: np.ndarray) -> list[pa.RecordBatch]:
+    """The record batch of each arrow payload at ``buf[begins[i]:ends[i]]``, as ``decode``.
+
+    A payload laid out as ``encode`` writes it (this SDK's schema message, one record batch
+    message, the end of stream; recognized for all payloads at once) is read as one message,
+    with no stream reader; any other goes through ``decode``. Zero copy: the batches are views
+    of ``buf``. Raises ArrowPayloadError with ``payload`` set to the index of the bad one.
+    """
+    ours = _laid_out_as_encoded(buf, begins, ends)
+    batches = []
+    for index, (begin, end, plain) in enumerate(zip(begins.tolist(), ends.tolist(), ours.tolist())):
+        batch = _read_batch_message(buf.slice(begin + len(_HEAD), end - begin - len(_HEAD))) if plain else None
+        if batch is None:
+            try:
+                batch = decode(buf.slice(begin, end - begin))
+            except ArrowPayloadError as err:
+                err.payload = index
+                raise
+        batches.append(batch)
+    return batches
+
+
+def _laid_out_as_encoded(buf: pa.Buffer, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each payload starts with ``_HEAD`` and ends with the end of stream marker."""
+    long_enough = ends - begins >= len(_HEAD) + 2 * len(_END_OF_STREAM)
+    head = read_at(buf, begins[:, None] + np.arange(0, len(_HEAD), 8), "<u8", padded=True)
+    end = read_at(buf, np.maximum(ends - len(_END_OF_STREAM), 0), "<u8")
+    return long_enough & (head == _HEAD_WORDS).all(axis=1) & (end == _END_WORD)
+
+
+def _read_batch_message(rest: pa.Buffer) -> pa.RecordBatch | None:
+    """The record batch of a payload's ``rest`` after ``_HEAD``: exactly one record batch
+    message and the end of stream; None for anything else (``decode`` then says what)."""
+    try:
+        message = pa.ipc.read_message(rest)
+        size = 8 + message.metadata.size + message.body.size  # continuation, length, metadata, body
+        if message.type != "record batch" or size + len(_END_OF_STREAM) != rest.size:
+            return None
+        return pa.ipc.read_record_batch(message, BATCH_SCHEMA)
+    except (pa.ArrowInvalid, OSError):
+        return None

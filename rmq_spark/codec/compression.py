@@ -10,6 +10,8 @@ import enum
 import threading
 
 import lz4.frame
+import numpy as np
+import pyarrow as pa
 import zstandard
 
 # SYSFLAG bits that carry the compression of a stored record.
@@ -136,3 +138,72 @@ def _zstd_decompress(data) -> bytes:
     if not stream.eof:
         raise ValueError(f"zstd frame of {len(memoryview(data))} bytes is truncated: it ends mid-frame")
     return out
+
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_CONTENT_SIZE = 0x08  # FLG bit: an 8-byte content size follows the FLG and BD bytes
+
+
+class PayloadError(ValueError):
+    """A payload of several that does not decompress: ``index`` says which."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index = index
+
+
+def decompress_all(payloads: list, compressions: list[Compression]) -> tuple[pa.Buffer, np.ndarray]:
+    """Payloads decompressed one after another into one Arrow buffer; and where each starts
+    (``len(payloads) + 1`` offsets, the last one the end).
+
+    Each payload is copied in as soon as it is decompressed, so that the decompressor's output
+    is a small buffer used again and again: holding every decompressed payload at once costs
+    the kernel fresh pages for each (page faults dominate), and the Arrow pool recycles the
+    large one. Raises PayloadError naming the payload that does not decompress.
+    """
+    sizes, ready = [], {}
+    for index, (data, compression) in enumerate(zip(payloads, compressions)):
+        size = _decompressed_size(data, compression)
+        if size is None:  # a frame without its content size: decompressed now to learn it
+            ready[index] = _decompress_one(index, data, compression)
+            size = len(ready[index])
+        sizes.append(size)
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    out = pa.allocate_buffer(int(offsets[-1]))
+    view = memoryview(out).cast("B")
+    for index, (data, compression, size, at) in enumerate(zip(payloads, compressions, sizes, offsets.tolist())):
+        plain = ready.pop(index, None)
+        if plain is None:
+            plain = _decompress_one(index, data, compression)
+        if len(plain) != size:
+            raise PayloadError(index, f"payload of {len(memoryview(data))} bytes is not a valid "
+                                      f"{compression.name.lower()} frame: its header says {size} bytes, "
+                                      f"it holds {len(plain)}")
+        view[at:at + size] = plain
+    return out, offsets
+
+
+def _decompressed_size(data, compression: Compression) -> int | None:
+    """The size a payload decompresses to, from its frame header; None when it does not say."""
+    if compression is Compression.NONE:
+        return len(data)
+    head = bytes(data[:18])  # the longest frame header that holds the size
+    if compression is Compression.LZ4:
+        if len(head) >= 14 and head[:4] == _LZ4_MAGIC and head[4] & _LZ4_CONTENT_SIZE:
+            size = int.from_bytes(head[6:14], "little")
+            # LZ4 expands at most 255 times: a larger size is a corrupt header, not believed.
+            return size if size <= 255 * len(data) else None
+        return None
+    try:
+        size = zstandard.frame_content_size(head)
+    except zstandard.ZstdError:
+        return None  # not a frame: decompressing it says why
+    return size if size >= 0 else None
+
+
+def _decompress_one(index: int, data, compression: Compression):
+    try:
+        return decompress(data, compression)
+    except ValueError as err:
+        raise PayloadError(index, str(err)) from None

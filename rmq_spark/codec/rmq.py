@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._bytes import ChainError, entry_starts, read_at
+from ._bytes import ChainError, chains_entry_starts, entry_starts, read_at
 from ._messages import MessageColumns
 from .columns import BATCH_SCHEMA
 from .properties import encode_property_column
@@ -28,7 +28,12 @@ _HEADER = np.dtype([("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("f
 
 
 class BatchFormatError(ValueError):
-    """A MessageBatch payload that does not parse; the message says where and why."""
+    """A MessageBatch payload that does not parse; the message says where and why, ``payload``
+    which of those scanned together."""
+
+    def __init__(self, message: str, payload: int = 0):
+        super().__init__(message)
+        self.payload = payload
 
 
 def encode(batch: pa.RecordBatch) -> pa.Buffer:
@@ -65,53 +70,81 @@ def _fixed_width(raw: bytes, width: int, rows: int) -> pa.Array:
 
 @dataclass
 class Entries:
-    """Where each message of a MessageBatch payload lies (numpy int64 arrays, byte offsets)."""
+    """Where each message of one or more MessageBatch payloads lies (numpy int64 arrays, byte
+    offsets into the buffer scanned); payload ``i`` holds entries ``first[i]`` .. ``first[i + 1] - 1``."""
 
     body_start: np.ndarray
     body_length: np.ndarray
     props_start: np.ndarray
     props_length: np.ndarray
+    first: np.ndarray
 
     def __len__(self) -> int:
         return len(self.body_start)
 
 
 def scan(payload) -> Entries:
-    """Find every message of a MessageBatch payload and check its lengths.
+    """Find every message of a MessageBatch payload and check its lengths (``scan_payloads``
+    of one)."""
+    return scan_payloads(payload, np.zeros(1, dtype=np.int64), np.full(1, len(payload), dtype=np.int64))
 
-    Raises BatchFormatError naming the message and byte offset of the first bad entry:
-    TOTALSIZE too small or past the end, BODYLEN past TOTALSIZE, PROPLEN disagreeing.
+
+def scan_payloads(buf, begins: np.ndarray, ends: np.ndarray) -> Entries:
+    """Find every message of the payloads at ``buf[begins[i]:ends[i]]`` (in buffer order) and
+    check their lengths, all payloads at once.
+
+    Raises BatchFormatError (``payload``: which one) naming the message and byte offset in its
+    payload of the first bad entry: TOTALSIZE too small or past the end, BODYLEN past
+    TOTALSIZE, PROPLEN disagreeing.
     """
-    if not len(payload):
-        raise BatchFormatError("rmq batch payload is empty: a batch holds at least one message")
+    if (ends <= begins).any():
+        raise BatchFormatError("rmq batch payload is empty: a batch holds at least one message",
+                               int(np.argmax(ends <= begins)))
     try:
-        starts = entry_starts(payload, FIXED_BYTES, "rmq batch: message")
+        starts = chains_entry_starts(buf, begins, ends, FIXED_BYTES)
     except ChainError as err:
-        raise BatchFormatError(str(err)) from None
-    totals = np.empty_like(starts)
-    totals[:-1] = starts[1:] - starts[:-1]
-    totals[-1] = len(payload) - starts[-1]
-    body_length = read_at(payload, starts + _BODYLEN_AT, ">i4").astype(np.int64)
+        _explain_chain(buf, int(begins[err.index]), int(ends[err.index]), err.index)
+        raise  # not reached: the chain alone fails too
+    first = np.append(np.searchsorted(starts, begins), len(starts))
+    following = np.append(starts[1:], 0)
+    following[first[1:] - 1] = ends  # a payload's last entry runs to its end
+    totals = following - starts
+    body_length = read_at(buf, starts + _BODYLEN_AT, ">i4").astype(np.int64)
     bad = (body_length < 0) | (body_length > totals - FIXED_BYTES)
     if bad.any():
-        i = int(np.argmax(bad))
-        raise BatchFormatError(f"rmq batch: message {i} at byte {starts[i]}: BODYLEN {body_length[i]} does not fit "
-                               f"its TOTALSIZE {totals[i]}")
+        i, where = _where(bad, starts, first, begins)
+        raise BatchFormatError(f"rmq batch: {where}: BODYLEN {body_length[i]} does not fit its TOTALSIZE "
+                               f"{totals[i]}", int(np.searchsorted(first, i, side="right") - 1))
     props_length_at = starts + HEADER_BYTES + body_length
-    props_length = read_at(payload, props_length_at, ">i2").astype(np.int64)
+    props_length = read_at(buf, props_length_at, ">i2").astype(np.int64)
     bad = props_length != totals - FIXED_BYTES - body_length
     if bad.any():
-        i = int(np.argmax(bad))
-        raise BatchFormatError(f"rmq batch: message {i} at byte {starts[i]}: PROPLEN {props_length[i]} disagrees with "
-                               f"TOTALSIZE {totals[i]} and BODYLEN {body_length[i]}")
-    return Entries(starts + HEADER_BYTES, body_length, props_length_at + 2, props_length)
+        i, where = _where(bad, starts, first, begins)
+        raise BatchFormatError(f"rmq batch: {where}: PROPLEN {props_length[i]} disagrees with TOTALSIZE "
+                               f"{totals[i]} and BODYLEN {body_length[i]}",
+                               int(np.searchsorted(first, i, side="right") - 1))
+    return Entries(starts + HEADER_BYTES, body_length, props_length_at + 2, props_length, first)
 
 
-def put_entries(columns: MessageColumns, rows: slice, payload, entries: Entries, first: int, stop: int) -> None:
-    """Put messages ``first`` .. ``stop - 1`` of a scanned payload at ``rows`` of ``columns``."""
-    cut = slice(first, stop)
-    columns.put_encoded(rows, payload, entries.body_start[cut], entries.body_length[cut], entries.props_start[cut],
-                        entries.props_length[cut])
+def _where(bad: np.ndarray, starts: np.ndarray, first: np.ndarray, begins: np.ndarray) -> tuple[int, str]:
+    """The first bad entry, and "message i at byte b" of it in its own payload."""
+    i = int(np.argmax(bad))
+    payload = int(np.searchsorted(first, i, side="right") - 1)
+    return i, f"message {i - first[payload]} at byte {starts[i] - begins[payload]}"
+
+
+def _explain_chain(buf, begin: int, end: int, payload: int) -> None:
+    """Raise BatchFormatError for a payload whose TOTALSIZE chain does not parse."""
+    try:
+        entry_starts(memoryview(buf).cast("B")[begin:end], FIXED_BYTES, "rmq batch: message")
+    except ChainError as err:
+        raise BatchFormatError(str(err), payload) from None
+
+
+def put_entries(columns: MessageColumns, rows, buf, entries: Entries, taken) -> None:
+    """Put the entries ``taken`` (a slice or indices) of scanned payloads at ``rows``."""
+    columns.put_encoded(rows, buf, entries.body_start[taken], entries.body_length[taken],
+                        entries.props_start[taken], entries.props_length[taken])
 
 
 def decode(payload) -> pa.RecordBatch:
@@ -122,7 +155,7 @@ def decode(payload) -> pa.RecordBatch:
     entries = scan(payload)
     rows = len(entries)
     columns = MessageColumns(rows)
-    put_entries(columns, slice(0, rows), payload, entries, 0, rows)
+    put_entries(columns, slice(0, rows), payload, entries, slice(0, rows))
     done = columns.finish()
     return pa.RecordBatch.from_arrays(
         [done.body, done.keys, done.tags, done.properties, pa.nulls(rows, pa.int64())], schema=BATCH_SCHEMA)
