@@ -13,11 +13,12 @@ _HOMES = {
     "TransportConfig": "client.transport",
     "RangeReader": "consumer",
     "Producer": "producer",
+    "ProducerConfig": "producer",
     **{name: "structs" for name in (
         "BrokerStats", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType", "SendResult",
         "TopicInfo")},
     **{name: "errors" for name in (
-        "BrokerError", "BrokerUnavailableError", "ClosedError", "ConfigError", "InvalidRequestError",
+        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "InvalidRequestError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "WrongQueueTypeError")},
 }

@@ -72,6 +72,12 @@ class ClosedError(RmqError):
     """The producer or reader was closed."""
 
 
+class BufferFullError(RmqError):
+    """The producer holds total_batch_max_bytes of unsent messages and no room came in time."""
+
+    retriable = True
+
+
 class BrokerError(RmqError):
     """Any other broker failure."""
 

@@ -1,0 +1,149 @@
+"""AutoBatch against a real broker; batch ages are driven by a stepped clock, not by sleeping."""
+
+import threading
+
+import pytest
+
+from rmq_spark import Admin, BufferFullError, ClosedError, ConfigError, Message, Producer, TopicNotFoundError
+
+
+class StepClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return StepClock()
+
+
+@pytest.fixture
+def topic(endpoint, topic_name):
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 2, "BatchCQ")
+    return topic_name
+
+
+def stepped(endpoint, clock, **options):
+    return Producer(endpoint, now_ms=clock, background=False, **options)
+
+
+def record_id(result):
+    return result.message_id.rsplit("-", 1)[0]  # messages of one inner batch share their record's id
+
+
+def test_a_full_batch_is_sent_by_the_appending_thread(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, batch_max_bytes=4000)
+    futures = [producer.send_async(Message(topic, b"x" * 1000, queue_id=0)) for _ in range(4)]
+    assert all(f.done() for f in futures)  # the fourth passed 4000 bytes: sent in place, no timer
+    results = [f.result() for f in futures]
+    assert [r.queue_offset for r in results] == [0, 1, 2, 3]
+    assert len({record_id(r) for r in results}) == 1  # one stored record
+    producer.close()
+
+
+def test_a_batch_goes_when_it_is_old_enough(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, batch_max_delay_ms=10)
+    future = producer.send_async(Message(topic, b"x", queue_id=1))
+    clock.now += 9
+    assert producer.timer.tick() == 0 and not future.done()
+    clock.now += 1
+    assert producer.timer.tick() == 1 and future.result().queue_offset == 0
+    producer.close()
+
+
+def test_batches_are_per_queue_and_tag(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    sent = [producer.send_async(Message(topic, b"x", queue_id=q, tags=t)) for q in (0, 1) for t in ("A", "B")
+            for _ in range(3)]
+    clock.now += 10
+    assert producer.timer.tick() == 4
+    results = [f.result() for f in sent]
+    assert len({(r.queue_id, record_id(r)) for r in results}) == 4
+    producer.close()
+
+
+def test_callbacks_of_a_batch_run_in_order(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    seen = []
+    for i in range(20):
+        producer.send_async(Message(topic, b"%d" % i, queue_id=0), callback=lambda r, e: seen.append((r, e)))
+    producer.flush()
+    assert [r.queue_offset for r, e in seen] == list(range(20)) and all(e is None for r, e in seen)
+    producer.close()
+
+
+def test_a_failed_batch_fails_every_message_and_releases_its_bytes(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    producer.send_batch([Message(topic, b"r")])  # caches the route
+    with Admin(endpoint) as admin:
+        admin.delete_topic(topic)  # the producer's cached route is stale now
+    futures = [producer.send_async(Message(topic, b"x" * 100, queue_id=0)) for _ in range(5)]
+    errors = []
+    futures[0].add_done_callback(lambda f: errors.append(f.exception()))
+    producer.flush()
+    assert all(isinstance(f.exception(), TopicNotFoundError) for f in futures)
+    assert len({id(f.exception()) for f in futures}) == 1 and errors == [futures[0].exception()]
+    assert producer._accumulator.held_bytes == 0
+    producer.close()
+
+
+def test_memory_bound_waits_then_fails_clearly(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, batch_max_bytes=2000, total_batch_max_bytes=3000, send_timeout_ms=200)
+    producer.send_async(Message(topic, b"x" * 1500, queue_id=0, tags="A"))
+    producer.send_async(Message(topic, b"x" * 1500, queue_id=0, tags="B"))  # held: 3000
+    with pytest.raises(BufferFullError, match="total_batch_max_bytes=3,000"):
+        producer.send_async(Message(topic, b"x" * 10, queue_id=0, tags="C"))
+    producer.flush()  # room again
+    assert producer._accumulator.held_bytes == 0
+    assert producer.send_async(Message(topic, b"x" * 10, queue_id=0, tags="C")) is not None
+    producer.close()
+
+
+def test_unbatchable_messages_go_alone(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    future = producer.send_async(Message(topic, b"later", queue_id=0, properties={"DELAY": "3"}))
+    assert future.done()  # sent at once, not held for a batch
+    producer.close()
+
+
+def test_close_flushes_then_refuses(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    futures = [producer.send_async(Message(topic, b"x", queue_id=1)) for _ in range(3)]
+    producer.close()
+    assert [f.result().queue_offset for f in futures] == [0, 1, 2]
+    with pytest.raises(ClosedError):
+        producer.send(Message(topic, b"x"))
+
+
+def test_bad_options_are_named(endpoint):
+    with pytest.raises(ConfigError, match="batch_max_bytes=0"):
+        Producer(endpoint, batch_max_bytes=0)
+    with pytest.raises(ConfigError, match="unknown producer option.*linger_ms"):
+        Producer(endpoint, linger_ms=5)
+
+
+def test_blocking_sends_from_many_threads(endpoint, topic):
+    with Producer(endpoint) as producer:  # the real background timer
+        results, errors = [], []
+
+        def worker(thread):
+            for i in range(100):
+                try:
+                    results.append(producer.send(Message(topic, b"%d-%d" % (thread, i), keys=f"k{thread}")))
+                except Exception as error:  # noqa: BLE001
+                    errors.append(error)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert errors == [] and len(results) == 1600
+    assert len({(r.queue_id, r.queue_offset) for r in results}) == 1600
+    for queue_id in (0, 1):
+        offsets = sorted(r.queue_offset for r in results if r.queue_id == queue_id)
+        assert offsets == list(range(len(offsets)))
