@@ -140,8 +140,8 @@ class RangeColumn:
         if at != nrows or not self._parts:
             return None
         # Concatenating copies even one array: the column never refers to the parts' buffers.
-        result = pa.concat_arrays([chunk for _, part, _ in self._parts for chunk in _chunks(part)])
-        return result if result.type == type else result.cast(type)
+        return pa.concat_arrays([chunk for _, part, _ in self._parts
+                                 for chunk in _chunks(part if part.type == type else part.cast(type))])
 
     def _gathered(self, nrows: int, type: pa.DataType) -> pa.Array:
         if nrows == 0:
@@ -222,7 +222,8 @@ class MapColumn:
     """A map<string, string> column under construction; rows never put are empty maps."""
 
     def __init__(self):
-        self._parts: list[tuple] = []  # (rows, entries per row, fill(keys, values, entry indices), array)
+        # (rows, entries per row, fill(keys, values, entry indices), None) or (rows, None, None, array)
+        self._parts: list[tuple] = []
 
     def put(self, rows, counts: np.ndarray, keys: pa.Array, values: pa.Array) -> None:
         """Set ``rows`` to maps of ``counts[i]`` entries each: ``keys`` and ``values`` (string

@@ -48,7 +48,7 @@ class MessageColumns:
         self.encoded_properties = RangeColumn(self._sources)  # rows whose properties are RocketMQ-encoded
         self.keys = RangeColumn()
         self.tags = RangeColumn()
-        self.fallback_tags = RangeColumn()  # a stored record's TAGS, for inner messages without own tags
+        self._fallback_tags: list = []  # fills of a RangeColumn with records' TAGS (see put_fallback_tags)
         self.properties = MapColumn()
         self.born_ms = np.zeros(nrows, dtype=np.int64)
         self.born_valid = np.zeros(nrows, dtype=bool)
@@ -63,18 +63,23 @@ class MessageColumns:
         self.encoded_properties.put_views(rows, views[count:])
         self._encoded_rows[rows] = True
 
-    def put_columns(self, rows: slice, batch: pa.RecordBatch) -> None:
-        """Rows given as a record batch in ``BATCH_SCHEMA`` (an arrow-encoded batch)."""
+    def put_columns(self, rows, batch: "pa.Table | pa.RecordBatch") -> None:
+        """Rows given as a table or record batch in ``BATCH_SCHEMA`` (arrow-encoded batches);
+        ``rows`` a slice or row indices."""
         for column, index in ((self.body, 0), (self.keys, 1), (self.tags, 2)):
             column.put_array(rows, batch.column(index))
         if self.include_properties:
             self.properties.put_array(rows, batch.column(3))
         born = batch.column(4)
         if born.null_count != len(born):
-            values = np.frombuffer(born.buffers()[1], dtype=np.int64, count=len(born), offset=8 * born.offset)
-            valid = np.asarray(born.is_valid(), dtype=bool) if born.null_count else True
-            self.born_ms[rows] = values
-            self.born_valid[rows] = valid
+            self.born_ms[rows] = pc.fill_null(born, 0).to_numpy()
+            self.born_valid[rows] = born.is_valid().to_numpy()
+
+    def put_fallback_tags(self, fill) -> None:
+        """``fill(column)`` puts a stored record's TAGS at the rows of its inner messages, for
+        those without tags of their own; it runs only if some message has none (it costs a view
+        per row)."""
+        self._fallback_tags.append(fill)
 
     def finish(self) -> Finished:
         nrows = self.nrows
@@ -89,8 +94,11 @@ class MessageColumns:
             keys = self.keys.finish(nrows, pa.string())
         if tags is None:
             tags = self.tags.finish(nrows, pa.string())
-        if tags.null_count and not self.fallback_tags.empty:
-            tags = pc.coalesce(tags, self.fallback_tags.finish(nrows, pa.string()))
+        if tags.null_count and self._fallback_tags:
+            fallback = RangeColumn()
+            for fill in self._fallback_tags:
+                fill(fallback)
+            tags = pc.coalesce(tags, fallback.finish(nrows, pa.string()))
         return Finished(
             body=self.body.finish(nrows, pa.binary()),
             keys=keys,

@@ -8,10 +8,8 @@ Nulls mean "absent". The stream is not compressed by Arrow: the whole payload is
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
-from ._bytes import read_at
 from .columns import BATCH_SCHEMA, to_batch_columns
 
 
@@ -49,9 +47,9 @@ def _stream_head(schema: pa.Schema) -> bytes:
 
 
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # continuation marker, length 0
-_HEAD = _stream_head(BATCH_SCHEMA)  # 8-byte aligned, as every IPC message
-_HEAD_WORDS = np.frombuffer(_HEAD, dtype="<u8")
-_END_WORD = np.frombuffer(_END_OF_STREAM, dtype="<u8")[0]
+_END_BUFFER = pa.py_buffer(_END_OF_STREAM)
+_HEAD = _stream_head(BATCH_SCHEMA)
+_HEAD_BUFFER = pa.py_buffer(_HEAD)
 
 
 def decode(payload) -> pa.RecordBatch:
@@ -97,21 +95,19 @@ def _next_message(messages: pa.ipc.MessageReader, expected: str) -> pa.ipc.Messa
     return message
 
 
-def decode_payloads(buf: pa.Buffer, begins: np.ndarray, ends: np.ndarray) -> list[pa.RecordBatch]:
-    """The record batch of each arrow payload at ``buf[begins[i]:ends[i]]``, as ``decode``.
+def decode_payloads(payloads: list[pa.Buffer]) -> list[pa.RecordBatch]:
+    """The record batch of each arrow payload (uncompressed), as ``decode``.
 
-    A payload laid out as ``encode`` writes it (this SDK's schema message, one record batch
-    message, the end of stream; recognized for all payloads at once) is read as one message,
-    with no stream reader; any other goes through ``decode``. Zero copy: the batches are views
-    of ``buf``. Raises ArrowPayloadError with ``payload`` set to the index of the bad one.
+    A payload laid out as ``encode`` writes it is read as one message, with no stream reader
+    and no schema to parse; any other goes through ``decode``. Zero copy: the batches are views
+    of the payloads. Raises ArrowPayloadError with ``payload`` set to the index of the bad one.
     """
-    ours = _laid_out_as_encoded(buf, begins, ends)
     batches = []
-    for index, (begin, end, plain) in enumerate(zip(begins.tolist(), ends.tolist(), ours.tolist())):
-        batch = _read_batch_message(buf.slice(begin + len(_HEAD), end - begin - len(_HEAD))) if plain else None
+    for index, payload in enumerate(payloads):
+        batch = _read_as_encoded(payload)
         if batch is None:
             try:
-                batch = decode(buf.slice(begin, end - begin))
+                batch = decode(payload)
             except ArrowPayloadError as err:
                 err.payload = index
                 raise
@@ -119,21 +115,17 @@ def decode_payloads(buf: pa.Buffer, begins: np.ndarray, ends: np.ndarray) -> lis
     return batches
 
 
-def _laid_out_as_encoded(buf: pa.Buffer, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Whether each payload starts with ``_HEAD`` and ends with the end of stream marker."""
-    long_enough = ends - begins >= len(_HEAD) + 2 * len(_END_OF_STREAM)
-    head = read_at(buf, begins[:, None] + np.arange(0, len(_HEAD), 8), "<u8", padded=True)
-    end = read_at(buf, np.maximum(ends - len(_END_OF_STREAM), 0), "<u8")
-    return long_enough & (head == _HEAD_WORDS).all(axis=1) & (end == _END_WORD)
-
-
-def _read_batch_message(rest: pa.Buffer) -> pa.RecordBatch | None:
-    """The record batch of a payload's ``rest`` after ``_HEAD``: exactly one record batch
-    message and the end of stream; None for anything else (``decode`` then says what)."""
+def _read_as_encoded(payload: pa.Buffer) -> pa.RecordBatch | None:
+    """The record batch of a payload that is ``_HEAD``, one record batch message and the end of
+    stream marker; None for any other (``decode`` then reads it or says what is wrong)."""
+    rest = payload.size - len(_HEAD) - len(_END_OF_STREAM)
+    if (rest < 8 or not payload.slice(0, len(_HEAD)).equals(_HEAD_BUFFER)
+            or not payload.slice(payload.size - len(_END_OF_STREAM)).equals(_END_BUFFER)):
+        return None
     try:
-        message = pa.ipc.read_message(rest)
-        size = 8 + message.metadata.size + message.body.size  # continuation, length, metadata, body
-        if message.type != "record batch" or size + len(_END_OF_STREAM) != rest.size:
+        message = pa.ipc.read_message(payload.slice(len(_HEAD), rest))
+        # continuation and length (8 bytes), metadata, body: the message must fill ``rest``
+        if message.type != "record batch" or 8 + message.metadata.size + message.body.size != rest:
             return None
         return pa.ipc.read_record_batch(message, BATCH_SCHEMA)
     except (pa.ArrowInvalid, OSError):

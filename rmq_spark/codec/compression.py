@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import zstandard
 
+from ._bytes import read_at
+
 # SYSFLAG bits that carry the compression of a stored record.
 SYSFLAG_COMPRESSED = 0x1
 COMPRESSION_SHIFT = 8
@@ -140,7 +142,7 @@ def _zstd_decompress(data) -> bytes:
     return out
 
 
-_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_MAGIC = 0x184D2204  # little-endian
 _LZ4_CONTENT_SIZE = 0x08  # FLG bit: an 8-byte content size follows the FLG and BD bytes
 
 
@@ -152,54 +154,88 @@ class PayloadError(ValueError):
         self.index = index
 
 
-def decompress_all(payloads: list, compressions: list[Compression]) -> tuple[pa.Buffer, np.ndarray]:
-    """Payloads decompressed one after another into one Arrow buffer; and where each starts
-    (``len(payloads) + 1`` offsets, the last one the end).
+def decompress_all(buf, starts: np.ndarray, lengths: np.ndarray,
+                   compressions: list[Compression]) -> tuple[pa.Buffer, np.ndarray]:
+    """The payloads ``buf[starts[i]:starts[i] + lengths[i]]`` decompressed one after another
+    into one Arrow buffer; and where each starts (``len(starts) + 1`` offsets, the last the end).
 
     Each payload is copied in as soon as it is decompressed, so that the decompressor's output
     is a small buffer used again and again: holding every decompressed payload at once costs
-    the kernel fresh pages for each (page faults dominate), and the Arrow pool recycles the
-    large one. Raises PayloadError naming the payload that does not decompress.
+    fresh pages for each (page faults dominate), while the Arrow pool recycles the large one.
+    Raises PayloadError naming the payload that does not decompress.
     """
-    sizes, ready = [], {}
-    for index, (data, compression) in enumerate(zip(payloads, compressions)):
-        size = _decompressed_size(data, compression)
-        if size is None:  # a frame without its content size: decompressed now to learn it
-            ready[index] = _decompress_one(index, data, compression)
-            size = len(ready[index])
-        sizes.append(size)
+    view = memoryview(buf).cast("B")
+    sizes = _decompressed_sizes(view, starts, lengths, compressions)
+    ready = {}  # payloads that do not say their size, decompressed to learn it
+    for index in np.flatnonzero(sizes < 0).tolist():
+        ready[index] = _decompress_one(index, view[starts[index]:starts[index] + lengths[index]],
+                                       compressions[index])
+        sizes[index] = len(ready[index])
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     out = pa.allocate_buffer(int(offsets[-1]))
-    view = memoryview(out).cast("B")
-    for index, (data, compression, size, at) in enumerate(zip(payloads, compressions, sizes, offsets.tolist())):
-        plain = ready.pop(index, None)
+    into = memoryview(out).cast("B")
+    for index, (start, length, compression, at, end) in enumerate(zip(
+            starts.tolist(), lengths.tolist(), compressions, offsets[:-1].tolist(), offsets[1:].tolist())):
+        plain = ready.get(index) if ready else None
         if plain is None:
-            plain = _decompress_one(index, data, compression)
-        if len(plain) != size:
-            raise PayloadError(index, f"payload of {len(memoryview(data))} bytes is not a valid "
-                                      f"{compression.name.lower()} frame: its header says {size} bytes, "
-                                      f"it holds {len(plain)}")
-        view[at:at + size] = plain
+            plain = _decompress_one(index, view[start:start + length], compression)
+        if len(plain) != end - at:
+            raise PayloadError(index, f"payload of {length} bytes is not a valid {compression.name.lower()} frame: "
+                                      f"its header says {end - at} bytes, it holds {len(plain)}")
+        into[at:end] = plain
     return out, offsets
 
 
-def _decompressed_size(data, compression: Compression) -> int | None:
-    """The size a payload decompresses to, from its frame header; None when it does not say."""
-    if compression is Compression.NONE:
-        return len(data)
-    head = bytes(data[:18])  # the longest frame header that holds the size
-    if compression is Compression.LZ4:
-        if len(head) >= 14 and head[:4] == _LZ4_MAGIC and head[4] & _LZ4_CONTENT_SIZE:
-            size = int.from_bytes(head[6:14], "little")
-            # LZ4 expands at most 255 times: a larger size is a corrupt header, not believed.
-            return size if size <= 255 * len(data) else None
-        return None
-    try:
-        size = zstandard.frame_content_size(head)
-    except zstandard.ZstdError:
-        return None  # not a frame: decompressing it says why
-    return size if size >= 0 else None
+def decompress_each(buf, starts: np.ndarray, lengths: np.ndarray, compressions: list[Compression]) -> list[pa.Buffer]:
+    """The payloads ``buf[starts[i]:starts[i] + lengths[i]]`` decompressed, each into an Arrow
+    buffer of its own (NONE: a view of ``buf``).
+
+    Arrow's codecs write into buffers of the Arrow pool, which recycles their pages: holding
+    many decompressed payloads at once costs no page faults, and no copy into one buffer.
+    Raises PayloadError naming the payload that does not decompress.
+    """
+    view = memoryview(buf).cast("B")
+    sizes = _decompressed_sizes(view, starts, lengths, compressions)
+    out = []
+    for index, (start, length, compression, size) in enumerate(zip(
+            starts.tolist(), lengths.tolist(), compressions, sizes.tolist())):
+        data = view[start:start + length]
+        if compression is Compression.NONE or size < 0:  # Arrow's codecs need the size
+            out.append(pa.py_buffer(_decompress_one(index, data, compression)))
+            continue
+        try:
+            out.append(_ARROW_CODECS[compression].decompress(data, decompressed_size=size))
+        except (OSError, pa.ArrowInvalid) as err:
+            raise PayloadError(index, f"payload of {length} bytes is not a valid {compression.name.lower()} "
+                                      f"frame: {err}") from None
+    return out
+
+
+_ARROW_CODECS = {Compression.LZ4: pa.Codec("lz4"), Compression.ZSTD: pa.Codec("zstd")}  # LZ4: the frame format
+
+
+def _decompressed_sizes(view: memoryview, starts: np.ndarray, lengths: np.ndarray,
+                        compressions: list[Compression]) -> np.ndarray:
+    """The size each payload decompresses to, from its frame header (LZ4's read for all at
+    once); -1 where the header does not say."""
+    kinds = np.fromiter((c.value for c in compressions), dtype=np.int64, count=len(compressions))
+    sizes = np.where(kinds == Compression.NONE, lengths, -1)
+    lz4_frames = np.flatnonzero(kinds == Compression.LZ4)
+    if len(lz4_frames):
+        at, length = starts[lz4_frames], lengths[lz4_frames]
+        size = read_at(view, at + 6, "<u8", padded=True).astype(np.int64)
+        # LZ4 expands at most 255 times: a larger size is a corrupt header, not believed.
+        known = ((length >= 14) & (read_at(view, at, "<u4", padded=True) == _LZ4_MAGIC)
+                 & ((read_at(view, at + 4, "u1", padded=True) & _LZ4_CONTENT_SIZE) != 0)
+                 & (size >= 0) & (size <= 255 * length))
+        sizes[lz4_frames[known]] = size[known]
+    for index in np.flatnonzero(kinds == Compression.ZSTD).tolist():
+        try:
+            sizes[index] = zstandard.frame_content_size(view[starts[index]:starts[index] + 18])
+        except zstandard.ZstdError:
+            pass  # not a frame: decompressing it says why
+    return sizes
 
 
 def _decompress_one(index: int, data, compression: Compression):

@@ -36,7 +36,6 @@ SYSTEM_PROPERTIES = frozenset({
 
 _SEPARATORS = "[\x01\x02]"
 _SYSTEM_NAMES = pa.array(sorted(SYSTEM_PROPERTIES), pa.string())
-_KEYS = {name: name.encode() + NAME_VALUE_SEPARATOR for name in SYSTEM_PROPERTIES}  # find_property's keys
 
 
 # --- one message, in Python (record-level properties) ---------------------------------------
@@ -49,20 +48,6 @@ def decode_properties(raw) -> dict[str, str]:
         if sep and name:
             out[name] = value
     return out
-
-
-def find_property(raw: bytes, name: str) -> str | None:
-    """One property's value in one message's encoded properties (its first entry), or None."""
-    key = _KEYS.get(name) or name.encode() + NAME_VALUE_SEPARATOR
-    if raw.startswith(key):
-        at = len(key)
-    else:
-        found = raw.find(PROPERTY_SEPARATOR + key)
-        if found < 0:
-            return None
-        at = found + 1 + len(key)
-    end = raw.find(PROPERTY_SEPARATOR, at)
-    return raw[at:end if end >= 0 else len(raw)].decode()
 
 
 # --- a column of messages, vectorized --------------------------------------------------------

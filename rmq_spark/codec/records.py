@@ -11,10 +11,14 @@ A record with SYSFLAG INNER_BATCH is an inner batch: its body is a batch payload
 property BATCH_CODEC, absent = rmq; compression in SYSFLAG), holding INNER_NUM messages at
 offsets QUEUEOFFSET .. QUEUEOFFSET + INNER_NUM - 1. Any other record is one message.
 
-Header fields are read for all records at once with numpy, and Python runs once per inner
-batch (to decompress it). The one loop that may run per message or record is the walk along
-their TOTALSIZE chain, where sizes vary: a tight loop over ints (runs of equal sizes, the
-usual batch of a producer, are walked by numpy).
+Header fields are read for all records at once with numpy, and Python runs a few steps per
+inner batch (its properties, decompressing it, for arrow reading its one IPC message). The
+inner batches of a chunk are decoded together, each codec in one pass: rmq payloads are
+decompressed into one buffer and their entries found for all at once; arrow payloads'
+record batches are concatenated once, column by column. Only the first and the last batch of
+a range are cut. The one loop that may run per message or record is the walk along a
+TOTALSIZE chain where sizes vary: a tight loop over ints (runs of equal sizes, the usual batch
+of a producer, and many payloads' chains side by side are walked by numpy).
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ from . import arrow, rmq
 from ._bytes import ChainError, as_uint8, entry_starts, matches, read_at
 from ._gather import RangeColumn
 from ._messages import Finished, MessageColumns
-from .columns import PROPERTIES_TYPE
-from .compression import Compression, decompress
+from .columns import BATCH_SCHEMA, PROPERTIES_TYPE
+from .compression import Compression, PayloadError, decompress_all, decompress_each
 from .properties import (PROPERTY_BATCH_CODEC, PROPERTY_INNER_BASE, PROPERTY_INNER_NUM, PROPERTY_TAGS,
-                         decode_properties, find_property)
+                         decode_properties)
 
 MAGIC_V1 = 0xDAA320A7
 _OTHER_MAGICS = {0xDAA320AB: "a V2 record (2-byte topic length), not supported by this client",
@@ -197,16 +201,23 @@ def _inner_count(raw: str | None, where: str) -> int:
 
 
 @dataclass
-class _InnerBatch:
-    """What decoding an inner batch record needs from its header and properties."""
+class _InnerBatches:
+    """What decoding the inner batch records needs from their headers and properties (one
+    element an inner batch record, in record order)."""
 
-    record: int
-    where: str  # "record 3 at byte 1234", for errors
-    body: slice  # of the records buffer
-    count: int
-    codec: str
-    compression: Compression
-    tags: bytes | None
+    record: np.ndarray  # its index among the records
+    count: np.ndarray  # INNER_NUM
+    arrow: np.ndarray  # whether its codec is arrow (else rmq)
+    compression: list[Compression]
+    tags: list[str | None]  # the record's TAGS
+
+    def where(self, batch: int, headers: RecordHeaders) -> str:
+        """"record 3 at byte 1234", for errors."""
+        return _where(int(self.record[batch]), headers)
+
+
+def _where(record: int, headers: RecordHeaders) -> str:
+    return f"record {record} at byte {headers.start[record]}"
 
 
 def decode_records(buf, start: int, end: int | None = None, include_properties: bool = False) -> pa.RecordBatch:
@@ -263,10 +274,9 @@ class _Cut:
     nrows: int
 
 
-def _cut(headers: RecordHeaders, inner: list[_InnerBatch], start: int, end: int | None) -> _Cut:
+def _cut(headers: RecordHeaders, inner: _InnerBatches, start: int, end: int | None) -> _Cut:
     count = np.ones(len(headers), dtype=np.int64)
-    for batch in inner:
-        count[batch.record] = batch.count
+    count[inner.record] = inner.count
     base = headers.queue_offset
     first = np.clip(start - base, 0, count)
     stop = count if end is None else np.clip(end - base, 0, count)
@@ -276,7 +286,7 @@ def _cut(headers: RecordHeaders, inner: list[_InnerBatch], start: int, end: int 
     return _Cut(first, rows, row_start, int(rows.sum()))
 
 
-def _decode_messages(buf: memoryview, headers: RecordHeaders, inner: list[_InnerBatch], cut: _Cut,
+def _decode_messages(buf: memoryview, headers: RecordHeaders, inner: _InnerBatches, cut: _Cut,
                      include_properties: bool) -> Finished:
     """Body, keys, tags, properties and born times of the kept messages."""
     columns = MessageColumns(cut.nrows, include_properties)
@@ -284,11 +294,9 @@ def _decode_messages(buf: memoryview, headers: RecordHeaders, inner: list[_Inner
     if len(singles):
         columns.put_encoded(cut.row_start[singles], buf, headers.body_start[singles], headers.body_length[singles],
                             headers.props_start[singles], headers.props_length[singles])
-    for batch in inner:
-        taken = int(cut.rows[batch.record])
-        if taken:
-            at = int(cut.row_start[batch.record])
-            _put_inner(columns, buf, batch, slice(at, at + taken), int(cut.first[batch.record]))
+    kept = np.flatnonzero(cut.rows[inner.record] > 0)
+    if len(kept):
+        _put_inner(columns, buf, headers, inner, _Kept.of(kept, inner, cut))
     return columns.finish()
 
 
@@ -320,60 +328,132 @@ def _empty(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
 
 
-def _inner_batches(buf: memoryview, headers: RecordHeaders) -> list[_InnerBatch]:
-    """Count, codec, compression and tags of each inner batch record (Python per batch)."""
+def _inner_batches(buf: memoryview, headers: RecordHeaders) -> _InnerBatches:
+    """Count, codec, compression and tags of each inner batch record (Python per batch: a
+    record's few properties split in one pass)."""
     records = np.flatnonzero(headers.sys_flag & SYSFLAG_INNER_BATCH)
-    if not len(records):
-        return []
-    out = []
-    columns = (headers.start, headers.queue_offset, headers.sys_flag, headers.body_start, headers.body_length,
-               headers.props_start, headers.props_length)
-    for i, position, base, sys_flag, body_start, body_length, props_start, props_length in zip(
-            records.tolist(), *(column[records].tolist() for column in columns)):
-        where = f"record {i} at byte {position}"
-        raw = buf[props_start:props_start + props_length].tobytes()
-        inner_base = find_property(raw, PROPERTY_INNER_BASE)
+    count, arrow, compressions, tags = [], [], [], []
+    fields = (headers.queue_offset, headers.sys_flag, headers.props_start, headers.props_length)
+    for record, base, sys_flag, props_start, props_length in zip(records.tolist(),
+                                                                  *(f[records].tolist() for f in fields)):
+        properties = decode_properties(buf[props_start:props_start + props_length])
+        inner_base = properties.get(PROPERTY_INNER_BASE)
         if inner_base is not None and inner_base != str(base):
-            raise RecordFormatError(f"{where}: QUEUEOFFSET {base} but INNER_BASE {inner_base}")
-        codec = find_property(raw, PROPERTY_BATCH_CODEC) or "rmq"
+            raise RecordFormatError(f"{_where(record, headers)}: QUEUEOFFSET {base} but INNER_BASE {inner_base}")
+        codec = properties.get(PROPERTY_BATCH_CODEC, "rmq")
         if codec not in ("rmq", "arrow"):
-            raise RecordFormatError(f"{where}: unknown BATCH_CODEC {codec!r}; this client reads rmq and arrow")
+            raise RecordFormatError(f"{_where(record, headers)}: unknown BATCH_CODEC {codec!r}; this client reads rmq "
+                                    "and arrow")
         try:
-            compression = Compression.from_sys_flag(sys_flag)
+            compressions.append(Compression.from_sys_flag(sys_flag))
         except ValueError as err:
-            raise RecordFormatError(f"{where}: {err}") from None
-        count = _inner_count(find_property(raw, PROPERTY_INNER_NUM), where)
-        tags = find_property(raw, PROPERTY_TAGS)
-        out.append(_InnerBatch(i, where, slice(body_start, body_start + body_length), count, codec, compression,
-                               tags.encode() if tags is not None else None))
-    return out
+            raise RecordFormatError(f"{_where(record, headers)}: {err}") from None
+        count.append(_inner_count(properties.get(PROPERTY_INNER_NUM), _where(record, headers)))
+        arrow.append(codec == "arrow")
+        tags.append(properties.get(PROPERTY_TAGS))
+    return _InnerBatches(records, np.array(count, dtype=np.int64), np.array(arrow, dtype=bool), compressions, tags)
 
 
-def _put_inner(columns: MessageColumns, buf: memoryview, batch: _InnerBatch, rows: slice, first: int) -> None:
-    """Decode an inner batch and put messages ``first`` .. of it at ``rows``."""
+@dataclass
+class _Kept:
+    """The inner batches some of whose messages are kept (numpy arrays, one element a batch)."""
+
+    batch: np.ndarray  # index into _InnerBatches
+    first: np.ndarray  # the first message kept
+    rows: np.ndarray  # how many are kept
+    row_start: np.ndarray  # the row the first one becomes
+
+    @classmethod
+    def of(cls, kept: np.ndarray, inner: _InnerBatches, cut: _Cut) -> "_Kept":
+        records = inner.record[kept]
+        return cls(kept, cut.first[records], cut.rows[records], cut.row_start[records])
+
+    def subset(self, which: np.ndarray) -> "_Kept":
+        return _Kept(*(getattr(self, name)[which] for name in ("batch", "first", "rows", "row_start")))
+
+    def out_rows(self):
+        """The rows the kept messages become: a slice when they follow one another."""
+        if (self.row_start[1:] == self.row_start[:-1] + self.rows[:-1]).all():
+            return slice(int(self.row_start[0]), int(self.row_start[-1] + self.rows[-1]))
+        return _ranges(self.row_start, self.rows)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """For each i, the ``lengths[i]`` numbers from ``starts[i]`` on; concatenated."""
+    before = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=before[1:])
+    return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+def _put_inner(columns: MessageColumns, buf: memoryview, headers: RecordHeaders, inner: _InnerBatches,
+               kept: _Kept) -> None:
+    """Decode the kept inner batches: the rmq ones together, the arrow ones together."""
+    arrow_batches = inner.arrow[kept.batch]
+    if not arrow_batches.all():
+        _put_rmq(columns, buf, headers, inner, kept.subset(~arrow_batches))
+    if arrow_batches.any():
+        _put_arrow(columns, buf, headers, inner, kept.subset(arrow_batches))
+    _put_fallback_tags(columns, inner, kept)
+
+
+def _payloads(buf: memoryview, headers: RecordHeaders, inner: _InnerBatches, kept: _Kept) -> tuple:
+    """Arguments of ``decompress_all`` / ``decompress_each`` for the payloads of ``kept``."""
+    records = inner.record[kept.batch]
+    return (buf, headers.body_start[records], headers.body_length[records],
+            [inner.compression[i] for i in kept.batch.tolist()])
+
+
+def _put_rmq(columns: MessageColumns, buf: memoryview, headers: RecordHeaders, inner: _InnerBatches,
+             kept: _Kept) -> None:
+    """Decompress the payloads into one buffer and scan all their entries at once."""
     try:
-        payload = decompress(buf[batch.body], batch.compression)
-        if batch.codec == "rmq":
-            entries = rmq.scan(payload)
-            _check_count(len(entries), batch)
-            rmq.put_entries(columns, rows, payload, entries, first, first + rows.stop - rows.start)
-        else:
-            decoded = arrow.decode(payload)
-            _check_count(decoded.num_rows, batch)
-            columns.put_columns(rows, decoded.slice(first, rows.stop - rows.start))
-    except RecordFormatError:
-        raise
-    except ValueError as err:
-        raise RecordFormatError(f"{batch.where}, an inner batch ({batch.codec}, {batch.compression.name.lower()}): "
-                                f"{err}") from None
-    if batch.tags is not None:
-        columns.fallback_tags.put_constant(rows, batch.tags)
+        joined, offsets = decompress_all(*_payloads(buf, headers, inner, kept))
+        entries = rmq.scan_payloads(joined, offsets[:-1], offsets[1:])
+    except (PayloadError, rmq.BatchFormatError) as err:
+        index = err.index if isinstance(err, PayloadError) else err.payload
+        raise _payload_error(err, int(kept.batch[index]), inner, headers) from None
+    _check_counts(np.diff(entries.first), kept, inner, headers)
+    taken = _ranges(entries.first[:-1] + kept.first, kept.rows)
+    rmq.put_entries(columns, kept.out_rows(), joined, entries, taken)
 
 
-def _check_count(found: int, batch: _InnerBatch) -> None:
-    if found != batch.count:
-        raise RecordFormatError(f"{batch.where}: the inner batch holds {found} messages but its INNER_NUM says "
-                                f"{batch.count}")
+def _put_arrow(columns: MessageColumns, buf: memoryview, headers: RecordHeaders, inner: _InnerBatches,
+               kept: _Kept) -> None:
+    """Read each payload's record batch; the columns concatenate them all at once."""
+    try:
+        batches = arrow.decode_payloads(decompress_each(*_payloads(buf, headers, inner, kept)))
+    except (PayloadError, arrow.ArrowPayloadError) as err:
+        index = err.index if isinstance(err, PayloadError) else err.payload
+        raise _payload_error(err, int(kept.batch[index]), inner, headers) from None
+    _check_counts(np.array([batch.num_rows for batch in batches], dtype=np.int64), kept, inner, headers)
+    cut = np.flatnonzero((kept.first > 0) | (kept.rows < inner.count[kept.batch]))
+    for i in cut.tolist():  # at most the first and the last batch of a range
+        batches[i] = batches[i].slice(int(kept.first[i]), int(kept.rows[i]))
+    columns.put_columns(kept.out_rows(), pa.Table.from_batches(batches, schema=BATCH_SCHEMA))
+
+
+def _put_fallback_tags(columns: MessageColumns, inner: _InnerBatches, kept: _Kept) -> None:
+    """A record's TAGS, for its inner messages without tags of their own."""
+    def fill(column: RangeColumn) -> None:
+        for batch, row_start, rows in zip(kept.batch.tolist(), kept.row_start.tolist(), kept.rows.tolist()):
+            if inner.tags[batch] is not None:
+                column.put_constant(slice(row_start, row_start + rows), inner.tags[batch].encode())
+    columns.put_fallback_tags(fill)
+
+
+def _check_counts(found: np.ndarray, kept: _Kept, inner: _InnerBatches, headers: RecordHeaders) -> None:
+    bad = found != inner.count[kept.batch]
+    if bad.any():
+        i = int(np.argmax(bad))
+        batch = int(kept.batch[i])
+        raise RecordFormatError(f"{inner.where(batch, headers)}: the inner batch holds {found[i]} messages but its "
+                                f"INNER_NUM says {inner.count[batch]}")
+
+
+def _payload_error(err: ValueError, batch: int, inner: _InnerBatches, headers: RecordHeaders) -> RecordFormatError:
+    codec = "arrow" if inner.arrow[batch] else "rmq"
+    return RecordFormatError(f"{inner.where(batch, headers)}, an inner batch ({codec}, "
+                             f"{inner.compression[batch].name.lower()}): {err}")
 
 
 def _topics(buf: memoryview, headers: RecordHeaders, record_rows: np.ndarray, nrows: int) -> pa.Array:
