@@ -17,3 +17,4 @@ _names = iter(range(1_000_000))
 def topic_name():
     """A fresh topic name for each test."""
     return f"t{next(_names)}"
+

@@ -1,4 +1,5 @@
 import pytest
+from sdk_helpers import wait_indexed
 
 from rmq_spark import (
     Admin, BrokerUnavailableError, ConfigError, Message, Producer, QueueType, TopicConflictError,
@@ -43,6 +44,8 @@ def test_offsets_of_many_topics_and_by_time(admin, endpoint, topic_name):
     with Producer(endpoint) as producer:
         first = producer.send_batch([Message(a, b"m", queue_id=1)] * 5)
         producer.send(Message(b, b"m", queue_id=2))
+    wait_indexed(endpoint, a, 5)
+    wait_indexed(endpoint, b, 1)
     offsets = admin.offsets([a, b])
     assert [(q.queue_id, q.max_offset) for q in offsets[a]] == [(0, 0), (1, 5)]
     assert [(q.queue_id, q.max_offset) for q in offsets[b]] == [(0, 0), (1, 0), (2, 1)]
@@ -63,6 +66,7 @@ def test_broker_stats(admin, endpoint, topic_name):
     admin.create_topic(topic_name, 1)
     with Producer(endpoint) as producer:
         producer.send(Message(topic_name, b"x" * 100))
+    wait_indexed(endpoint, topic_name, 1)
     stats = admin.broker_stats()
     assert stats.topics >= 1 and stats.messages_put >= 1
     assert stats.commitlog_max_offset >= stats.dispatched_offset > 0

@@ -2,6 +2,8 @@
 
 import json
 
+from sdk_helpers import wait_indexed
+
 from rmq_spark import Message, Producer
 from rmq_spark.client.cli import main
 
@@ -20,6 +22,7 @@ def test_topic_commands(capsys, endpoint, topic_name):
     assert any(line.split() == [topic_name, "3", "SimpleCQ"] for line in out.splitlines())
     with Producer(endpoint) as producer:
         producer.send_batch([Message(topic_name, b"m", queue_id=2)] * 4)
+    wait_indexed(endpoint, topic_name, 4)
     code, out, _ = run(capsys, endpoint, "--json", "topic", "describe", topic_name)
     assert json.loads(out)[2] == {"queue_id": 2, "min_offset": 0, "max_offset": 4, "messages": 4}
     code, out, _ = run(capsys, endpoint, "topic", "delete", topic_name)
@@ -30,6 +33,7 @@ def test_group_offsets_show_lag(capsys, endpoint, topic_name):
     run(capsys, endpoint, "topic", "create", topic_name, "--queues", "1")
     with Producer(endpoint) as producer:
         producer.send_batch([Message(topic_name, b"m")] * 10)
+    wait_indexed(endpoint, topic_name, 10)
     from rmq_spark import Admin
 
     with Admin(endpoint) as admin:

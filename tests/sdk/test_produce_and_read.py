@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 import broker_sim
+from sdk_helpers import wait_indexed
 from rmq_spark import (
     Admin, ClosedError, ConfigError, Message, MessageTooLargeError, OffsetRange, Producer, QueueNotFoundError,
     RangeReader, TopicNotFoundError,
@@ -35,6 +36,7 @@ def test_batches_round_trip(endpoint, topic_name, queue_type, codec, compression
     batches = [make_messages(topic_name, n, start, queue_id=1) for start, n in [(0, 7), (7, 1), (8, 30)]]
     with Producer(endpoint, codec=codec, compression=compression) as producer:
         results = [producer.send_batch(batch) for batch in batches]
+    wait_indexed(endpoint, topic_name, 38)
     assert [[r.queue_offset for r in rs] for rs in results] == [list(range(0, 7)), [7], list(range(8, 38))]
     assert all(r.queue_id == 1 and r.message_id for rs in results for r in rs)
     messages = [m for batch in batches for m in batch]
@@ -55,6 +57,7 @@ def test_many_ranges_in_one_call_and_a_small_budget(endpoint, topic_name):
         for queue_id in range(8):
             for start in range(0, 100, 10):
                 producer.send_batch(make_messages(topic_name, 10, start, queue_id))
+    wait_indexed(endpoint, topic_name, 800)
     ranges = [OffsetRange(topic_name, q, q, 100 - q) for q in range(8)]
     with RangeReader(endpoint, max_bytes_per_fetch=3000) as reader:  # a few records a call
         table = reader.read_table(ranges)
@@ -89,6 +92,7 @@ def test_tag_filter(endpoint, topic_name):
         producer.send_batch(make_messages(topic_name, 3, 0, tags="A"))
         producer.send_batch(make_messages(topic_name, 3, 3, tags="B"))
         producer.send_batch(make_messages(topic_name, 3, 6, tags="C"))
+    wait_indexed(endpoint, topic_name, 9)
     with RangeReader(endpoint, tag_filter="A || C") as reader:
         table = reader.read_table([OffsetRange(topic_name, 0, 0)])
     assert table.column("queue_offset").to_pylist() == [0, 1, 2, 6, 7, 8]
