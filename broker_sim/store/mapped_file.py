@@ -162,11 +162,6 @@ class MappedFileQueue:
     def min_offset(self) -> int:
         return self.files[0].start if self.files else 0
 
-    @property
-    def end_offset(self) -> int:
-        """The end of the last file: where a new file would start."""
-        return self.files[-1].end if self.files else 0
-
     def last(self) -> MappedFile | None:
         return self.files[-1] if self.files else None
 

@@ -262,6 +262,8 @@ class MessageStore:
         A record is returned whole: an inner batch may hold offsets before ``start`` or from
         ``end`` on, and its reader cuts them.
         """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
         if start < 0 or (end is not None and end <= start) or max_bytes <= 0:
             raise ValueError(f"bad read range start={start} end={end} max_bytes={max_bytes}: need "
                              "0 <= start < end and max_bytes > 0")

@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from broker_sim.store import CreateStatus, MessageStore, PutStatus, QueueType, UnknownTopicError, decode_record
+from broker_sim.store import (
+    CreateStatus, MessageStore, PutStatus, QueueType, StoreClosedError, UnknownTopicError, decode_record,
+)
 from broker_sim.store import format as fmt
 
 
@@ -137,4 +139,6 @@ def test_a_closed_store_refuses_puts(tmp_path):
     store.create_topic("t", 1)
     store.close()
     assert store.put_message("t", 0, b"x").status is PutStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(StoreClosedError, match="closed"):
+        store.get_messages("t", 0, 0)
     store.close()  # twice is harmless
