@@ -87,6 +87,7 @@ def encode_messages(messages, codec: "Codec | str", compression: "Compression | 
     ``body`` is bytes (or str, encoded UTF-8); ``properties`` a dict of strings or None;
     ``keys``, ``tags`` str or None; ``born_timestamp_ms`` int or None.
     """
+    codec, compression = Codec.parse(codec), Compression.parse(compression)
     bodies, properties, keys, tags, born = [], [], [], [], []
     for index, message in enumerate(messages):
         try:
@@ -94,11 +95,15 @@ def encode_messages(messages, codec: "Codec | str", compression: "Compression | 
         except (TypeError, ValueError):
             raise ValueError(f"message {index}: expected (body, properties, keys, tags, born_timestamp_ms), "
                              f"got {message!r:.80}") from None
+        if not isinstance(body, (bytes, bytearray, memoryview, str)):
+            raise ValueError(f"message {index}: the body must be bytes or str, got {type(body).__name__}")
         bodies.append(body.encode() if isinstance(body, str) else body)
         properties.append(list(props.items()) if props else [])
         keys.append(key)
         tags.append(tag)
         born.append(born_ms)
+    if codec is Codec.RMQ:  # rmq carries no born timestamp
+        return compress(rmq.encode_rows(zip(bodies, properties, keys, tags)), compression)
     table = pa.RecordBatch.from_arrays([
         pa.array(bodies, pa.binary()), pa.array(keys, pa.string()), pa.array(tags, pa.string()),
         pa.array(properties, PROPERTIES_TYPE), pa.array(born, pa.int64()),

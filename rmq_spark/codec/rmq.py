@@ -10,6 +10,7 @@ born timestamp: the stored record's applies to every message.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,8 @@ import pyarrow.compute as pc
 from ._bytes import ChainError, chains_entry_starts, entry_starts, read_at
 from ._messages import MessageColumns
 from .columns import BATCH_SCHEMA
-from .properties import encode_property_column
+from .properties import (MAX_PROPERTIES_BYTES, PROPERTY_KEYS, PROPERTY_TAGS, SYSTEM_PROPERTIES,
+                         encode_property_column)
 
 HEADER_BYTES = 20  # TOTALSIZE .. BODYLEN
 FIXED_BYTES = HEADER_BYTES + 2  # + PROPLEN
@@ -34,6 +36,51 @@ class BatchFormatError(ValueError):
     def __init__(self, message: str, payload: int = 0):
         super().__init__(message)
         self.payload = payload
+
+
+_ENTRY = struct.Struct(">iiiii")
+_PROPLEN = struct.Struct(">h")
+
+
+def encode_rows(rows) -> bytes:
+    """The MessageBatch payload of ``(body, properties, keys, tags)`` Python values (properties
+    as (name, value) pairs), uncompressed.
+
+    The producer's path: its messages are Python objects already, and for a batch of tens of
+    them joining bytes is several times cheaper than building Arrow columns first. Properties
+    are written and checked as ``encode_property_column`` writes and checks them.
+    """
+    parts = []
+    for index, (body, properties, keys, tags) in enumerate(rows):
+        props = _encode_row_properties(index, properties, keys, tags)
+        parts += [_ENTRY.pack(FIXED_BYTES + len(body) + len(props), 0, 0, 0, len(body)), body,
+                  _PROPLEN.pack(len(props)), props]
+    return b"".join(parts)
+
+
+def _encode_row_properties(index: int, properties, keys, tags) -> bytes:
+    entries = [(PROPERTY_TAGS, tags, "tags"), (PROPERTY_KEYS, keys, "keys")]
+    for name, value in properties or ():
+        if not name or name in SYSTEM_PROPERTIES:
+            raise ValueError(f"message {index}: property name {name!r}: use a non-empty name other than the "
+                             f"system names ({', '.join(sorted(SYSTEM_PROPERTIES))})")
+        if value is None:
+            raise ValueError(f"message {index}: property {name!r} is null; rocketmq properties carry strings only")
+        entries += [(name, value, "property values")]
+    out = []
+    for name, value, what in entries:
+        if value is None:
+            continue
+        for text, kind in ((name, "property names"), (value, what)):
+            if "\x01" in text or "\x02" in text:
+                raise ValueError(f"message {index}: {kind} {text!r} contains \\x01 or \\x02, the property "
+                                 "separators")
+        out.append(f"{name}\x01{value}\x02")
+    encoded = "".join(out).encode()
+    if len(encoded) > MAX_PROPERTIES_BYTES:
+        raise ValueError(f"message {index}: properties take {len(encoded)} bytes encoded; the limit is "
+                         f"{MAX_PROPERTIES_BYTES}")
+    return encoded
 
 
 def encode(batch: pa.RecordBatch) -> pa.Buffer:

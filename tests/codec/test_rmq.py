@@ -5,6 +5,7 @@ import os
 import random
 import struct
 
+import pyarrow as pa
 import pytest
 
 from codec_layout import message_batch, properties
@@ -136,3 +137,33 @@ def test_the_row_of_a_refused_property_is_named():
     with pytest.raises(ValueError, match="message 2"):
         encode_messages([(b"", {"a": "1"}, None, None, None)] * 2 + [(b"", {"a": "\x02"}, None, None, None)],
                         "rmq", "none")
+
+
+def test_the_producer_path_writes_what_the_column_path_writes():
+    """encode_messages (rows joined in Python) and encode_batch (Arrow columns) agree byte for byte."""
+    from rmq_spark.codec import Codec, Compression, encode_batch, encode_messages
+    from rmq_spark.codec.columns import BATCH_SCHEMA, PROPERTIES_TYPE
+
+    rows = [(b"a", {"x": "1", "y": ""}, "k1 k2", "TagA", None), (b"", None, None, None, None),
+            ("ü body", {"z": "é"}, None, "T", 5)]
+    table = pa.RecordBatch.from_arrays([
+        pa.array([r[0].encode() if isinstance(r[0], str) else r[0] for r in rows], pa.binary()),
+        pa.array([r[2] for r in rows], pa.string()), pa.array([r[3] for r in rows], pa.string()),
+        pa.array([list((r[1] or {}).items()) for r in rows], PROPERTIES_TYPE),
+        pa.array([r[4] for r in rows], pa.int64())], schema=BATCH_SCHEMA)
+    assert encode_messages(rows, Codec.RMQ, Compression.NONE) == encode_batch(table, Codec.RMQ, Compression.NONE)
+
+
+@pytest.mark.parametrize("row, expected", [
+    ((b"a", {"TAGS": "x"}, None, None, None), "system names"),
+    ((b"a", {"": "x"}, None, None, None), "non-empty name"),
+    ((b"a", {"n": None}, None, None, None), "is null"),
+    ((b"a", {"n\x01": "v"}, None, None, None), "separators"),
+    ((b"a", None, "k\x02", None, None), "separators"),
+    ((b"a", {"n": "v" * 40000}, None, None, None), "32767"),
+])
+def test_the_producer_path_refuses_what_rocketmq_cannot_carry(row, expected):
+    from rmq_spark.codec import Codec, Compression, encode_messages
+
+    with pytest.raises(ValueError, match=expected):
+        encode_messages([(b"ok", None, None, None, None), row], Codec.RMQ, Compression.NONE)
