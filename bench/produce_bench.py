@@ -1,0 +1,105 @@
+"""Produce benchmark (issue 6): 1 KB messages into a BatchCQ topic, broker in its own process.
+
+Rows, as the seed's OpenMessaging run (4 producer threads, 100 queues): single-message sends
+(AutoBatch off: the baseline), send_batch by hand (batches of 32), AutoBatch through
+send_async, and AutoBatch through blocking send from 64 threads; AutoBatch again at 10,000
+queues. msgs/s over the whole run (flush included) and the per-message send latency (from the
+call to its result) at p50 / p99.
+
+    python bench/produce_bench.py [--messages 200000] [--single-messages 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import report  # noqa: E402
+from bench.broker_process import broker_process, peak_rss_bytes  # noqa: E402
+from rmq_spark import Admin, Message, Producer  # noqa: E402
+
+BODY = os.urandom(1024)
+BATCH = 32
+
+
+def run(endpoint: str, topic: str, mode: str, threads: int, messages: int) -> dict:
+    """Send ``messages`` from ``threads`` threads; returns msgs/s and latency percentiles (ms)."""
+    per_thread = messages // threads
+    latencies = np.zeros(per_thread * threads)
+    producer = Producer(endpoint, auto_batch=mode != "single")
+
+    def work(index: int) -> None:
+        at = index * per_thread
+        if mode == "batch":
+            for i in range(0, per_thread, BATCH):
+                started = time.perf_counter()
+                producer.send_batch([Message(topic, BODY, keys=f"k{index}")] * BATCH)
+                latencies[at + i : at + i + BATCH] = time.perf_counter() - started
+            return
+        for i in range(per_thread):
+            message = Message(topic, BODY, keys=f"k{index}-{i % 100}")
+            started = time.perf_counter()
+            if mode == "async":
+                def done(result, error, slot=at + i, started=started):
+                    latencies[slot] = time.perf_counter() - started
+                producer.send_async(message, callback=done)
+            else:  # "single" and "sync": blocking sends
+                producer.send(message)
+                latencies[at + i] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    producer.flush()
+    elapsed = time.perf_counter() - started
+    producer.close()
+    sent = per_thread * threads
+    return {"msgs/s": sent / elapsed, "p50 ms": float(np.percentile(latencies, 50)) * 1000,
+            "p99 ms": float(np.percentile(latencies, 99)) * 1000, "messages": sent}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per batched row")
+    parser.add_argument("--single-messages", type=int, default=4_000, help="messages of the single-send row")
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rmq-produce-bench-") as data_dir:
+        with broker_process(Path(data_dir)) as (endpoint, process):
+            with Admin(endpoint) as admin:
+                admin.create_topic("q100", 100, "BatchCQ")
+                admin.create_topic("q10000", 10_000, "BatchCQ")
+            plan = [("single sends (baseline)", "single", 4, "q100", args.single_messages),
+                    ("send_batch of 32 by hand", "batch", 4, "q100", args.messages),
+                    ("AutoBatch, send_async", "async", 4, "q100", args.messages),
+                    ("AutoBatch, blocking send", "sync", 64, "q100", args.messages // 4),
+                    ("AutoBatch, send_async", "async", 4, "q10000", args.messages)]
+            for label, mode, threads, topic, messages in plan:
+                print(f"{label}, {threads} threads, {topic}: {messages:,} messages ...", flush=True)
+                rows.append({"row": label, "threads": threads, "queues": int(topic[1:]),
+                             **run(endpoint, topic, mode, threads, messages)})
+            peak = peak_rss_bytes(process.pid) / (1 << 20)
+    single = rows[0]["msgs/s"]
+    auto = rows[2]["msgs/s"]
+    notes = [f"AutoBatch send_async: {auto / single:.0f}x single sends (target 50x); {auto:,.0f} msgs/s "
+             f"({'meets' if auto >= 300_000 else 'MISSES'} the 300,000 target)",
+             f"10,000 queues at {rows[4]['msgs/s'] / auto:.0%} of 100 queues",
+             f"broker peak RSS {peak:,.0f} MiB"]
+    report.write("produce", rows, ["row", "threads", "queues", "messages", "msgs/s", "p50 ms", "p99 ms"], notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
