@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .errors import ConfigError
+
 
 class QueueType(str, enum.Enum):
     """How a topic is indexed, fixed at creation: a unit per batch, or a unit per message."""
@@ -17,8 +19,6 @@ class QueueType(str, enum.Enum):
         for member in cls:
             if value == member or str(value).lower() == member.value.lower():
                 return member
-        from .errors import ConfigError
-
         raise ConfigError(f"unknown queue type {value!r}; use BatchCQ or SimpleCQ")
 
 

@@ -211,15 +211,18 @@ class MessageStore:
         topic = config.name
         topic_len = len(topic.encode())
         for index, record in enumerate(records):
-            props_len = len(record.properties) + fmt.CRC_RESERVED_BYTES + _INNER_BASE_RESERVED
+            # The log adds INNER_BASE to inner batches and the CRC property to every record.
+            store_own = _INNER_BASE_RESERVED if record.sys_flag & fmt.SysFlag.INNER_BATCH else 0
+            props_len = len(record.properties) + fmt.CRC_RESERVED_BYTES + store_own
             if props_len > fmt.MAX_PROPERTIES_BYTES:
                 return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED,
                                  f"message {index}: properties take {props_len} bytes with the store's own; "
                                  f"the limit is {fmt.MAX_PROPERTIES_BYTES}")
-            total = fmt.record_size(len(record.body), topic_len, len(record.properties) + _INNER_BASE_RESERVED)
+            total = fmt.record_size(len(record.body), topic_len, len(record.properties) + store_own)
             if not self.commitlog.record_fits_segment(total):
-                return PutResult(PutStatus.MESSAGE_TOO_LARGE, f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
-                                f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
+                return PutResult(PutStatus.MESSAGE_TOO_LARGE,
+                                 f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
+                                 f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
         appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)

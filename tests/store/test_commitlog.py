@@ -96,6 +96,16 @@ def test_properties_over_32767_bytes_are_refused(store):
     assert result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED and "32767" in result.detail
 
 
+def test_a_single_message_may_use_every_property_byte_the_store_does_not(tmp_path):
+    """Only the CRC property is the store's on a single message (INNER_BASE is an inner batch's)."""
+    with MessageStore(tmp_path, StoreConfig(segment_bytes=1 << 20)) as store:
+        store.create_topic("t", 1)
+        room = fmt.MAX_PROPERTIES_BYTES - fmt.CRC_RESERVED_BYTES - len("big\x01\x02")
+        assert store.put_message("t", 0, b"x", properties={"big": "v" * room}).ok
+        too_big = store.put_message("t", 0, b"x", properties={"big": "v" * (room + 1)})
+        assert too_big.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
+
+
 @pytest.mark.parametrize("mode", [FlushMode.SYNC, FlushMode.ASYNC])
 def test_flush_modes(tmp_path, mode):
     config = StoreConfig(segment_bytes=64 * 1024, flush_mode=mode, flush_interval_ms=10)
