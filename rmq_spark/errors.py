@@ -78,6 +78,12 @@ class BufferFullError(RmqError):
     retriable = True
 
 
+class SendInProgressError(RmqError):
+    """An earlier attempt of this idempotent send is still being stored; retrying gets its answer."""
+
+    retriable = True
+
+
 class BrokerError(RmqError):
     """Any other broker failure."""
 
@@ -94,6 +100,7 @@ _BY_REASON = {
     "WRONG_QUEUE_TYPE": WrongQueueTypeError,
     "BAD_OFFSET_RANGE": OffsetOutOfRangeError,
     "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
+    "SEND_IN_PROGRESS": SendInProgressError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.
 _BY_CODE = {

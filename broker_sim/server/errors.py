@@ -34,6 +34,8 @@ BAD_OFFSET_RANGE           INVALID_ARGUMENT     an offset or range that cannot b
                                                 answers them with a RangeStatus
 SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
                                                 retry against a running broker
+SEND_IN_PROGRESS           ABORTED              an idempotent send whose earlier attempt is
+                                                still being stored: retry to get its answer
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================
@@ -68,6 +70,7 @@ class Reason(str, enum.Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     BAD_OFFSET_RANGE = "BAD_OFFSET_RANGE"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     INTERNAL = "INTERNAL"
 
 
@@ -82,6 +85,7 @@ CODES = {
     Reason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.BAD_OFFSET_RANGE: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -93,6 +97,7 @@ _PUT_REASONS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: Reason.PROPERTIES_SIZE_EXCEEDED,
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
+    PutStatus.SEND_IN_PROGRESS: Reason.SEND_IN_PROGRESS,
 }
 
 STOPPING = "the broker is stopping; retry against a running broker"
