@@ -43,10 +43,7 @@ class RecordAccumulator:
         with self._lock:  # the condition's lock; the condition only when there is no room
             if self._held_bytes + size > self._limit(size) and not self._room.wait_for(
                     lambda: self._held_bytes + size <= self._limit(size), timeout_s):
-                raise BufferFullError(
-                    f"{self._held_bytes:,} bytes are waiting to be sent (total_batch_max_bytes="
-                    f"{self.config.total_batch_max_bytes:,}) and no room came within {timeout_s:.1f} s: "
-                    "the broker is slower than the senders; send less, or raise total_batch_max_bytes")
+                raise self._full(timeout_s)
             self._held_bytes += size
             batch = self._open.get(key)
             if batch is None:
@@ -80,6 +77,17 @@ class RecordAccumulator:
             self._in_flight += len(batches)
             return batches
 
+    def hold(self, batch: ProducerBatch, timeout_s: float) -> None:
+        """Count a batch made elsewhere (from columns) as held and in flight, once there is
+        room for it; ``release`` frees it as any other."""
+        size = batch.body_bytes
+        with self._lock:
+            if self._held_bytes + size > self._limit(size) and not self._room.wait_for(
+                    lambda: self._held_bytes + size <= self._limit(size), timeout_s):
+                raise self._full(timeout_s)
+            self._held_bytes += size
+            self._in_flight += 1
+
     def release(self, batch: ProducerBatch) -> None:
         """A drained batch was answered: its bytes are free."""
         with self._room:
@@ -91,6 +99,12 @@ class RecordAccumulator:
         """Wait until nothing is held: no open or ready batch, every drained one answered."""
         with self._room:
             return self._room.wait_for(lambda: not (self._open or self._ready or self._in_flight), timeout_s)
+
+    def _full(self, timeout_s: float) -> BufferFullError:
+        return BufferFullError(
+            f"{self._held_bytes:,} bytes are waiting to be sent (total_batch_max_bytes="
+            f"{self.config.total_batch_max_bytes:,}) and no room came within {timeout_s:.1f} s: "
+            "the broker is slower than the senders; send less, or raise total_batch_max_bytes")
 
     def _limit(self, size: int) -> int:
         # A message larger than the whole bound may go when nothing else is held.

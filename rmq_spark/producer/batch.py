@@ -26,13 +26,14 @@ class BatchKey(NamedTuple):
 class ProducerBatch:
     """Messages of one key that go out together, and their shared answer.
 
-    ``alone``: one message sent as a single message (not as a batch of one). ``sequence`` is
+    ``alone``: one message sent as a single message (not as a batch of one). ``encoded``:
+    a payload made from columns, sent as it is (``messages`` is then empty). ``sequence`` is
     the producer's stamp, given when the batch is first encoded; retries reuse it, so the
     broker stores the batch once.
     """
 
-    __slots__ = ("key", "created_ms", "messages", "body_bytes", "alone", "sequence", "response", "error",
-                 "_finished", "_callbacks", "_lock")
+    __slots__ = ("key", "created_ms", "messages", "body_bytes", "alone", "encoded", "sequence", "response",
+                 "error", "_finished", "_callbacks", "_lock")
 
     def __init__(self, key: BatchKey, created_ms: float = 0.0, alone: bool = False):
         self.key = key
@@ -40,6 +41,7 @@ class ProducerBatch:
         self.messages: list[Message] = []
         self.body_bytes = 0
         self.alone = alone
+        self.encoded = None  # (payload, count, codec, compression): rows encoded by columns.py
         self.sequence = -1
         self.response = None  # the broker's SendResponse
         self.error: BaseException | None = None

@@ -12,6 +12,7 @@ from ..errors import ClosedError, ConfigError, RequestTimeoutError
 from ..structs import Message, SendResult
 from .accumulator import RecordAccumulator
 from .batch import BatchKey, ProducerBatch, SendFuture
+from .columns import ArrowSend, as_record_batch, batch_columns, plan_batches, queue_id_column, split_by_topic
 from .config import ProducerConfig
 from .routing import Router
 from .sender import BatchTimer, Sender
@@ -134,6 +135,47 @@ class Producer:
         if not batch.wait(self._answer_timeout_s):
             raise RequestTimeoutError(f"no answer for the batch within {self._answer_timeout_s:.0f} s")
         return batch.results()
+
+    def send_arrow(self, columns, topic: str | None = None) -> ArrowSend:
+        """Send the rows of an Arrow record batch or table without a Python object per row;
+        returns an ``ArrowSend`` whose ``wait()`` gives the rows stored or raises.
+
+        Columns: ``body`` (binary or string, required), and optionally ``topic`` (string; rows
+        without one go to ``topic``), ``tags``, ``keys`` (strings), ``properties``
+        (map<string, string>), ``queue_id`` (integer; otherwise the queue selector chooses,
+        hashing keys, or taking the queues in turn a batch at a time), ``born_timestamp``.
+        Rows are grouped by (topic, queue, tag) and cut into batches of about
+        ``batch_max_bytes``, each encoded once with the producer's codec and compression
+        (an early batch on a SimpleCQ topic), and sent many per call.
+        """
+        self._check_open()
+        record_batch = as_record_batch(columns)
+        planned = []
+        for name, rows in split_by_topic(record_batch, topic):
+            route = self._router.topic(name)
+            planned += plan_batches(batch_columns(rows), route, by_keys=self._router.by_keys,
+                                    first_turn=self._router.next_turn(), batch_max_bytes=self.config.batch_max_bytes,
+                                    codec=self._sender.codec, compression=self._sender.compression,
+                                    queue_ids=queue_id_column(rows))
+        chunk, chunk_bytes = [], 0
+        for index, batch in enumerate(planned):
+            if chunk and chunk_bytes + batch.body_bytes > self.config.request_max_bytes:
+                self._sender.send(chunk, self._accumulator.release)
+                chunk, chunk_bytes = [], 0
+            try:
+                self._accumulator.hold(batch, self.config.send_timeout_ms / 1000)
+            except BaseException as error:  # no room: what was not sent fails, and is not held
+                for unsent in chunk:
+                    unsent.fail(error)
+                    self._accumulator.release(unsent)
+                for unsent in planned[index:]:
+                    unsent.fail(error)
+                raise
+            chunk.append(batch)
+            chunk_bytes += batch.body_bytes
+        if chunk:
+            self._sender.send(chunk, self._accumulator.release)
+        return ArrowSend(planned, record_batch.num_rows)
 
     def flush(self) -> None:
         """Send every batch held now and wait until all sent batches are answered."""

@@ -142,6 +142,8 @@ class Sender:
         topic, queue_id = batch.key.topic, batch.key.queue_id
         request = pb.SendRequest(topic=topic, queue_id=queue_id, producer_id=self.producer_id,
                                  sequence=batch.sequence)
+        if batch.encoded is not None:
+            return self._encoded_request(request, batch)
         messages = batch.messages
         if batch.alone:
             message = messages[0]
@@ -158,6 +160,17 @@ class Sender:
         else:  # the broker unpacks an early batch: RocketMQ's encoding, uncompressed
             request.early_batch.CopyFrom(pb.EarlyBatch(
                 payload=encode_messages(rows, Codec.RMQ, Compression.NONE), count=len(messages)))
+        return request
+
+
+    def _encoded_request(self, request: pb.SendRequest, batch: ProducerBatch) -> pb.SendRequest:
+        payload, count, codec, compression = batch.encoded
+        if self.router.topic(batch.key.topic).queue_type is QueueType.BATCH_CQ:
+            request.inner_batch.CopyFrom(pb.InnerBatch(payload=payload, count=count, codec=PB_CODECS[codec],
+                                                       compression=PB_COMPRESSIONS[compression],
+                                                       tags=batch.key.tags or ""))
+        else:
+            request.early_batch.CopyFrom(pb.EarlyBatch(payload=payload, count=count))
         return request
 
 
