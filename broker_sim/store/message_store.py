@@ -23,7 +23,8 @@ from typing import Callable
 from . import format as fmt
 from .checkpoint import Checkpoint, load_queue_table, save_queue_table
 from .commitlog import CommitLog, PendingRecord, wall_clock_ms
-from .config import FlushMode, StoreConfig
+from .concurrent_dispatcher import ConcurrentDispatcher
+from .config import DispatchMode, FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
@@ -60,7 +61,7 @@ class MessageStore:
         try:
             self._open()
         except BaseException:
-            for part in ("queues", "commitlog"):
+            for part in ("dispatcher", "queues", "commitlog"):
                 if hasattr(self, part):
                     getattr(self, part).close()
             os.close(self._lock_fd)
@@ -75,7 +76,7 @@ class MessageStore:
         self.queues = ConsumeQueueTable(self.data_dir, self.config)
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
-        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
+        self.dispatcher = self._make_dispatcher(limit)
         self.producers = ProducerState()
         abort = self.data_dir / "abort"
         self.recovery: RecoveryReport = recover(
@@ -92,6 +93,14 @@ class MessageStore:
         self._stop_flusher = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, name="rmq-flusher", daemon=True)
         self._flusher.start()
+
+    def _make_dispatcher(self, limit: Callable[[], int]) -> Dispatcher:
+        config = self.config
+        if config.dispatch_mode is DispatchMode.CONCURRENT:
+            return ConcurrentDispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched,
+                                        workers=config.dispatch_workers, pool=config.dispatch_pool,
+                                        chunk_bytes=config.dispatch_chunk_bytes, ring_slots=config.dispatch_ring_slots)
+        return Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
 
     @property
     def _sync(self) -> bool:
@@ -368,6 +377,20 @@ class MessageStore:
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.max_offset(topic, queue_id) > offset, timeout_s)
 
+    def dispatch_lag(self) -> tuple[int, int]:
+        """How far the indexes are behind the commitlog's end, as (bytes, ms): the bytes
+        appended but not indexed yet, and how long ago the oldest of them was stored (0, 0
+        when everything is indexed). Consumers see a message only once it is indexed."""
+        indexed, end = self.dispatcher.position, self.commitlog.max_offset
+        if indexed >= end:
+            return 0, 0
+        segment = self.commitlog.segment_at(indexed)
+        at = indexed - segment.start
+        if fmt.BLANK.unpack_from(segment.map, at)[1] == fmt.BLANK_MAGIC:  # the next record opens the next segment
+            segment, at = self.commitlog.segment_at(segment.end), 0
+        store_ts = fmt.HEADER.unpack_from(segment.map, at)[10]  # STORETIMESTAMP
+        return end - indexed, max(0, self.now_ms() - store_ts)
+
     def wait_dispatched(self, timeout_s: float) -> bool:
         """Wait until every record appended so far is indexed; False on timeout."""
         target = self.commitlog.max_offset
@@ -439,6 +462,7 @@ class MessageStore:
         self.dispatcher.stop()
         self.commitlog.flush()
         self.dispatcher.dispatch()
+        self.dispatcher.close()
         self._flush_indexes(thorough=True)
         self.queues.close()
         self.commitlog.close()
