@@ -106,3 +106,4 @@ class BrokerStats:
     resident_memory_bytes: int
     data_dir: str
     flush_mode: str
+    dispatch_lag_ms: int = 0  # age of the oldest record not indexed yet (0: everything is indexed)

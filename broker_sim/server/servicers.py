@@ -194,11 +194,12 @@ class AdminServicer(pb_grpc.AdminServicer):
             topics = store.topics.all()
             log_max = store.commitlog.max_offset
             dispatched = store.dispatcher.position
+            lag_bytes, lag_ms = store.dispatch_lag()
             return pb.BrokerStatsResponse(
                 topics=len(topics), queues=sum(t.queue_count for t in topics),
                 commitlog_min_offset=store.commitlog.min_offset, commitlog_max_offset=log_max,
                 commitlog_flushed_offset=store.commitlog.flushed_offset, dispatched_offset=dispatched,
-                dispatch_lag_bytes=max(0, log_max - dispatched), messages_put=self._s.counters.messages_put,
+                dispatch_lag_bytes=lag_bytes, dispatch_lag_ms=lag_ms, messages_put=self._s.counters.messages_put,
                 messages_read=self._s.counters.messages_read, resident_memory_bytes=_resident_bytes(),
                 data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value)
 

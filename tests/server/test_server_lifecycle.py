@@ -222,6 +222,23 @@ def test_cli_restart_between_write_and_read(tmp_path, processes, signum):
     assert not (data / "abort").exists()
 
 
+def test_cli_concurrent_dispatch_then_serial_after_a_restart(tmp_path, processes):
+    data = tmp_path / "data"
+    first = BrokerProcess(tmp_path, data, "--dispatch", "concurrent")
+    processes.append(first)
+    client = Client(first.wait_listening())
+    written = write_sample(client)
+    client.close()
+    assert first.stop() == 0, first.stderr()
+    assert "Traceback" not in first.stderr()
+    second = BrokerProcess(tmp_path, data, "--dispatch", "serial")
+    processes.append(second)
+    client = Client(second.wait_listening())
+    assert read_sample(client) == written
+    client.close()
+    assert second.stop() == 0
+
+
 def test_cli_data_dir_in_use(tmp_path, processes):
     data = tmp_path / "data"
     first = BrokerProcess(tmp_path, data)
@@ -251,6 +268,7 @@ def test_cli_port_in_use(tmp_path, processes):
 
 @pytest.mark.parametrize("args, expected", [
     (["--flush", "maybe"], "invalid choice: 'maybe'"),
+    (["--dispatch", "parallel"], "invalid choice: 'parallel'"),
     (["--port", "70000"], "'70000' is not a port"),
     (["--port", "x"], "'x' is not a port"),
     (["--segment-bytes", "12"], "segment_bytes=12: use at least 4096"),
