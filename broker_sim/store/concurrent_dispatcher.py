@@ -23,6 +23,7 @@ import logging
 import multiprocessing
 import os
 import threading
+from dataclasses import dataclass
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Callable
 
@@ -35,11 +36,27 @@ from .config import DispatchPool
 from .consume_queue import ConsumeQueueTable
 from .dispatcher import Dispatcher
 from .errors import StoreError
+from .mapped_file import MappedFile
 from .topics import QueueType, TopicTable
 
 log = logging.getLogger(__name__)
 
-_EMPTY = np.zeros(0, dtype=np.int64)
+# Runs of a queue at least this long are written with numpy; shorter ones unit by unit.
+_SHORTEST_VECTOR_RUN = 16
+# Chunks with fewer records are indexed record by record by the writer, as the serial mode
+# does: a trip through the pool costs about what 100 records cost that way. So a dispatcher
+# that keeps up (small chunks) costs what the serial one costs, and one that falls behind
+# (a backlog: full chunks) catches up with the pool.
+_SMALLEST_POOLED_CHUNK = 128
+
+
+@dataclass(frozen=True)
+class _InPlace:
+    """A chunk left to the writer, record by record."""
+
+    segment: MappedFile
+    positions: list
+    end: int
 
 
 class OrderlyRing:
@@ -133,15 +150,15 @@ class ConcurrentDispatcher(Dispatcher):
         where the chunk ends."""
         try:
             segment, chunk_end, positions = self._cut(start, end)
-            if len(positions) == 0:  # a BLANK marker, or nothing to parse
+            if len(positions) < _SMALLEST_POOLED_CHUNK:  # also a BLANK marker alone
                 future: Future = Future()
-                future.set_result(_empty_index(chunk_id, start, chunk_end))
+                future.set_result(_InPlace(segment, positions, chunk_end))
             elif self.pool_kind is DispatchPool.THREAD:
                 future = self._pool().submit(parse_records, segment.map, segment.start, chunk_id, start, chunk_end,
-                                             positions)
+                                             np.array(positions, dtype=np.int64))
             else:
                 task = SegmentChunk(str(segment.path), os.fstat(segment.fd).st_ino, segment.start, segment.size,
-                                    chunk_id, start, chunk_end, positions)
+                                    chunk_id, start, chunk_end, np.array(positions, dtype=np.int64))
                 future = self._pool().submit(parse_segment_chunk, task)
         except BaseException as error:  # the id is reserved: its slot must be filled
             future = Future()
@@ -170,7 +187,7 @@ class ConcurrentDispatcher(Dispatcher):
                 raise StoreError(f"record at commitlog offset {position} has length {total}: the log is damaged")
             positions.append(position)
             position += total
-        return segment, position, np.array(positions, dtype=np.int64) if positions else _EMPTY
+        return segment, position, positions
 
     def _pool(self) -> Executor:
         if self._executor is None:
@@ -188,13 +205,16 @@ class ConcurrentDispatcher(Dispatcher):
 
     # --- the writer --------------------------------------------------------------------------
 
-    def _write(self, index: ChunkIndex) -> int:
+    def _write(self, chunk: ChunkIndex | _InPlace) -> int:
         with self.lock:
-            if len(index.positions):
-                self._index(index)
-            self.position = index.end
+            if isinstance(chunk, _InPlace):
+                for position in chunk.positions:
+                    self._dispatch_record(chunk.segment, position)
+            elif len(chunk.positions):
+                self._index(chunk)
+            self.position = chunk.end
         self.on_progress()
-        return len(index.positions)
+        return len(chunk.positions)
 
     def _index(self, index: ChunkIndex) -> None:
         """Write the chunk's units, one run per queue (each queue's records in log order)."""
@@ -204,13 +224,24 @@ class ConcurrentDispatcher(Dispatcher):
         keys = (index.topic_indexes[rows].astype(np.int64) << 32) | (index.queue_ids[rows].astype(np.int64) & 0xFFFFFFFF)
         order = np.argsort(keys, kind="stable")
         rows, keys = rows[order], keys[order]
-        for run in np.split(rows, np.flatnonzero(keys[1:] != keys[:-1]) + 1):
-            if len(run) == 0:
+        columns = (index.positions, index.sizes, index.tags_codes, index.store_timestamps, index.queue_offsets,
+                   index.counts)
+        bounds = np.concatenate(([0], np.flatnonzero(keys[1:] != keys[:-1]) + 1, [len(rows)])).tolist()
+        values = None
+        for first, end in zip(bounds, bounds[1:]):
+            if first == end:
                 continue
-            topic = configs[index.topic_indexes[run[0]]]
-            queue = self.queues.get(topic.name, int(index.queue_ids[run[0]]), topic.queue_type)
-            queue.put_many(index.positions[run], index.sizes[run], index.tags_codes[run],
-                           index.store_timestamps[run], index.queue_offsets[run], index.counts[run])
+            row = int(rows[first])
+            topic = configs[index.topic_indexes[row]]
+            queue = self.queues.get(topic.name, int(index.queue_ids[row]), topic.queue_type)
+            if end - first >= _SHORTEST_VECTOR_RUN:
+                run = rows[first:end]
+                queue.put_many(*(column[run] for column in columns))
+            else:  # a few records (many queues, or big batches): numpy's overhead per call would dominate
+                if values is None:
+                    values = [column[rows].tolist() for column in columns]
+                for i in range(first, end):
+                    queue.put(*(column[i] for column in values))
 
     def _topic_config(self, index: ChunkIndex, t: int, name: bytes, keep: np.ndarray):
         """The config of the chunk's topic ``t``; clears ``keep`` of its records that are not
@@ -236,20 +267,18 @@ class ConcurrentDispatcher(Dispatcher):
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start_workers(self) -> None:
+        """Start the worker processes now rather than on the first records, and wait for them."""
         if self.pool_kind is DispatchPool.PROCESS:
             pool = self._pool()
-            for _ in range(self.workers):  # start the workers now, not on the first records
-                pool.submit(os.getpid)
+            for started in [pool.submit(os.getpid) for _ in range(self.workers)]:
+                started.result()
+
+    def start(self) -> None:
+        self.start_workers()
         super().start()
 
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
-
-
-def _empty_index(chunk_id: int, start: int, end: int) -> ChunkIndex:
-    empty32 = np.zeros(0, dtype=np.int32)
-    return ChunkIndex(chunk_id, start, end, _EMPTY, empty32, empty32, _EMPTY, empty32, _EMPTY, _EMPTY, _EMPTY,
-                      empty32, ())

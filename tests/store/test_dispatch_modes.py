@@ -19,6 +19,7 @@ from broker_sim.store import GetStatus, MessageStore, StoreConfig
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.chunk_index import parse_records
+from broker_sim.store import concurrent_dispatcher
 from broker_sim.store.concurrent_dispatcher import ConcurrentDispatcher, OrderlyRing
 
 SERIAL = StoreConfig(segment_bytes=64 * 1024, simple_cq_units_per_file=16, batch_cq_units_per_file=8,
@@ -92,8 +93,18 @@ def assert_same_index_files(a: Path, b: Path) -> None:
     assert any(name.startswith("consumequeue") for name in files_a)
 
 
+@pytest.fixture(params=["vector", "scalar", "in-place"])
+def runs(request, monkeypatch):
+    """The writer's three ways: every chunk parsed by the pool and every queue's run written
+    with numpy, or unit by unit; or every chunk left to the writer, record by record."""
+    vector_run, pooled_chunk = {"vector": (1, 1), "scalar": (1 << 30, 1), "in-place": (1, 1 << 30)}[request.param]
+    monkeypatch.setattr(concurrent_dispatcher, "_SHORTEST_VECTOR_RUN", vector_run)
+    monkeypatch.setattr(concurrent_dispatcher, "_SMALLEST_POOLED_CHUNK", pooled_chunk)
+    return request.param
+
+
 @pytest.mark.parametrize("pool", ["process", "thread"])
-def test_both_modes_write_the_same_index_files(tmp_path, pool):
+def test_both_modes_write_the_same_index_files(tmp_path, pool, runs):
     for name, config in (("serial", SERIAL), ("concurrent", CONCURRENT[pool])):
         with MessageStore(tmp_path / name, config, now_ms=fixed_clock) as store:
             fill(store)
@@ -131,7 +142,7 @@ def crash_image(tmp_path: Path) -> Path:
     return image
 
 
-def test_recovery_rebuilds_the_same_index_files_in_both_modes(tmp_path):
+def test_recovery_rebuilds_the_same_index_files_in_both_modes(tmp_path, runs):
     image = crash_image(tmp_path)
     reports = {}
     for name, config in (("serial", SERIAL), ("concurrent", CONCURRENT["process"])):
@@ -146,7 +157,8 @@ def test_recovery_rebuilds_the_same_index_files_in_both_modes(tmp_path):
 
 
 @pytest.fixture
-def concurrent_store(tmp_path):
+def concurrent_store(tmp_path, monkeypatch):
+    monkeypatch.setattr(concurrent_dispatcher, "_SMALLEST_POOLED_CHUNK", 1)
     store = MessageStore(tmp_path / "data", CONCURRENT["process"])
     yield store
     store.close()
