@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import signal
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,6 +165,12 @@ class SegmentChunk:
     start: int
     end: int
     positions: np.ndarray
+
+
+def worker_started() -> None:
+    """A worker process ignores Ctrl-C sent to the terminal's process group: the broker
+    handles it, finishes dispatching and then stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 _MAPS_KEPT = 4

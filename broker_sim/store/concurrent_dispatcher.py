@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from . import format as fmt
-from .chunk_index import ChunkIndex, SegmentChunk, parse_records, parse_segment_chunk
+from .chunk_index import ChunkIndex, SegmentChunk, parse_records, parse_segment_chunk, worker_started
 from .commitlog import CommitLog
 from .config import DispatchPool
 from .consume_queue import ConsumeQueueTable
@@ -195,7 +195,8 @@ class ConcurrentDispatcher(Dispatcher):
                 self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="rmq-dispatch")
             else:
                 # spawn, not fork: the broker has gRPC threads, which a forked child must not inherit.
-                self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+                self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                     initializer=worker_started)
         return self._executor
 
     def _drain(self) -> None:
