@@ -60,12 +60,18 @@ class _InPlace:
 
 
 class OrderlyRing:
-    """RocketMQ's DispatchRequestOrderlyQueue: ``slots`` results in flight, accepted in any
-    order, released in id order.
+    """RocketMQ's DispatchRequestOrderlyQueue: results accepted in any order, released in id
+    order.
 
     ``reserve()`` hands out the next id, or None while ``slots`` ids are out and unreleased
-    (back-pressure: whoever would parse that chunk waits); ``put(id, item)`` fills a reserved
-    slot; ``take()`` waits for the oldest reserved id and releases it.
+    (back-pressure: the chunk is not handed to a worker until the writer has caught up);
+    ``put(id, item)`` fills a reserved slot, from any thread; ``take()`` waits for the oldest
+    reserved id and releases it.
+
+    Parameters
+    ----------
+    slots : int
+        Results in flight at most.
     """
 
     def __init__(self, slots: int):
@@ -106,9 +112,24 @@ class OrderlyRing:
 
 
 class ConcurrentDispatcher(Dispatcher):
-    """The concurrent dispatch mode; see the module's documentation. ``workers`` chunks are
-    parsed at once by a ``pool`` of processes or threads; ``chunk_bytes`` and ``ring_slots``
-    as ``StoreConfig.dispatch_chunk_bytes`` and ``dispatch_ring_slots``."""
+    """The concurrent dispatch mode (see the module's documentation); the store makes one
+    from its ``StoreConfig`` when ``dispatch_mode`` is ``concurrent``.
+
+    Parameters
+    ----------
+    commitlog, queues, topics, limit, on_progress
+        As the serial ``Dispatcher``: the log, the index table, the topics, how far records
+        may be dispatched, and what to call when units were written.
+    workers : int
+        Chunks parsed at once (``dispatch_workers``, default 2).
+    pool : {"process", "thread"}
+        Who parses (``dispatch_pool``): worker processes (default), or threads of this process.
+    chunk_bytes : int
+        The scanner's chunk size, whole records (``dispatch_chunk_bytes``, 4 MiB).
+    ring_slots : int
+        Chunks in flight at most: how far parsing may run ahead of the writer
+        (``dispatch_ring_slots``, 16).
+    """
 
     def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, topics: TopicTable,
                  limit: Callable[[], int], on_progress: Callable[[], None], *, workers: int = 2,
@@ -121,14 +142,14 @@ class ConcurrentDispatcher(Dispatcher):
         self._executor: Executor | None = None
 
     def dispatch(self, limit: int | None = None) -> int:
-        """Index every record from ``position`` to ``limit`` (default: the log's limit, read
-        again while records keep coming); returns how many records were indexed or skipped."""
+        """Index every record from ``position`` to ``limit`` (default: the log's limit now);
+        returns how many records were indexed or skipped."""
         ring = self._ring
+        end = self.limit() if limit is None else limit
         scanned = self.position
         records = 0
         try:
             while True:
-                end = self.limit() if limit is None else limit
                 while scanned < end:
                     chunk_id = ring.reserve()
                     if chunk_id is None:
