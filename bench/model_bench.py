@@ -9,8 +9,8 @@ Rows, in one run:
 4. AutoBatch into a BatchCQ topic (a record and an index unit per batch), at 16 and at 10,000
    queues, serial dispatch.
 
-Each row: produce msgs/s (``send_async`` from 4 threads until ``flush()`` returns: every
-message stored), consume msgs/s (a reader in a process of its own polls the queues' offsets
+Each row: produce msgs/s (``send_async`` from 4 threads, blocking ``send`` for single sends,
+until every message is stored), consume msgs/s (a reader in a process of its own polls the queues' offsets
 and drains what is readable with RangeReader, as fast as it can; messages over the time from
 the first send to the last message read), produce-to-visible latency (each body starts with
 its send time; the reader takes the difference when the message reaches it) at p50 / p99,
@@ -58,24 +58,38 @@ COLUMNS = ["row", "queues", "dispatch", "messages", "produce msgs/s", "consume m
 
 
 def produce(endpoint: str, topic: str, queues: int, auto_batch: bool, messages: int) -> tuple[float, int]:
-    """Send ``messages`` from THREADS threads with send_async; returns (msgs/s, start ns).
+    """Send ``messages`` from THREADS threads; returns (msgs/s until every one is stored, start ns).
 
+    With AutoBatch, ``send_async``; without, blocking ``send`` (the single-send baseline).
     Each thread sends a batch's worth of messages (BATCH) to one queue, then moves to the
     next (a sticky choice, as Kafka's partitioner), so that batches are full at 10,000
     queues as at 16, and the rows compare the broker, not how full batches get."""
     per_thread = messages // THREADS
+    total = per_thread * THREADS
     rest = os.urandom(BODY_BYTES - STAMP.size)
-    errors = []
+    errors, answered, lock, all_answered = [], [0], threading.Lock(), threading.Event()
     producer = Producer(endpoint, auto_batch=auto_batch)
 
-    def work(thread: int) -> None:
-        def done(_result, error):
+    def done(_result, error) -> None:
+        with lock:
             if error is not None:
                 errors.append(error)
+            answered[0] += 1
+            if answered[0] == total:
+                all_answered.set()
+
+    def work(thread: int) -> None:
         first = thread * queues // THREADS
         for i in range(per_thread):
-            body = STAMP.pack(time.monotonic_ns()) + rest
-            producer.send_async(Message(topic, body, queue_id=(first + i // BATCH) % queues), callback=done)
+            message = Message(topic, STAMP.pack(time.monotonic_ns()) + rest, queue_id=(first + i // BATCH) % queues)
+            if auto_batch:
+                producer.send_async(message, callback=done)
+            else:
+                try:
+                    producer.send(message)
+                    done(None, None)
+                except Exception as error:  # counted and reported below
+                    done(None, error)
 
     started = time.monotonic_ns()
     workers = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
@@ -84,11 +98,13 @@ def produce(endpoint: str, topic: str, queues: int, auto_batch: bool, messages: 
     for worker in workers:
         worker.join()
     producer.flush()
+    if not all_answered.wait(600):
+        raise RuntimeError(f"only {answered[0]:,} of {total:,} sends were answered within 600 s")
     elapsed_s = (time.monotonic_ns() - started) / 1e9
     producer.close()
     if errors:
         raise RuntimeError(f"{len(errors)} sends failed; the first: {errors[0]!r}")
-    return per_thread * THREADS / elapsed_s, started
+    return total / elapsed_s, started
 
 
 def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: float, results) -> None:

@@ -160,8 +160,9 @@ class ConcurrentDispatcher(Dispatcher):
                 records += self._write(ring.take().result())
         except BaseException as error:
             self._drain()
-            if isinstance(error, BrokenExecutor):
-                self._executor = None  # a worker died: the next pass starts a new pool
+            if isinstance(error, BrokenExecutor):  # a worker died: the next pass starts a new pool
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
             raise
 
     # --- the scanner -------------------------------------------------------------------------

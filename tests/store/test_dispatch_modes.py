@@ -250,3 +250,19 @@ def test_bad_dispatch_options_are_refused_with_the_choices():
         StoreConfig(dispatch_mode="parallel")
     with pytest.raises(ValueError, match="dispatch_workers=0: must be positive"):
         StoreConfig(dispatch_workers=0)
+
+
+def test_a_dead_worker_process_is_replaced_and_indexing_goes_on(concurrent_store, caplog):
+    store = concurrent_store
+    store.create_topic("s", 1)
+    assert store.put_message("s", 0, b"before").ok and store.wait_dispatched(10)
+    workers = list(store.dispatcher._executor._processes.values())
+    assert workers, "the worker processes were started with the store"
+    for worker in workers:
+        worker.kill()
+        worker.join(10)
+    for i in range(5):
+        assert store.put_message("s", 0, b"after %d" % i).ok
+    assert store.wait_dispatched(30), "indexing did not resume after the workers died"
+    assert store.max_offset("s", 0) == 6
+    assert "dispatch failed" in caplog.text
