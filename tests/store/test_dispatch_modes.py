@@ -266,3 +266,17 @@ def test_a_dead_worker_process_is_replaced_and_indexing_goes_on(concurrent_store
     assert store.wait_dispatched(30), "indexing did not resume after the workers died"
     assert store.max_offset("s", 0) == 6
     assert "dispatch failed" in caplog.text
+
+
+def test_concurrent_dispatch_in_sync_flush_mode_indexes_what_is_flushed(tmp_path, monkeypatch):
+    monkeypatch.setattr(concurrent_dispatcher, "_SMALLEST_POOLED_CHUNK", 1)
+    config = dataclasses.replace(CONCURRENT["thread"], flush_mode="sync")
+    with MessageStore(tmp_path / "data", config) as store:
+        store.create_topic("s", 2)
+        payload = fmt.encode_message_batch([(b"m%d" % i, {"TAGS": "T"}, 0) for i in range(50)])
+        for queue_id in (0, 1, 0):
+            assert store.put_early_batch("s", queue_id, payload).ok
+        assert store.wait_dispatched(10)
+        assert store.dispatcher.position == store.commitlog.flushed_offset == store.commitlog.max_offset
+        assert (store.max_offset("s", 0), store.max_offset("s", 1)) == (100, 50)
+        assert store.lookup("s", 0, 99).tags_code == fmt.java_string_hash("T")
