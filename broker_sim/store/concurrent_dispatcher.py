@@ -6,7 +6,9 @@ built by a pipeline.
    chunk at the segment's end), with increasing ids.
 2. A pool parses chunks in parallel (``chunk_index``): worker processes by default, which
    map the segment files themselves and return numpy arrays, so that parsing does not take
-   turns with the broker's threads for the GIL; or threads of this process.
+   turns with the broker's threads for the GIL; or threads of this process. A chunk of a
+   few records (the dispatcher keeps up) skips the pool: the writer indexes it record by
+   record, as the serial mode does, since the trip would cost more than the records.
 3. An ``OrderlyRing`` takes the results as they complete, in any order, and releases them
    strictly in id order. A chunk is handed to the pool only when its slot is free, so no
    worker runs more than ``dispatch_ring_slots`` chunks ahead of the writer.
@@ -23,8 +25,8 @@ import logging
 import multiprocessing
 import os
 import threading
-from dataclasses import dataclass
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
