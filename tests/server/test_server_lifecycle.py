@@ -146,12 +146,12 @@ def cli_command() -> list[str]:
 
 
 class BrokerProcess:
-    def __init__(self, tmp_path: Path, data_dir: Path, *args: str, name: str = "broker"):
+    def __init__(self, tmp_path: Path, data_dir: Path, *args: str, name: str = "broker", own_group: bool = False):
         self.stderr_path = tmp_path / f"{name}-{time.monotonic_ns()}.stderr"
         self._stderr = open(self.stderr_path, "w")
         self.process = subprocess.Popen(
             cli_command() + ["--port", "0", "--data-dir", str(data_dir), "--segment-bytes", "1m", *args],
-            stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True, start_new_session=own_group)
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -237,6 +237,25 @@ def test_cli_concurrent_dispatch_then_serial_after_a_restart(tmp_path, processes
     assert read_sample(client) == written
     client.close()
     assert second.stop() == 0
+
+
+def test_cli_ctrl_c_to_the_process_group_stops_concurrent_dispatch_cleanly(tmp_path, processes):
+    """Ctrl-C in a terminal reaches the dispatch workers too: they leave it to the broker."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(tmp_path, data, "--dispatch", "concurrent", own_group=True)
+    processes.append(broker)
+    client = Client(broker.wait_listening())
+    written = write_sample(client)
+    client.close()
+    os.killpg(broker.process.pid, signal.SIGINT)
+    assert broker.wait() == 0, broker.stderr()
+    assert "Traceback" not in broker.stderr() and not (data / "abort").exists()
+    again = BrokerProcess(tmp_path, data)
+    processes.append(again)
+    client = Client(again.wait_listening())
+    assert read_sample(client) == written
+    client.close()
+    assert again.stop() == 0
 
 
 def test_cli_data_dir_in_use(tmp_path, processes):
