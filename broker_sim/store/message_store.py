@@ -28,7 +28,7 @@ from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
 from .mapped_file import fsync_dir, raise_open_file_limit
 from .recovery import RecoveryReport, recover
-from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
+from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
 from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
 
 log = logging.getLogger(__name__)
@@ -144,18 +144,52 @@ class MessageStore:
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
                     flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST) -> PutResult:
         """Store one message."""
+        return self._put(self.build_message(topic, queue_id, body, properties=properties, flag=flag,
+                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host))
+
+    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST) -> PutResult:
+        """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
+        with consecutive offsets."""
+        return self._put(self.build_early_batch(topic, queue_id, payload, born_timestamp_ms=born_timestamp_ms,
+                                                born_host=born_host))
+
+    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
+                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
+                        flag: int = 0, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST) -> PutResult:
+        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
+        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+        return self._put(self.build_inner_batch(topic, queue_id, payload, count, codec=codec, compression=compression,
+                                                properties=properties, flag=flag, born_timestamp_ms=born_timestamp_ms,
+                                                born_host=born_host))
+
+    def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
+        transaction batches are), checked again against the topic as it is now."""
+        config, failed = self._check_queue(topic, queue_id)
+        if not failed and config.queue_type is not QueueType.BATCH_CQ and any(
+                r.sys_flag & fmt.SysFlag.INNER_BATCH for r in records):
+            failed = _wrong_queue_type(topic)
+        failed = failed or self._check_records(config, records)
+        return failed or self._append(config, queue_id, records)
+
+    # The build_* calls check a message as its put_* call does and return the records that
+    # put_records appends, or the failed PutResult.
+
+    def build_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
+                      flag: int = 0, born_timestamp_ms: int | None = None,
+                      born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
             return failed
         props = fmt.encode_properties(properties)
         record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag)
-        return self._append(config, queue_id, [record])
+        return self._checked(config, queue_id, [record])
 
-    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
-        """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
-        with consecutive offsets."""
+    def build_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
+                          born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
@@ -174,22 +208,18 @@ class MessageStore:
                 records.append(PendingRecord(body, zlib.crc32(body), props, born, born_host, flag))
         except fmt.BatchFormatError as err:
             return _illegal(f"malformed batch payload: {err}")
-        return self._append(config, queue_id, records)
+        return self._checked(config, queue_id, records)
 
-    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
-                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
-                        flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
-        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
-        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+    def build_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
+                          compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
+                          flag: int = 0, born_timestamp_ms: int | None = None,
+                          born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
             return failed
         if config.queue_type is not QueueType.BATCH_CQ:
-            return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches "
-                             "need a BatchCQ topic; send an early batch instead, or create the topic with type "
-                             "BatchCQ")
+            return _wrong_queue_type(topic)
         if not isinstance(count, int) or not 1 <= count <= self.config.max_batch_messages:
             return _illegal(f"batch count {count!r}: use 1 to {self.config.max_batch_messages}")
         if codec not in fmt.BATCH_CODECS:
@@ -205,11 +235,18 @@ class MessageStore:
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
                                sys_flag, count)
-        return self._append(config, queue_id, [record])
+        return self._checked(config, queue_id, [record])
 
-    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
-        topic = config.name
-        topic_len = len(topic.encode())
+    def _checked(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> "QueueRecords | PutResult":
+        return self._check_records(config, records) or QueueRecords(config, queue_id, records)
+
+    def _put(self, built: "QueueRecords | PutResult") -> PutResult:
+        if isinstance(built, PutResult):
+            return built
+        return self._append(built.config, built.queue_id, built.records)
+
+    def _check_records(self, config: TopicConfig, records: list[PendingRecord]) -> PutResult | None:
+        topic_len = len(config.name.encode())
         for index, record in enumerate(records):
             # The log adds INNER_BASE to inner batches and the CRC property to every record.
             store_own = _INNER_BASE_RESERVED if record.sys_flag & fmt.SysFlag.INNER_BATCH else 0
@@ -223,6 +260,10 @@ class MessageStore:
                 return PutResult(PutStatus.MESSAGE_TOO_LARGE,
                                  f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
                                  f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
+        return None
+
+    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        topic = config.name
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
         appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
@@ -436,6 +477,11 @@ def _unknown_topic(name: str, topics: TopicTable) -> str:
 
 def _illegal(detail: str) -> PutResult:
     return PutResult(PutStatus.MESSAGE_ILLEGAL, detail)
+
+
+def _wrong_queue_type(topic: str) -> PutResult:
+    return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches need a BatchCQ "
+                     "topic; send an early batch instead, or create the topic with type BatchCQ")
 
 
 _DELAY_KEYS = tuple(k.encode() for k in (fmt.PROPERTY_DELAY_TIME_LEVEL, *fmt.PROPERTY_TIMER_PROPERTIES))
