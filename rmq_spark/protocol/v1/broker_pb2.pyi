@@ -248,20 +248,22 @@ class InnerBatch(_message.Message):
     def __init__(self, payload: _Optional[bytes] = ..., count: _Optional[int] = ..., codec: _Optional[_Union[Codec, str]] = ..., compression: _Optional[_Union[Compression, str]] = ..., tags: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "born_timestamp_ms", "single", "early_batch", "inner_batch")
+    __slots__ = ("topic", "queue_id", "born_timestamp_ms", "single", "early_batch", "inner_batch", "transaction_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SINGLE_FIELD_NUMBER: _ClassVar[int]
     EARLY_BATCH_FIELD_NUMBER: _ClassVar[int]
     INNER_BATCH_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     born_timestamp_ms: int
     single: SingleMessage
     early_batch: EarlyBatch
     inner_batch: InnerBatch
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., single: _Optional[_Union[SingleMessage, _Mapping]] = ..., early_batch: _Optional[_Union[EarlyBatch, _Mapping]] = ..., inner_batch: _Optional[_Union[InnerBatch, _Mapping]] = ...) -> None: ...
+    transaction_id: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., single: _Optional[_Union[SingleMessage, _Mapping]] = ..., early_batch: _Optional[_Union[EarlyBatch, _Mapping]] = ..., inner_batch: _Optional[_Union[InnerBatch, _Mapping]] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("queue_id", "base_offset", "count", "message_ids", "store_timestamp_ms")
