@@ -78,6 +78,21 @@ class BufferFullError(RmqError):
     retriable = True
 
 
+class TransactionNotFoundError(RmqError, LookupError):
+    """The broker knows no transaction of that id (nothing was prepared under it, or it ended
+    longer ago than the broker remembers)."""
+
+
+class TransactionStateError(RmqError):
+    """The transaction's state forbids the call: sending under an ended transaction,
+    committing a rolled back one, rolling back a committed one."""
+
+
+class TransactionIncompleteError(TransactionStateError):
+    """A commit found another number of prepared messages than the writer sent, or a
+    prepared batch damaged on disk; nothing was committed: roll back and write again."""
+
+
 class BrokerError(RmqError):
     """Any other broker failure."""
 
@@ -93,6 +108,9 @@ _BY_REASON = {
     "INVALID_ARGUMENT": InvalidRequestError,
     "WRONG_QUEUE_TYPE": WrongQueueTypeError,
     "BAD_OFFSET_RANGE": OffsetOutOfRangeError,
+    "TRANSACTION_NOT_FOUND": TransactionNotFoundError,
+    "TRANSACTION_ENDED": TransactionStateError,
+    "TRANSACTION_INCOMPLETE": TransactionIncompleteError,
     "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.
