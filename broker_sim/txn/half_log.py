@@ -57,8 +57,9 @@ class HalfLog:
     """Append-only segments in ``directory``; thread-safe.
 
     ``next_segment``: the lowest index of a segment this process may create (it also creates
-    none below an existing one), and ``on_new_segment(index)`` is called before a segment is
-    created, to persist ``index + 1`` as that value: positions are never reused.
+    none below an existing one); before it creates a segment, ``on_new_segment(next)`` is
+    called with the lowest index allowed after it, to be persisted and passed as
+    ``next_segment`` next time: positions are never reused, even once segments are deleted.
     """
 
     def __init__(self, directory: Path, segment_bytes: int, next_segment: int = 0, on_new_segment=None):
@@ -107,9 +108,8 @@ class HalfLog:
         segment = self._segments.get(self._write_index)
         if segment is not None and self._write_pos + total <= segment.end:
             return segment
-        old = self._write_index
         if self._on_new_segment is not None:
-            self._on_new_segment(old + 1)
+            self._on_new_segment(self._write_index + 2)
         self._write_index += 1
         start = self._write_index * self.segment_bytes
         segment = self._segments[self._write_index] = MappedFile(self.directory / file_name(start), start,
@@ -118,7 +118,6 @@ class HalfLog:
         fsync_dir(self.directory)
         self._live[self._write_index] = 0
         self._write_pos = start + len(SEGMENT_MAGIC)
-        self._drop_if_unused(old)
         return segment
 
     # --- reading ---------------------------------------------------------------------------
@@ -157,15 +156,14 @@ class HalfLog:
             self._live[index] = self._live.get(index, 0) + 1
 
     def release(self, positions) -> None:
-        """The records' transactions ended: a segment without live records is deleted."""
+        """The records' transactions ended (their segments go with the next ``drop_unused``)."""
         with self._lock:
             for position in positions:
-                index = position // self.segment_bytes
-                self._live[index] -= 1
-                self._drop_if_unused(index)
+                self._live[position // self.segment_bytes] -= 1
 
     def drop_unused(self) -> None:
-        """Delete every segment without live records (after the live ones are retained)."""
+        """Delete every segment without live records but the one being written. Deleting a
+        large file takes a while (its cached pages are freed): the sweep does it, not a commit."""
         with self._lock:
             for index in list(self._segments):
                 self._drop_if_unused(index)
@@ -193,9 +191,7 @@ class HalfLog:
                     self._segments[index].flush()
             finally:
                 with self._lock:
-                    flushed, self._flushing = self._flushing, []
-                    for index in flushed:  # released while being flushed
-                        self._drop_if_unused(index)
+                    self._flushing = []
             self._flushed = max(self._flushed, target)
 
     def close(self) -> None:

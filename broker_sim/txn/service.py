@@ -357,25 +357,24 @@ class TransactionService:
         return txns
 
     def _apply(self, txns: list[Transaction], applied: set) -> None:
-        """Append the batches of decided transactions, skipping those in ``applied``."""
-        run: list = []
-        run_key, run_bytes = None, 0
+        """Append the batches of decided transactions, skipping those in ``applied``. Each
+        transaction's batches are appended queue by queue, in prepare order within a queue
+        (the only order readers see), so that a queue's run takes the append lock once."""
         for txn in txns:
+            runs: dict[tuple[str, int], list] = {}
             for batch in txn.batches:
-                if batch.position in applied:
-                    continue
-                half = self.half.read(batch.position, batch.size)
-                key = (half.topic, half.queue_id)
-                if run and (key != run_key or len(run) >= _APPEND_RECORDS or run_bytes >= _APPEND_BYTES):
-                    self._append_run(run_key, run)
-                    run, run_bytes = [], 0
-                run_key = key
-                run.append(dataclasses.replace(
-                    half.record, sys_flag=half.record.sys_flag | fmt.SysFlag.TRANSACTION_COMMIT,
-                    prepared_transaction_offset=batch.position))
-                run_bytes += batch.size
-        if run:
-            self._append_run(run_key, run)
+                if batch.position not in applied:
+                    half = self.half.read(batch.position, batch.size)
+                    runs.setdefault((half.topic, half.queue_id), []).append(dataclasses.replace(
+                        half.record, sys_flag=half.record.sys_flag | fmt.SysFlag.TRANSACTION_COMMIT,
+                        prepared_transaction_offset=batch.position))
+            for key, records in runs.items():
+                start, size = 0, 0
+                for end, record in enumerate(records, 1):
+                    size += len(record.body)
+                    if end - start >= _APPEND_RECORDS or size >= _APPEND_BYTES or end == len(records):
+                        self._append_run(key, records[start:end])
+                        start, size = end, 0
         self.store.commitlog.flush()  # what the end below says is visible is on disk first
         now = self.now_ms()
         with self._lock:
@@ -416,6 +415,7 @@ class TransactionService:
             try:
                 self.expire()
                 self.half.flush()
+                self.half.drop_unused()
             except Exception:
                 log.exception("transaction sweep failed; retrying in %d ms", self.config.check_interval_ms)
 
@@ -426,6 +426,7 @@ class TransactionService:
             self._sweeper = None
         with self._end_lock:
             self.half.flush()
+            self.half.drop_unused()
             self.half.close()
             self.state.close()
 

@@ -2,7 +2,7 @@
 order as ordinary batches; rollback, repeated commits, sink batches."""
 
 import pytest
-from txn_helpers import bodies, offsets, read_queue, table_of, wait_offsets
+from txn_helpers import bodies, offsets, read_queue, start_broker, table_of, wait_offsets
 
 from rmq_spark import (Admin, Message, Producer, TransactionalSender, Transactions, TransactionState,
                        TransactionStateError)
@@ -159,7 +159,31 @@ def test_half_log_segments_are_deleted_once_their_transactions_end(broker, topic
         assert half.segment_count >= 3
         with Transactions(broker.endpoint) as txns:
             txns.commit(["big"])
+            half.drop_unused()  # as the sweep does
             assert half.segment_count == 1  # the segment being written holds "small"
             txns.rollback(["small"])
+    half.drop_unused()
     assert half.segment_count == 1  # the segment being written is kept
     wait_offsets(broker.endpoint, topic, [20, 0, 0, 0])
+
+
+def test_half_log_positions_are_never_reused_across_restarts(tmp_path, clock):
+    """Positions identify committed records (PREPARED TX OFFSET), even once segments are gone."""
+    data = tmp_path / "data"
+    seen = []
+    for round_ in range(3):
+        broker = start_broker(data, clock)
+        try:
+            if round_ == 0:
+                with Admin(broker.endpoint) as admin:
+                    admin.create_topic("t", 1, "BatchCQ")
+            with TransactionalSender(broker.endpoint, f"round{round_}") as sender:
+                sender.send_table("t", 0, table_of(bodies(3)))
+            txn, = broker.transactions.transactions([f"round{round_}"])
+            seen.append(txn.batches[0].position)
+            with Transactions(broker.endpoint) as txns:
+                txns.commit([f"round{round_}"])
+            broker.transactions.half.drop_unused()
+        finally:
+            broker.stop(grace=1.0)
+    assert seen == sorted(set(seen))
