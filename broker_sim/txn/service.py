@@ -12,10 +12,10 @@ Commit of many transactions, with an optional sink batch (sink id, batch id):
    written by an earlier process are checked against their CRCs; the half log is flushed.
 3. The decision: the transactions COMMITTING, with the commitlog's end at that moment, and
    the sink batch, in ONE synced RocksDB write. From here on the commit happens.
-4. Apply: each batch, in prepare order, transaction after transaction, is appended to its
-   queue as an ordinary record (an inner batch stays one record) carrying its half log
-   position in PREPARED TX OFFSET and the TRANSACTION_COMMIT flag; runs of one queue are
-   appended together. Then the commitlog is flushed.
+4. Apply: transaction after transaction, queue by queue, each queue's batches in prepare
+   order are appended as ordinary records (an inner batch stays one record), each carrying
+   its half log position in PREPARED TX OFFSET and the TRANSACTION_COMMIT flag; a queue's run
+   takes the append lock once. Then the commitlog is flushed.
 5. The transactions turn COMMITTED; their half records are released.
 
 After a crash between 3 and 5, opening the service finds COMMITTING transactions, reads the
@@ -389,7 +389,7 @@ class TransactionService:
         if result.ok:
             return
         if result.status is PutStatus.SERVICE_NOT_AVAILABLE:  # stopping: the next open completes the commit
-            raise RuntimeError(f"the store closed during a commit; it is completed when the broker opens again")
+            raise RuntimeError("the store closed during a commit; it is completed when the broker opens again")
         # The topic was deleted (or re-created otherwise) after the batches were prepared.
         log.warning("committed batches of %d records for topic %r queue %d were dropped: %s", len(records), key[0],
                     key[1], result.detail)

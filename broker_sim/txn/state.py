@@ -23,7 +23,8 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-_TXN = struct.Struct(">Bqqqqiiq?")  # state, created, last, ended ms, decision position, decision rank, batches, messages, expired
+# state, created / last prepared / ended ms, decision position and rank, batches, messages, expired
+_TXN = struct.Struct(">Bqqqqiiq?")
 _BATCH = struct.Struct(">qiiq")  # half position, size, messages, prepared ms
 _SEQ = struct.Struct(">Q")
 _BATCH_ID = struct.Struct(">q")

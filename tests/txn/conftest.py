@@ -1,5 +1,5 @@
 import pytest
-from txn_helpers import TXN_CONFIG, FakeClock, start_broker
+from txn_helpers import FakeClock, start_broker
 
 
 @pytest.fixture

@@ -147,8 +147,9 @@ def test_malformed_ids_are_refused_on_both_sides(broker, topic):
     # The broker checks too, for clients that do not.
     with grpc.insecure_channel(broker.endpoint) as channel:
         messaging = broker_pb2_grpc.MessagingStub(channel)
-        request = broker_pb2.SendRequest(topic=topic, queue_id=0, transaction_id="x" * 300, inner_batch=broker_pb2.InnerBatch(
-            payload=b"p", count=1, codec=broker_pb2.CODEC_RMQ))
+        request = broker_pb2.SendRequest(topic=topic, queue_id=0, transaction_id="x" * 300,
+                                         inner_batch=broker_pb2.InnerBatch(payload=b"p", count=1,
+                                                                           codec=broker_pb2.CODEC_RMQ))
         with pytest.raises(grpc.RpcError) as caught:
             messaging.Send(request)
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
