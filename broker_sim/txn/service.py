@@ -364,7 +364,11 @@ class TransactionService:
             runs: dict[tuple[str, int], list] = {}
             for batch in txn.batches:
                 if batch.position not in applied:
-                    half = self.half.read(batch.position, batch.size)
+                    try:
+                        half = self.half.read(batch.position, batch.size)
+                    except HalfLogError as err:  # only after a crash (checked before the decision)
+                        log.error("batch of transaction %r cannot be committed and is lost: %s", txn.id, err)
+                        continue
                     runs.setdefault((half.topic, half.queue_id), []).append(dataclasses.replace(
                         half.record, sys_flag=half.record.sys_flag | fmt.SysFlag.TRANSACTION_COMMIT,
                         prepared_transaction_offset=batch.position))

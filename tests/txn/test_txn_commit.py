@@ -187,3 +187,21 @@ def test_half_log_positions_are_never_reused_across_restarts(tmp_path, clock):
         finally:
             broker.stop(grace=1.0)
     assert seen == sorted(set(seen))
+
+
+def test_rmq_admin_lists_rolls_back_and_answers_for_sink_batches(broker, topic, capsys):
+    import json
+
+    from rmq_spark.client.cli import main
+
+    with TransactionalSender(broker.endpoint, "stuck-writer") as sender:
+        sender.send_table(topic, 0, table_of(bodies(2)))
+    assert main(["--endpoint", broker.endpoint, "transaction", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "stuck-writer" in out and "open" in out
+    assert main(["--endpoint", broker.endpoint, "--json", "transaction", "rollback", "stuck-writer"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["state"] == "rolled_back"
+    assert main(["--endpoint", broker.endpoint, "--json", "transaction", "sink", "s", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["committed"] is False
+    assert main(["--endpoint", broker.endpoint, "transaction", "rollback", "nobody"]) == 1
+    assert "unknown transaction id 'nobody'" in capsys.readouterr().err
