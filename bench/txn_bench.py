@@ -8,7 +8,7 @@ one commit ends all four and records a sink batch (the driver). Its msgs/s count
 prepare and the commit; the commit's own rate shows how fast committed batches are copied
 from the half log into the commitlog (flushes included). The sink's target is 250,000 rows/s.
 
-    python bench/txn_bench.py [--messages 400000] [--batches 32,256]
+    python bench/txn_bench.py [--messages 400000] [--batches 32,256,1024]
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def prepared_row(endpoint: str, batch: int, messages: int, batch_id: int) -> dic
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=400_000, help="messages per row")
-    parser.add_argument("--batches", default="32,256", help="messages per batch, comma-separated")
+    parser.add_argument("--batches", default="32,256,1024", help="messages per batch, comma-separated")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="rmq-txn-bench-") as data_dir:

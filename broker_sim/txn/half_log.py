@@ -24,6 +24,7 @@ CRCs before they are committed (an OS crash may have torn them).
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import threading
@@ -73,7 +74,7 @@ class HalfLog:
         for path in self.directory.iterdir():
             if path.name.isdigit() and len(path.name) == NAME_DIGITS:
                 start = int(path.name)
-                self._segments[start // segment_bytes] = MappedFile(path, start, segment_bytes)
+                self._segments[start // segment_bytes] = _open_segment(path, start, segment_bytes)
         self._live: dict[int, int] = {index: 0 for index in self._segments}
         self._write_index = max([next_segment - 1, *self._segments])  # a new segment is opened on first write
         self._write_pos = (self._write_index + 1) * segment_bytes  # past the end: the next append opens one
@@ -112,8 +113,8 @@ class HalfLog:
             self._on_new_segment(self._write_index + 2)
         self._write_index += 1
         start = self._write_index * self.segment_bytes
-        segment = self._segments[self._write_index] = MappedFile(self.directory / file_name(start), start,
-                                                                 self.segment_bytes)
+        segment = self._segments[self._write_index] = _open_segment(self.directory / file_name(start), start,
+                                                                    self.segment_bytes)
         os.pwrite(segment.fd, SEGMENT_MAGIC, 0)
         fsync_dir(self.directory)
         self._live[self._write_index] = 0
@@ -199,3 +200,9 @@ class HalfLog:
             for segment in self._segments.values():
                 segment.close()
             self._segments.clear()
+
+
+def _open_segment(path: Path, start: int, size: int) -> MappedFile:
+    segment = MappedFile(path, start, size)
+    segment.map.madvise(mmap.MADV_SEQUENTIAL)  # read once, front to back, by commits
+    return segment
