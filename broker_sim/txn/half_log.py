@@ -79,7 +79,7 @@ class HalfLog:
         self._write_index = max([next_segment - 1, *self._segments])  # a new segment is opened on first write
         self._write_pos = (self._write_index + 1) * segment_bytes  # past the end: the next append opens one
         self.written_before = self._write_pos  # records below were written by an earlier process
-        self._flushed = self._write_pos
+        self._flushed = 0  # segments left by an earlier process (killed, maybe) are flushed again once
         self._on_new_segment = on_new_segment
 
     # --- writing ---------------------------------------------------------------------------
