@@ -78,6 +78,12 @@ class BufferFullError(RmqError):
     retriable = True
 
 
+class SendInProgressError(RmqError):
+    """An earlier attempt of this idempotent send is still being stored; retrying gets its answer."""
+
+    retriable = True
+
+
 class TransactionNotFoundError(RmqError, LookupError):
     """The broker knows no transaction of that id (nothing was prepared under it, or it ended
     longer ago than the broker remembers)."""
@@ -112,6 +118,7 @@ _BY_REASON = {
     "TRANSACTION_ENDED": TransactionStateError,
     "TRANSACTION_INCOMPLETE": TransactionIncompleteError,
     "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
+    "SEND_IN_PROGRESS": SendInProgressError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.
 _BY_CODE = {

@@ -45,6 +45,8 @@ TRANSACTION_INCOMPLETE     FAILED_PRECONDITION  a commit whose transaction holds
                                                 nothing was committed
 SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
                                                 retry against a running broker
+SEND_IN_PROGRESS           ABORTED              an idempotent send whose earlier attempt is
+                                                still being stored: retry to get its answer
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================
@@ -83,6 +85,7 @@ class Reason(str, enum.Enum):
     TRANSACTION_ENDED = "TRANSACTION_ENDED"
     TRANSACTION_INCOMPLETE = "TRANSACTION_INCOMPLETE"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     INTERNAL = "INTERNAL"
 
 
@@ -100,6 +103,7 @@ CODES = {
     Reason.TRANSACTION_ENDED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.TRANSACTION_INCOMPLETE: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -111,6 +115,7 @@ _PUT_REASONS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: Reason.PROPERTIES_SIZE_EXCEEDED,
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
+    PutStatus.SEND_IN_PROGRESS: Reason.SEND_IN_PROGRESS,
 }
 
 _REFUSAL_REASONS = {

@@ -10,6 +10,7 @@ Data directory::
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -27,6 +28,7 @@ from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
 from .mapped_file import fsync_dir, raise_open_file_limit
+from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
 from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
 from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
@@ -74,10 +76,12 @@ class MessageStore:
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
+        self.producers = ProducerState()
         abort = self.data_dir / "abort"
         self.recovery: RecoveryReport = recover(
             self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
             load_queue_table(self._queue_table_path), self.topics, clean=not abort.exists(),
+            producers=self.producers,
         )
         self._index_flushed = 0
         self._opened_at = time.monotonic()
@@ -142,27 +146,32 @@ class MessageStore:
     # --- writing ---------------------------------------------------------------------------
 
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
-                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST) -> PutResult:
-        """Store one message."""
+                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
+                    producer: tuple[str, int] | None = None) -> PutResult:
+        """Store one message.
+
+        Every put takes ``producer=(producer id, sequence)`` to be idempotent: a stamp stored
+        before gets its first answer back (``duplicate`` set) and nothing is stored (see
+        ``producer_state``)."""
         return self._put(self.build_message(topic, queue_id, body, properties=properties, flag=flag,
-                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host))
+                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host), producer)
 
     def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
         """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
         with consecutive offsets."""
         return self._put(self.build_early_batch(topic, queue_id, payload, born_timestamp_ms=born_timestamp_ms,
-                                                born_host=born_host))
+                                                born_host=born_host), producer)
 
     def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
                         compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
                         flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
         """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
         BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
         return self._put(self.build_inner_batch(topic, queue_id, payload, count, codec=codec, compression=compression,
                                                 properties=properties, flag=flag, born_timestamp_ms=born_timestamp_ms,
-                                                born_host=born_host))
+                                                born_host=born_host), producer)
 
     def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
         """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
@@ -171,7 +180,6 @@ class MessageStore:
         if not failed and config.queue_type is not QueueType.BATCH_CQ and any(
                 r.sys_flag & fmt.SysFlag.INNER_BATCH for r in records):
             failed = _wrong_queue_type(topic)
-        failed = failed or self._check_records(config, records)
         return failed or self._append(config, queue_id, records)
 
     # The build_* calls check a message as its put_* call does and return the records that
@@ -238,15 +246,39 @@ class MessageStore:
         return self._checked(config, queue_id, [record])
 
     def _checked(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> "QueueRecords | PutResult":
-        return self._check_records(config, records) or QueueRecords(config, queue_id, records)
+        return self._check_sizes(config, records) or QueueRecords(config, queue_id, records)
 
-    def _put(self, built: "QueueRecords | PutResult") -> PutResult:
+    def _put(self, built: "QueueRecords | PutResult", producer: tuple[str, int] | None) -> PutResult:
         if isinstance(built, PutResult):
             return built
-        return self._append(built.config, built.queue_id, built.records)
+        return self._append(built.config, built.queue_id, built.records, producer)
 
-    def _check_records(self, config: TopicConfig, records: list[PendingRecord]) -> PutResult | None:
-        topic_len = len(config.name.encode())
+    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord],
+                producer: tuple[str, int] | None = None) -> PutResult:
+        if producer is not None:
+            problem = stamp_problem(*producer)
+            if problem:
+                return _illegal(problem)
+            first = records[0]
+            records[0] = dataclasses.replace(first, properties=first.properties + stamp_property(*producer, len(records)))
+        failed = self._check_sizes(config, records)
+        if failed:
+            return failed
+        if producer is None:
+            return self._store(config, queue_id, records)
+        known = self.producers.begin(*producer)
+        if known is not None:
+            return known
+        result = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store failed while storing the message")
+        try:
+            result = self._store(config, queue_id, records)
+            return result
+        finally:
+            self.producers.end(*producer, result)
+
+    def _check_sizes(self, config: TopicConfig, records: list[PendingRecord]) -> PutResult | None:
+        topic = config.name
+        topic_len = len(topic.encode())
         for index, record in enumerate(records):
             # The log adds INNER_BASE to inner batches and the CRC property to every record.
             store_own = _INNER_BASE_RESERVED if record.sys_flag & fmt.SysFlag.INNER_BATCH else 0
@@ -262,7 +294,7 @@ class MessageStore:
                                  f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
         return None
 
-    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+    def _store(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
         topic = config.name
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
@@ -487,6 +519,7 @@ def _wrong_queue_type(topic: str) -> PutResult:
 _DELAY_KEYS = tuple(k.encode() for k in (fmt.PROPERTY_DELAY_TIME_LEVEL, *fmt.PROPERTY_TIMER_PROPERTIES))
 _TRANSACTION_KEY = fmt.PROPERTY_TRANSACTION_PREPARED.encode()
 _WAIT_KEY = fmt.PROPERTY_WAIT_STORE_MSG_OK.encode()
+_PRODUCER_KEY = fmt.PROPERTY_PRODUCER.encode()
 
 
 def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
@@ -496,6 +529,8 @@ def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
         return "is delayed: delayed messages cannot be batched; send it alone"
     if _TRANSACTION_KEY in properties and fmt.find_property(properties, _TRANSACTION_KEY) == b"true":
         return "is transactional: transactional messages cannot be batched; send it alone"
+    if _PRODUCER_KEY in properties and fmt.find_property(properties, _PRODUCER_KEY) is not None:
+        return f"sets {fmt.PROPERTY_PRODUCER}, which is reserved for the store: stamp the send instead"
     wait_values.add(_WAIT_KEY in properties and fmt.find_property(properties, _WAIT_KEY) or b"true")
     if len(wait_values) > 1:
         return "has another waitStoreMsgOK (WAIT) than the messages before it: a batch needs one value"

@@ -43,9 +43,10 @@ from typing import Callable
 from broker_sim.store import MessageStore, PutResult, PutStatus, QueueRecords
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
+from broker_sim.store.producer_state import stamp_problem
 
 from .half_log import HalfLog, HalfLogError
-from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState
+from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +165,19 @@ class TransactionService:
         check_id(transaction_id, "transaction id")
         return PreparedPuts(self, transaction_id)
 
-    def prepare(self, transaction_id: str, built: "QueueRecords | PutResult") -> PutResult:
-        """Store checked records prepared; a failed check is returned as it is."""
+    def prepare(self, transaction_id: str, built: "QueueRecords | PutResult",
+                producer: tuple[str, int] | None = None) -> PutResult:
+        """Store checked records prepared; a failed check is returned as it is. A send stamped
+        ``producer=(producer id, sequence)`` is stored once per transaction: a repeat gets the
+        first answer (``duplicate`` set), also after a restart."""
         if isinstance(built, PutResult):
             return built
-        self._check_open(self._find(transaction_id), transaction_id)  # early: before writing anything
+        if producer is not None and stamp_problem(*producer):
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, stamp_problem(*producer))
+        txn = self._find(transaction_id)
+        self._check_open(txn, transaction_id)  # early: before writing anything
+        if txn is not None and producer in txn.stamps:
+            return _duplicate(txn.stamps[producer])
         topic = built.config.name
         written = [self.half.append(transaction_id, topic, built.queue_id, r) for r in built.records]
         now = self.now_ms()
@@ -184,11 +193,18 @@ class TransactionService:
             except TransactionRefused:
                 self.half.release([position for position, _ in written])
                 raise
+            if producer in txn.stamps:  # a repeat that ran alongside the first send
+                self.half.release([position for position, _ in written])
+                return _duplicate(txn.stamps[producer])
+            stamp = b""
+            if producer is not None:
+                txn.stamps[producer] = (built.queue_id, built.count)
+                stamp = pack_stamp(producer, built.queue_id, built.count)
             for (position, size), record in zip(written, built.records):
                 batch = BatchRef(position, size, record.count, now)
                 txn.add(batch)
-                self.state.add_batch(txn, batch, first)
-                first = False
+                self.state.add_batch(txn, batch, first, stamp)
+                first, stamp = False, b""
         return PutResult(PutStatus.PUT_OK, "", built.queue_id, -1, built.count, (), now)
 
     def _check_open(self, txn: Transaction | None, transaction_id: str) -> None:
@@ -443,16 +459,17 @@ class PreparedPuts:
         self._service = service
         self._id = transaction_id
 
-    def put_message(self, topic, queue_id, body, **options) -> PutResult:
-        return self._service.prepare(self._id, self._service.store.build_message(topic, queue_id, body, **options))
+    def put_message(self, topic, queue_id, body, *, producer=None, **options) -> PutResult:
+        return self._service.prepare(self._id, self._service.store.build_message(topic, queue_id, body, **options),
+                                     producer)
 
-    def put_early_batch(self, topic, queue_id, payload, **options) -> PutResult:
-        return self._service.prepare(self._id, self._service.store.build_early_batch(topic, queue_id, payload,
-                                                                                     **options))
+    def put_early_batch(self, topic, queue_id, payload, *, producer=None, **options) -> PutResult:
+        built = self._service.store.build_early_batch(topic, queue_id, payload, **options)
+        return self._service.prepare(self._id, built, producer)
 
-    def put_inner_batch(self, topic, queue_id, payload, count, **options) -> PutResult:
-        return self._service.prepare(self._id, self._service.store.build_inner_batch(topic, queue_id, payload, count,
-                                                                                     **options))
+    def put_inner_batch(self, topic, queue_id, payload, count, *, producer=None, **options) -> PutResult:
+        built = self._service.store.build_inner_batch(topic, queue_id, payload, count, **options)
+        return self._service.prepare(self._id, built, producer)
 
 
 def check_id(value: str, what: str) -> str:
@@ -460,6 +477,11 @@ def check_id(value: str, what: str) -> str:
         shown = repr(value[:60]) if isinstance(value, str) else type(value).__name__
         raise TransactionRefused(Refusal.INVALID, f"{what} {shown} is malformed: use {ID_RULE}")
     return value
+
+
+def _duplicate(send: tuple[int, int]) -> PutResult:
+    queue_id, messages = send
+    return PutResult(PutStatus.PUT_OK, "", queue_id, -1, messages, (), 0, duplicate=True)
 
 
 def _ended(txn: Transaction) -> str:

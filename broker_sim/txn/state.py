@@ -4,7 +4,8 @@ Keys (bytes; transaction and sink ids never hold a NUL)::
 
     T{txn id}                           the transaction: state, times, counts, commit decision
     O{txn id}                           present while the transaction is open or committing
-    B{txn id}\\0{8-byte seq}             a prepared batch: half log position, size, messages, time
+    B{txn id}\\0{8-byte seq}             a prepared batch: half log position, size, messages, time,
+                                        and the producer stamp of the send it began, if any
     S{sink id}\\0{8-byte batch id}       a committed sink batch: its transaction ids and time
     E{8-byte ended ms}{txn id}          ended transactions by time, for the retention sweep
     H                                   the next half log segment index (positions are never reused)
@@ -26,6 +27,7 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 # state, created / last prepared / ended ms, decision position and rank, batches, messages, expired
 _TXN = struct.Struct(">Bqqqqiiq?")
 _BATCH = struct.Struct(">qiiq")  # half position, size, messages, prepared ms
+_STAMP = struct.Struct(">qii")  # sequence, queue id, messages of the send; then the producer id
 _SEQ = struct.Struct(">Q")
 _BATCH_ID = struct.Struct(">q")
 _NEXT_SEGMENT_KEY = b"H"
@@ -59,6 +61,7 @@ class Transaction:
     message_count: int = 0
     expired: bool = False  # rolled back by the timeout
     batches: list = field(default_factory=list)  # BatchRef, in prepare order (open transactions only)
+    stamps: dict = field(default_factory=dict)  # (producer id, sequence) -> (queue id, messages) of its send
 
     def add(self, batch: BatchRef) -> None:
         self.batches.append(batch)
@@ -98,7 +101,11 @@ class StateStore:
                 continue
             txn.batch_count = txn.message_count = 0
             for _, value in self._prefixed(b"B" + key[1:] + b"\0"):
-                txn.add(BatchRef(*_BATCH.unpack(value)))
+                txn.add(BatchRef(*_BATCH.unpack_from(value)))
+                if len(value) > _BATCH.size:
+                    sequence, queue_id, messages = _STAMP.unpack_from(value, _BATCH.size)
+                    producer_id = value[_BATCH.size + _STAMP.size:].decode()
+                    txn.stamps[(producer_id, sequence)] = (queue_id, messages)
             out.append(txn)
         return out
 
@@ -109,15 +116,16 @@ class StateStore:
         state, created, last, ended, position, rank, batches, messages, expired = _TXN.unpack(value)
         return Transaction(txn_id, TxnState(state), created, last, ended, position, rank, batches, messages, expired)
 
-    def add_batch(self, txn: Transaction, batch: BatchRef, first: bool) -> None:
-        """Record a prepared batch (and the transaction, with its first batch)."""
+    def add_batch(self, txn: Transaction, batch: BatchRef, first: bool, stamp: bytes = b"") -> None:
+        """Record a prepared batch (and the transaction, with its first batch); ``stamp`` from
+        ``pack_stamp``."""
         writes = WriteBatch(raw_mode=True)
         raw = txn.id.encode()
         if first:
             writes.put(b"T" + raw, _pack(txn))
             writes.put(b"O" + raw, b"")
         writes.put(b"B" + raw + b"\0" + _SEQ.pack(txn.batch_count - 1), _BATCH.pack(
-            batch.position, batch.size, batch.messages, batch.prepared_ms))
+            batch.position, batch.size, batch.messages, batch.prepared_ms) + stamp)
         self.db.write(writes, self._unsynced)
 
     def decide_commit(self, txns: list[Transaction], sink: SinkRecord | None) -> None:
@@ -190,6 +198,10 @@ class StateStore:
             if not key.startswith(prefix):
                 return
             yield key, value
+
+
+def pack_stamp(producer: tuple[str, int], queue_id: int, messages: int) -> bytes:
+    return _STAMP.pack(producer[1], queue_id, messages) + producer[0].encode()
 
 
 def _pack(txn: Transaction) -> bytes:

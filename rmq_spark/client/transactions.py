@@ -25,6 +25,7 @@ broker's timeout (15 minutes by default), so a writer that dies leaves nothing b
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import uuid
@@ -32,10 +33,10 @@ import uuid
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..codec import Codec, Compression, encode_batch
-from ..errors import ConfigError
+from ..codec import Codec, Compression, encode_batch, encode_messages
+from ..errors import ConfigError, TopicNotFoundError
 from ..producer.routing import Router
-from ..producer.sender import PB_CODECS, PB_COMPRESSIONS, Sender
+from ..producer.sender import PB_CODECS, PB_COMPRESSIONS
 from ..protocol.v1 import broker_pb2 as pb
 from ..protocol.v1 import txn_pb2, txn_pb2_grpc
 from ..structs import (CommitResult, Message, PreparedTransaction, QueueType, SinkBatchStatus, TransactionInfo,
@@ -69,34 +70,14 @@ def new_transaction_id(prefix: str = "txn") -> str:
     return f"{prefix}.{uuid.uuid4().hex}"
 
 
-class _PreparedSender(Sender):
-    """The producer's sender, with every request marked as prepared under the transaction."""
-
-    def __init__(self, transport: Transport, router: Router, codec: Codec, compression: Compression,
-                 transaction_id: str):
-        super().__init__(transport, router, codec, compression)
-        self.transaction_id = transaction_id
-        self._lock = threading.Lock()
-        self.batches = 0
-        self.messages = 0
-
-    def _send(self, request: pb.SendRequest) -> pb.SendResponse:
-        request.transaction_id = self.transaction_id
-        response = super()._send(request)
-        with self._lock:
-            self.batches += 1
-            self.messages += response.count
-        return response
-
-
 class TransactionalSender:
     """Sends batches prepared under one transaction; safe to share between threads.
 
-    Each send is one Send call, answered once the broker stored the batch prepared. Sends
-    are never retried (a retry after a lost answer would prepare the batch twice): a failed
-    send fails the writer, whose transaction is then rolled back (or times out). A queue's
-    batches become visible in the order the broker received them: send one queue's batches
-    one after another.
+    Each send is one Send call, answered once the broker stored the batch prepared. Sends are
+    stamped with a producer id and a sequence, as the producer's, so the broker stores each
+    once in the transaction and a retry after a lost answer is safe: retriable failures are
+    retried (``transport.retries``). A queue's batches become visible in the order the broker
+    received them: send one queue's batches one after another.
 
     Parameters
     ----------
@@ -122,15 +103,25 @@ class TransactionalSender:
             raise ConfigError(str(err)) from None
         self._transport = Transport(endpoint, transport)
         self._router = Router(self._transport)
-        self._sender = _PreparedSender(self._transport, self._router, self.codec, self.compression,
-                                       self.transaction_id)
+        self._producer_id = uuid.uuid4().hex
+        self._sequences = itertools.count()
+        self._lock = threading.Lock()
+        self._batches = 0
+        self._messages = 0
 
     def send_messages(self, topic: str, queue_id: int, messages: list[Message]) -> int:
         """Prepare messages of one queue as one batch (an inner batch on a BatchCQ topic, an
         early batch on a SimpleCQ topic); returns how many were stored."""
         if not messages:
             raise ConfigError("no messages to send: give at least one")
-        return self._sender.send_messages(topic, queue_id, list(messages)).count
+        rows = [(m.body, m.properties, m.keys, m.tags, None) for m in messages]
+        if self._router.topic(topic).queue_type is QueueType.BATCH_CQ:
+            tags = {m.tags for m in messages}
+            payload = encode_messages(rows, self.codec, self.compression)
+            return self.send_payload(topic, queue_id, payload, len(rows),
+                                     tags=next(iter(tags)) if len(tags) == 1 else None)
+        return self._send(pb.SendRequest(topic=topic, queue_id=queue_id, early_batch=pb.EarlyBatch(
+            payload=encode_messages(rows, Codec.RMQ, Compression.NONE), count=len(rows))))
 
     def send_table(self, topic: str, queue_id: int, table: "pa.Table | pa.RecordBatch") -> int:
         """Prepare Arrow columns (``body``; optional ``keys``, ``tags``, ``properties``,
@@ -138,13 +129,11 @@ class TransactionalSender:
         The batch's tag is set when every row has the same one."""
         if table.num_rows == 0:
             raise ConfigError("the table has no rows: give at least one")
-        route = self._router.topic(topic)
-        if route.queue_type is QueueType.BATCH_CQ:
+        if self._router.topic(topic).queue_type is QueueType.BATCH_CQ:
             payload = _encode(table, self.codec, self.compression)
             return self.send_payload(topic, queue_id, payload, table.num_rows, tags=_single_tag(table))
-        request = pb.SendRequest(topic=topic, queue_id=queue_id, early_batch=pb.EarlyBatch(
-            payload=_encode(table, Codec.RMQ, Compression.NONE), count=table.num_rows))
-        return self._sender._send(request).count
+        return self._send(pb.SendRequest(topic=topic, queue_id=queue_id, early_batch=pb.EarlyBatch(
+            payload=_encode(table, Codec.RMQ, Compression.NONE), count=table.num_rows)))
 
     def send_payload(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str | None = None,
                      compression: str | None = None, tags: str | None = None) -> int:
@@ -153,15 +142,29 @@ class TransactionalSender:
         sender's."""
         codec = self.codec if codec is None else Codec.parse(codec)
         compression = self.compression if compression is None else Compression.parse(compression)
-        request = pb.SendRequest(topic=topic, queue_id=queue_id, inner_batch=pb.InnerBatch(
+        return self._send(pb.SendRequest(topic=topic, queue_id=queue_id, inner_batch=pb.InnerBatch(
             payload=payload, count=count, codec=PB_CODECS[codec], compression=PB_COMPRESSIONS[compression],
-            tags=tags or ""))
-        return self._sender._send(request).count
+            tags=tags or "")))
 
     def prepared(self) -> PreparedTransaction:
         """What was prepared so far, to hand to the committer."""
-        with self._sender._lock:
-            return PreparedTransaction(self.transaction_id, self._sender.batches, self._sender.messages)
+        with self._lock:
+            return PreparedTransaction(self.transaction_id, self._batches, self._messages)
+
+    def _send(self, request: pb.SendRequest) -> int:
+        request.transaction_id = self.transaction_id
+        request.producer_id = self._producer_id
+        with self._lock:
+            request.sequence = next(self._sequences)
+        try:  # stamped: a retry is stored once
+            response = self._transport.call(self._transport.messaging.Send, request)
+        except TopicNotFoundError:
+            self._router.forget(request.topic)
+            raise
+        with self._lock:
+            self._batches += 1
+            self._messages += response.count
+        return response.count
 
     def close(self) -> None:
         self._transport.close()

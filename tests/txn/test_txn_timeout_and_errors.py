@@ -10,6 +10,7 @@ from broker_sim.txn import TransactionConfig
 from rmq_spark import (Admin, ConfigError, InvalidRequestError, Message, TopicNotFoundError, TransactionalSender,
                        TransactionIncompleteError, TransactionNotFoundError, Transactions, TransactionState,
                        TransactionStateError, WrongQueueTypeError)
+from rmq_spark.codec import encode_messages
 from rmq_spark.protocol.v1 import broker_pb2, broker_pb2_grpc, txn_pb2, txn_pb2_grpc
 
 
@@ -185,3 +186,35 @@ def test_a_committed_transaction_takes_no_more_batches(broker, topic):
         with pytest.raises(TransactionStateError, match="'closed' is committed; no batch can be added"):
             sender.send_messages(topic, 0, [Message(topic, b"two")])
     wait_offsets(broker.endpoint, topic, [1, 0, 0, 0])
+
+
+def test_a_repeated_prepared_send_is_stored_once_also_after_a_restart(tmp_path, clock):
+    """A writer retrying a send whose answer was lost: its (producer id, sequence) stamp."""
+    data = tmp_path / "data"
+
+    def send(endpoint, sequence):
+        request = broker_pb2.SendRequest(topic="dedup", queue_id=0, transaction_id="retrying", producer_id="p1",
+                                         sequence=sequence, inner_batch=broker_pb2.InnerBatch(
+                                             payload=encode_messages([(b"x", None, None, None, None)] * 3, "rmq",
+                                                                     "none"), count=3, codec=broker_pb2.CODEC_RMQ))
+        with grpc.insecure_channel(endpoint) as channel:
+            return broker_pb2_grpc.MessagingStub(channel).Send(request)
+
+    broker = start_broker(data, clock)
+    try:
+        with Admin(broker.endpoint) as admin:
+            admin.create_topic("dedup", 1, "BatchCQ")
+        first, again = send(broker.endpoint, 0), send(broker.endpoint, 0)
+        assert (first.duplicate, again.duplicate, again.count, again.base_offset) == (False, True, 3, -1)
+        assert not send(broker.endpoint, 1).duplicate
+    finally:
+        broker.stop(grace=1.0)
+    broker = start_broker(data, clock)
+    try:
+        assert send(broker.endpoint, 1).duplicate and send(broker.endpoint, 0).duplicate
+        with Transactions(broker.endpoint) as txns:
+            outcome, = txns.commit(["retrying"]).transactions
+        assert (outcome.batch_count, outcome.message_count) == (2, 6)
+        wait_offsets(broker.endpoint, "dedup", [6])
+    finally:
+        broker.stop(grace=1.0)
