@@ -11,16 +11,21 @@ import importlib
 _HOMES = {
     "Admin": "client.admin",
     "TransportConfig": "client.transport",
+    "TransactionalSender": "client.transactions",
+    "Transactions": "client.transactions",
+    "new_transaction_id": "client.transactions",
     "RangeReader": "consumer",
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
-        "BrokerStats", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType", "SendResult",
-        "TopicInfo")},
+        "BrokerStats", "CommitResult", "GroupOffset", "Message", "OffsetRange", "PreparedTransaction", "QueueOffsets",
+        "QueueType", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo", "TransactionOutcome",
+        "TransactionState")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "InvalidRequestError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
-        "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "WrongQueueTypeError")},
+        "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
+        "TransactionNotFoundError", "TransactionStateError", "WrongQueueTypeError")},
 }
 
 __all__ = sorted(_HOMES)

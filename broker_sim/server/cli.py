@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from broker_sim.store import DataDirInUseError, StoreConfig, StoreError
+from broker_sim.txn.service import TransactionConfig
 
 PROG = "rmq-broker-sim"
 _SIZE = re.compile(r"^(\d+)\s*([kmg]i?b?|b)?$", re.IGNORECASE)
@@ -58,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
                         "worker processes and written in order (RocketMQ's RIP-52)")
     p.add_argument("--segment-bytes", type=byte_size, default=StoreConfig.segment_bytes,
                    help="size of a commitlog segment file (default: 1g)")
+    p.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms,
+                   help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     return p
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch)
+        transaction_config = TransactionConfig(timeout_ms=args.transaction_timeout_ms)
     except ValueError as err:
         p.error(str(err))
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from .broker import BindError, Broker  # after the arguments are checked: grpc takes a moment to import
 
     data_dir = args.data_dir.resolve()
-    broker = Broker(data_dir, args.host, args.port, config)
+    broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config)
     try:
         broker.start()
     except (DataDirInUseError, BindError, StoreError) as err:

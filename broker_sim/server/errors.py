@@ -32,6 +32,17 @@ BAD_OFFSET_RANGE           INVALID_ARGUMENT     an offset or range that cannot b
                                                 byte budget. Offsets that are well formed but
                                                 outside the stored data are no error: ReadRanges
                                                 answers them with a RangeStatus
+TRANSACTION_NOT_FOUND      NOT_FOUND            an end or query names a transaction id the
+                                                broker does not know (no batch was prepared
+                                                under it, or it ended before the retention)
+TRANSACTION_ENDED          FAILED_PRECONDITION  the transaction's state forbids the call: a
+                                                batch sent under an ended transaction, a
+                                                commit of a rolled back one, a rollback of a
+                                                committed one
+TRANSACTION_INCOMPLETE     FAILED_PRECONDITION  a commit whose transaction holds another
+                                                number of messages than the client says it
+                                                sent, or a prepared batch damaged on disk;
+                                                nothing was committed
 SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
                                                 retry against a running broker
 SEND_IN_PROGRESS           ABORTED              an idempotent send whose earlier attempt is
@@ -53,6 +64,7 @@ import logging
 import grpc
 
 from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
+from broker_sim.txn import Refusal, TransactionRefused
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +81,9 @@ class Reason(str, enum.Enum):
     TOPIC_CONFLICT = "TOPIC_CONFLICT"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     BAD_OFFSET_RANGE = "BAD_OFFSET_RANGE"
+    TRANSACTION_NOT_FOUND = "TRANSACTION_NOT_FOUND"
+    TRANSACTION_ENDED = "TRANSACTION_ENDED"
+    TRANSACTION_INCOMPLETE = "TRANSACTION_INCOMPLETE"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     INTERNAL = "INTERNAL"
@@ -84,6 +99,9 @@ CODES = {
     Reason.TOPIC_CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
     Reason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.BAD_OFFSET_RANGE: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.TRANSACTION_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.TRANSACTION_ENDED: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.TRANSACTION_INCOMPLETE: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
@@ -98,6 +116,13 @@ _PUT_REASONS = {
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
     PutStatus.SEND_IN_PROGRESS: Reason.SEND_IN_PROGRESS,
+}
+
+_REFUSAL_REASONS = {
+    Refusal.INVALID: Reason.INVALID_ARGUMENT,
+    Refusal.NOT_FOUND: Reason.TRANSACTION_NOT_FOUND,
+    Refusal.ENDED: Reason.TRANSACTION_ENDED,
+    Refusal.INCOMPLETE: Reason.TRANSACTION_INCOMPLETE,
 }
 
 STOPPING = "the broker is stopping; retry against a running broker"
@@ -153,6 +178,8 @@ def from_exception(err: BaseException) -> BrokerError:
     """The refusal for an exception raised while serving a call."""
     if isinstance(err, BrokerError):
         return err
+    if isinstance(err, TransactionRefused):
+        return BrokerError(_REFUSAL_REASONS[err.refusal], err.message)
     if isinstance(err, StoreClosedError):
         return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
     if isinstance(err, UnknownTopicError):

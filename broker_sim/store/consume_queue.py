@@ -45,6 +45,7 @@ class ConsumeQueue:
         self.units_per_file = units_per_file
         self.unit_count = 0  # units written, counted from the series' start
         self.max_offset = 0  # the next message offset of the queue
+        self.indexed_end = 0  # set here too: a flush may read it before the first unit is put
         self._load()
         self.flushed_units = self.unit_count  # units known to be on disk
 

@@ -250,7 +250,7 @@ class InnerBatch(_message.Message):
     def __init__(self, payload: _Optional[bytes] = ..., count: _Optional[int] = ..., codec: _Optional[_Union[Codec, str]] = ..., compression: _Optional[_Union[Compression, str]] = ..., tags: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "born_timestamp_ms", "single", "early_batch", "inner_batch", "producer_id", "sequence")
+    __slots__ = ("topic", "queue_id", "born_timestamp_ms", "single", "early_batch", "inner_batch", "producer_id", "sequence", "transaction_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
@@ -259,6 +259,7 @@ class SendRequest(_message.Message):
     INNER_BATCH_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     born_timestamp_ms: int
@@ -267,7 +268,8 @@ class SendRequest(_message.Message):
     inner_batch: InnerBatch
     producer_id: str
     sequence: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., single: _Optional[_Union[SingleMessage, _Mapping]] = ..., early_batch: _Optional[_Union[EarlyBatch, _Mapping]] = ..., inner_batch: _Optional[_Union[InnerBatch, _Mapping]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+    transaction_id: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., single: _Optional[_Union[SingleMessage, _Mapping]] = ..., early_batch: _Optional[_Union[EarlyBatch, _Mapping]] = ..., inner_batch: _Optional[_Union[InnerBatch, _Mapping]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("queue_id", "base_offset", "count", "message_ids", "store_timestamp_ms", "duplicate")
