@@ -18,7 +18,8 @@ _HOMES = {
         "BrokerStats", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType", "SendResult",
         "TopicInfo")},
     **{name: "errors" for name in (
-        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "InvalidRequestError",
+        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "DataLossError",
+        "InvalidRequestError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "WrongQueueTypeError")},
 }

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from ..client.transport import Transport, TransportConfig
 from ..codec.records import decode_records, read_schema
-from ..errors import ConfigError, OffsetOutOfRangeError
+from ..errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from ..protocol.v1 import broker_pb2 as pb
 from ..structs import OffsetRange
 
@@ -49,7 +49,7 @@ class RangeReader:
         Add the ``properties`` map column.
     on_data_loss : {"fail", "skip"}
         When a range starts below the queue's first stored offset (its data was deleted):
-        raise ``OffsetOutOfRangeError``, or log a warning and read from the first stored one.
+        raise ``DataLossError`` (an ``OffsetOutOfRangeError``), or log a warning and read from the first stored one.
     """
 
     def __init__(self, endpoint: str, *, max_bytes_per_fetch: int = DEFAULT_MAX_BYTES_PER_FETCH,
@@ -109,7 +109,7 @@ class RangeReader:
         if status == pb.OFFSET_TOO_SMALL:
             where = f"{item.topic} queue {item.queue_id}"
             if self.on_data_loss == "fail":
-                raise OffsetOutOfRangeError(
+                raise DataLossError(
                     f"{where}: offset {item.start} is no longer stored (the first stored is {response.min_offset}); "
                     "messages were lost. Read from the first stored offset, or pass on_data_loss='skip'")
             log.warning("%s: offsets %d to %d are no longer stored; skipped", where, item.start,
