@@ -105,7 +105,7 @@ class RocketMQBatchDataSource(DataSource):
     includeProperties : bool
         Add the ``properties`` column of user properties (default ``false``).
     consumerGroup : str
-        Streams: when a micro-batch commits, commit its end offsets as this consumer group's
+        Streams: commit the end offsets of every finished micro-batch as this consumer group's
         offsets on the broker, so its lag is visible outside Spark (``rmq-admin group
         offsets``). The checkpoint stays the source of truth for the query itself.
     """
@@ -210,6 +210,7 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         self._latest: dict | None = None  # max offsets seen by the last latestOffset, for query progress
         self._target: Snapshot | None = None  # Trigger.AvailableNow: the queues' ends when the query started
         self._last_trigger_ms = 0
+        self._group_committed: dict | None = None  # the consumer group's offsets last committed
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -225,6 +226,8 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         self._target = snapshot(self._broker(), self.options.subscription)
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        if start is not None:  # where a trigger starts, the micro-batch before it is done
+            self._commit_group(start)
         view = self._target or snapshot(self._broker(), self.options.subscription)
         self._latest = view.max_positions()
         if start is None:  # an engine without read limits (PySpark < 4.2) asks for everything
@@ -313,10 +316,17 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
 
     def commit(self, end: dict) -> None:
         """Spark finished every offset below ``end``; with consumerGroup, the broker learns it too."""
-        if not self.options.consumer_group:
+        self._commit_group(end)
+
+    def _commit_group(self, done: dict) -> None:
+        """Commit ``done`` as the consumer group's offsets. Spark commits a micro-batch when it
+        starts the next one, so the start of every trigger is committed too: the group does not
+        trail by a micro-batch when a query stops (or an AvailableNow run ends)."""
+        if not self.options.consumer_group or done == self._group_committed:
             return
         try:
-            self._broker().commit_group_offsets(self.options.consumer_group, from_json(end))
+            self._broker().commit_group_offsets(self.options.consumer_group, from_json(done))
+            self._group_committed = done
         except RmqError as err:  # the group's offsets only show lag: the next commit brings them up to date
             log.warning("rocketmq-batch: could not commit the offsets of consumer group %r (%s); the next "
                         "micro-batch commits them again", self.options.consumer_group, err)
