@@ -25,6 +25,7 @@ DEFAULTS = {
     "maxTriggerDelay_ms": 15 * 60 * 1000,
     "maxPartitions": 32,
     "maxBytesPerFetch": 64 << 20,
+    "fetchTimeout_ms": 5 * 60 * 1000,
     "failOnDataLoss": True,
     "includeProperties": False,
 }
@@ -33,7 +34,7 @@ DEFAULTS = {
 OPTION_NAMES = (
     "endpoint", "topic", "topics", "topicPattern", "assign", "startingOffsets", "startingTimestamp",
     "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
-    "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch", "failOnDataLoss", "tagFilter",
+    "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch", "fetchTimeout", "failOnDataLoss", "tagFilter",
     "includeProperties", "consumerGroup",
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
@@ -91,6 +92,7 @@ class SourceOptions:
     min_partitions: int | None
     max_partitions: int
     max_bytes_per_fetch: int
+    fetch_timeout_ms: int
     fail_on_data_loss: bool
     tag_filter: str | None
     include_properties: bool
@@ -157,6 +159,7 @@ def parse_options(options) -> SourceOptions:
         min_partitions=_whole(given, "minPartitions", "a positive number of partitions"),
         max_partitions=_whole(given, "maxPartitions", "a positive number of partitions") or DEFAULTS["maxPartitions"],
         max_bytes_per_fetch=_size(given, "maxBytesPerFetch"),
+        fetch_timeout_ms=_duration(given, "fetchTimeout"),
         fail_on_data_loss=_bool(given, "failOnDataLoss"),
         tag_filter=_tag_filter(given),
         include_properties=_bool(given, "includeProperties"),
@@ -274,7 +277,7 @@ def _duration(given: dict, name: str) -> int:
     if name not in given:
         return DEFAULTS[f"{name}_ms"]
     match = _DURATION.match(given[name])
-    if not match:
+    if not match or int(match.group(1)) <= 0:
         raise ConfigError(f"option {name}={given[name]!r}: expected a duration such as 500ms, 30s, 15m, 1h or 1d "
                           "(a bare number is milliseconds)")
     return int(match.group(1)) * _DURATION_MS[(match.group(2) or "").lower() or None]

@@ -14,6 +14,7 @@ from pyspark.sql.types import (
 )
 
 from ..client.admin import Admin
+from ..client.transport import TransportConfig
 from ..consumer.range_reader import RangeReader
 from ..errors import ConfigError, DataLossError, RmqError
 from ..structs import OffsetRange
@@ -95,6 +96,9 @@ class RocketMQBatchDataSource(DataSource):
     maxBytesPerFetch : str
         The stored bytes one ReadRanges call may return, so the most a task holds whatever
         its range: bytes, or ``512k``, ``64m`` (default), ``1g``.
+    fetchTimeout : str
+        The deadline of one ReadRanges call, whose records stream to Spark as it takes them
+        (a slow sink holds the call open): a duration as maxTriggerDelay, default ``5m``.
     failOnDataLoss : bool
         ``true`` (default): fail the query when messages it had to read are gone (deleted
         below the checkpointed offset, a queue reset, its topic deleted). ``false``: skip them
@@ -157,7 +161,8 @@ def read_partition(options: SourceOptions, partition: QueueRangesPartition) -> I
     maxBytesPerFetch of fetched records at a time."""
     reader = RangeReader(options.endpoint, max_bytes_per_fetch=options.max_bytes_per_fetch,
                          tag_filter=options.tag_filter, include_properties=options.include_properties,
-                         on_data_loss="fail" if options.fail_on_data_loss else "skip")
+                         on_data_loss="fail" if options.fail_on_data_loss else "skip",
+                         transport=TransportConfig(timeout_ms=options.fetch_timeout_ms))
     try:
         yield from reader.read(partition.ranges)
     except DataLossError as err:

@@ -109,5 +109,8 @@ def test_bad_options_fail_at_load_with_a_sentence(spark, endpoint, topic_name):
         source(spark, endpoint, topic=topic_name, subscribe="x")
     with pytest.raises(Exception, match="does not exist on the broker"):
         source(spark, endpoint, topic="no-such-topic").collect()
+    with pytest.raises(Exception, match="rocketmq-batch reads a fixed schema"):
+        spark.read.format("rocketmq-batch").schema("body string").option("endpoint", endpoint).option(
+            "topic", topic_name).load().collect()
     with pytest.raises(Exception, match="reads nothing in a batch read"):
         source(spark, endpoint, topic=topic_name, startingOffsets="latest").collect()

@@ -21,7 +21,7 @@ def test_defaults():
     assert opts.subscription.topics == ("orders",)
     assert opts.fail_on_data_loss is True and opts.include_properties is False
     assert opts.max_bytes_per_fetch == 64 << 20 and opts.max_partitions == DEFAULTS["maxPartitions"]
-    assert opts.max_trigger_delay_ms == 15 * 60 * 1000
+    assert opts.max_trigger_delay_ms == 15 * 60 * 1000 and opts.fetch_timeout_ms == 5 * 60 * 1000
     assert opts.starting_offsets is None and opts.tag_filter is None
 
 
@@ -56,6 +56,7 @@ def test_values_are_parsed():
     ({"maxTriggerDelay": "soon", "minRecordsPerTrigger": "1"}, ["maxTriggerDelay='soon'", "30s, 15m"]),
     ({"maxTriggerDelay": "5m"}, ["maxTriggerDelay only bounds", "minRecordsPerTrigger"]),
     ({"maxBytesPerFetch": "lots"}, ["maxBytesPerFetch='lots'", "64m"]),
+    ({"fetchTimeout": "0s"}, ["fetchTimeout='0s'", "a duration"]),
     ({"failOnDataLoss": "yes"}, ["failOnDataLoss='yes'", "true or false"]),
     ({"tagFilter": "A || "}, ["tagFilter", "TagA || TagB"]),
     ({"endpoint": "nowhere"}, ["option endpoint", "HOST:PORT"]),
