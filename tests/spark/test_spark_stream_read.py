@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+import broker_sim
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from rmq_spark import Admin, DataLossError
 from rmq_spark.spark.offsets import to_json
@@ -208,3 +209,25 @@ def test_a_new_queue_whose_start_was_deleted_is_data_loss(endpoint, topic_name):
             reader.partitions({topic_name: {"0": 9}}, {topic_name: {"0": 4}})
     finally:
         reader.stop()
+
+
+def test_messages_deleted_below_the_start_are_data_loss(spark, tmp_path):
+    """Retention deleting a queue's oldest index file (as RocketMQ deletes old files) moves its
+    first offset past where a query must start."""
+    with broker_sim.embedded(tmp_path / "broker", batch_cq_units_per_file=4) as endpoint:
+        Admin(endpoint).create_topic("aging", 1, "BatchCQ")
+        produce(endpoint, "aging", 0, 50, batch=5)  # 10 batches: index files of 4, 4 and 2 units
+        wait_indexed(endpoint, "aging", 50)
+    oldest = sorted((tmp_path / "broker" / "batchconsumequeue" / "aging" / "0").iterdir())[0]
+    oldest.unlink()  # offsets 0 to 19 are gone
+    with broker_sim.embedded(tmp_path / "broker", batch_cq_units_per_file=4) as endpoint:
+        assert Admin(endpoint).offsets(["aging"])["aging"][0].min_offset == 20
+        options = dict(topic="aging", startingOffsets='{"aging": {"0": 3}}')
+        with pytest.raises(Exception, match="data loss: topic 'aging' queue 0: offsets 3 to 19 were deleted"):
+            run_available_now(source(spark, endpoint, stream=True, **options))
+        rows, _ = run_available_now(source(spark, endpoint, stream=True, failOnDataLoss=False, **options))
+        assert sorted(r.queue_offset for r in rows) == list(range(20, 50))
+        with pytest.raises(Exception, match="offset 3 is no longer stored.*failOnDataLoss to false"):
+            source(spark, endpoint, **options).collect()  # a batch read finds it in the task
+        rows = source(spark, endpoint, failOnDataLoss=False, **options).collect()
+        assert sorted(r.queue_offset for r in rows) == list(range(20, 50))
