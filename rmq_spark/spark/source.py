@@ -190,6 +190,12 @@ class RocketMQBatchReader(DataSourceReader):
             view.require_topics()
             start = starting_positions(admin, self.options, view, "earliest")
             end = ending_positions(admin, self.options, view)
+        backwards = [key for key in sorted(view.queues) if start[key] > end[key]]
+        if backwards:
+            topic, queue_id = backwards[0]
+            raise ConfigError(f"topic {topic!r} queue {queue_id}: the read would start at {start[backwards[0]]}, after "
+                              f"its end {end[backwards[0]]}; check startingOffsets / startingTimestamp against "
+                              "endingOffsets / endingTimestamp")
         ranges = [QueueRange(*key, start[key], end[key]) for key in sorted(view.queues)]
         return make_partitions(self.options, ranges)
 

@@ -103,6 +103,7 @@ def test_starting_and_ending_timestamps(spark, endpoint, topic_name):
 
 
 def test_bad_options_fail_at_load_with_a_sentence(spark, endpoint, topic_name):
+    Admin(endpoint).create_topic(topic_name, 1, "BatchCQ")
     with pytest.raises(Exception, match="maxRecordsPerTrigger='many': expected a positive number of records"):
         source(spark, endpoint, stream=True, topic=topic_name, maxRecordsPerTrigger="many")
     with pytest.raises(Exception, match="unknown option 'subscribe'.*here it is topics"):
@@ -112,5 +113,8 @@ def test_bad_options_fail_at_load_with_a_sentence(spark, endpoint, topic_name):
     with pytest.raises(Exception, match="rocketmq-batch reads a fixed schema"):
         spark.read.format("rocketmq-batch").schema("body string").option("endpoint", endpoint).option(
             "topic", topic_name).load().collect()
+    with pytest.raises(Exception, match="would start at 2, after its end 1"):
+        source(spark, endpoint, topic=topic_name, startingOffsets=json.dumps({topic_name: {"0": 2}}),
+               endingOffsets=json.dumps({topic_name: {"0": 1}})).collect()
     with pytest.raises(Exception, match="reads nothing in a batch read"):
         source(spark, endpoint, topic=topic_name, startingOffsets="latest").collect()
