@@ -22,7 +22,8 @@ _HOMES = {
         "QueueType", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo", "TransactionOutcome",
         "TransactionState")},
     **{name: "errors" for name in (
-        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "InvalidRequestError",
+        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "DataLossError",
+        "InvalidRequestError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
         "TransactionNotFoundError", "TransactionStateError", "WrongQueueTypeError")},
