@@ -30,6 +30,10 @@ class ArrowSend:
         self.batches = batches
         self.rows = rows
 
+    def done(self) -> bool:
+        """Every batch is answered (stored or failed)."""
+        return all(batch.finished for batch in self.batches)
+
     def wait(self, timeout_s: float | None = None) -> int:
         """Wait for every batch's answer; returns the rows stored, or raises the first error
         (``TimeoutError`` when answers are missing after ``timeout_s``)."""

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Callable
 
-from ..client.transactions import check_id
+from ..client import transactions  # the module: it imports the producer package itself
 from ..client.transport import Transport, TransportConfig
 from ..codec import Codec, Compression
 from ..errors import ClosedError, ConfigError, RequestTimeoutError
@@ -84,7 +84,7 @@ class Producer:
         self._accumulator = RecordAccumulator(self.config, now_ms)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
         if transaction_id is not None:
-            self._sender.transaction_id = check_id(transaction_id)
+            self._sender.transaction_id = transactions.check_id(transaction_id)
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
         self._closed = False
         self._close_lock = threading.Lock()

@@ -28,6 +28,14 @@ DEFAULTS = {
     "fetchTimeout_ms": 5 * 60 * 1000,
     "failOnDataLoss": True,
     "includeProperties": False,
+    # the sink
+    "queueSelector": "hash",  # "column" when the rows have a queue_id column
+    "batchMaxBytes": 256 << 10,
+    "batchMaxDelayMs": 10,
+    "totalBatchMaxBytes": 64 << 20,
+    "compression": "lz4",
+    "codec": "arrow",
+    "deliveryGuarantee": "exactlyOnce",
 }
 
 # Spark's option names are case-insensitive: PySpark hands them over lower-cased.
@@ -178,14 +186,15 @@ def parse_options(options) -> SourceOptions:
     return opts
 
 
-def _unknown(key: str) -> str:
+def _unknown(key: str, names: tuple = OPTION_NAMES, role: str = "source") -> str:
+    by_lower = {name.lower(): name for name in names}
     kafka = _KAFKA_NAMES.get(key.lower())
-    if kafka:
-        hint = f" (that is Spark's Kafka source's name; here it is {kafka})"
+    if kafka in names:
+        hint = f" (that is Spark's Kafka {role}'s name; here it is {kafka})"
     else:
-        close = difflib.get_close_matches(key.lower(), list(_BY_LOWER), n=1, cutoff=0.75)
-        hint = f" (did you mean {_BY_LOWER[close[0]]}?)" if close else ""
-    return f"unknown option {key!r} for rocketmq-batch{hint}; the options are: {', '.join(OPTION_NAMES)}"
+        close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
+        hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
+    return f"unknown option {key!r} for the rocketmq-batch {role}{hint}; the options are: {', '.join(names)}"
 
 
 def _subscription(given: dict) -> Subscription:
@@ -322,4 +331,108 @@ def _name(given: dict, name: str) -> str | None:
     value = given[name].strip()
     if not value:
         raise ConfigError(f"option {name} is empty: give a consumer group name, or drop the option")
+    return value
+
+
+# -- the sink ------------------------------------------------------------------------------------
+
+SINK_OPTION_NAMES = (
+    "endpoint", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes", "compression",
+    "codec", "deliveryGuarantee", "sinkId",
+)
+# Set by Spark on streaming writes (checkpointLocation from .option(...), queryName from .queryName(...)).
+SPARK_WRITE_OPTIONS = ("checkpointLocation", "queryName")
+_SINK_BY_LOWER = {name.lower(): name for name in SINK_OPTION_NAMES + SPARK_WRITE_OPTIONS}
+QUEUE_SELECTORS = {"hash": "hash", "roundrobin": "roundRobin", "column": "column"}
+DELIVERY_GUARANTEES = {"exactlyonce": "exactlyOnce", "atleastonce": "atLeastOnce"}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The checked options of a write (see ``RocketMQBatchDataSource`` for what each means)."""
+
+    endpoint: str
+    topic: str | None
+    queue_selector: str | None  # "hash" | "roundRobin" | "column"; None: by the columns (DEFAULTS)
+    batch_max_bytes: int
+    batch_max_delay_ms: int
+    total_batch_max_bytes: int
+    compression: str
+    codec: str
+    exactly_once: bool
+    sink_id: str | None
+    checkpoint_location: str | None
+    query_name: str | None
+
+    def check_batch_write(self) -> None:
+        """What a batch write (``df.write``) does not accept."""
+        if self.sink_id is not None:
+            raise ConfigError("option sinkId applies to streaming writes (writeStream) only: a batch write commits "
+                              "all its rows at once, in one step; drop sinkId")
+
+
+def parse_sink_options(options) -> SinkOptions:
+    """Check the options of a write (a mapping of option name -> string, any case) into
+    SinkOptions. Raises ConfigError naming the first unknown or malformed option."""
+    given = {}
+    for key, value in dict(options).items():
+        name = _SINK_BY_LOWER.get(key.lower())
+        if name is None:
+            read_option = _BY_LOWER.get(key.lower())
+            if read_option is not None:
+                raise ConfigError(f"option {read_option} is an option of reads (spark.read / readStream), not of "
+                                  f"writes; the write options are: {', '.join(SINK_OPTION_NAMES)}")
+            raise ConfigError(_unknown(key, SINK_OPTION_NAMES, "sink"))
+        given[name] = value if isinstance(value, str) else str(value)
+    if "endpoint" not in given:
+        raise ConfigError("option endpoint is required: the broker's HOST:PORT, e.g. .option('endpoint', "
+                          "'127.0.0.1:10911')")
+    try:
+        endpoint = check_endpoint(given["endpoint"].strip())
+    except ConfigError as err:
+        raise ConfigError(f"option endpoint: {err}") from None
+    topic = given.get("topic")
+    if topic is not None and (not topic.strip() or "," in topic):
+        raise ConfigError(f"option topic={topic!r}: give one topic name (or a topic column, one topic per row)")
+    opts = SinkOptions(
+        endpoint=endpoint,
+        topic=topic.strip() if topic is not None else None,
+        queue_selector=_choice(given, "queueSelector", QUEUE_SELECTORS) if "queueSelector" in given else None,
+        batch_max_bytes=_size(given, "batchMaxBytes"),
+        batch_max_delay_ms=_whole(given, "batchMaxDelayMs", "a positive number of milliseconds")
+        or DEFAULTS["batchMaxDelayMs"],
+        total_batch_max_bytes=_size(given, "totalBatchMaxBytes"),
+        compression=_choice(given, "compression", {"none": "none", "lz4": "lz4", "zstd": "zstd"}),
+        codec=_choice(given, "codec", {"arrow": "arrow", "rmq": "rmq"}),
+        exactly_once=_choice(given, "deliveryGuarantee", DELIVERY_GUARANTEES) == "exactlyOnce",
+        sink_id=_sink_id(given),
+        checkpoint_location=given.get("checkpointLocation"),
+        query_name=given.get("queryName"),
+    )
+    if opts.total_batch_max_bytes < opts.batch_max_bytes:
+        raise ConfigError(f"option totalBatchMaxBytes={opts.total_batch_max_bytes} is below batchMaxBytes="
+                          f"{opts.batch_max_bytes}: a writer could not hold a single batch; raise it")
+    if opts.sink_id is not None and not opts.exactly_once:
+        raise ConfigError("option sinkId names the commits of deliveryGuarantee=exactlyOnce; drop it, or drop "
+                          "deliveryGuarantee=atLeastOnce")
+    return opts
+
+
+def _choice(given: dict, name: str, choices: dict) -> str:
+    """One of ``choices`` (lower-cased spelling -> canonical), any case; DEFAULTS[name] if absent."""
+    if name not in given:
+        return DEFAULTS[name]
+    value = choices.get(given[name].strip().lower())
+    if value is None:
+        raise ConfigError(f"option {name}={given[name]!r}: use one of {', '.join(choices.values())}")
+    return value
+
+
+def _sink_id(given: dict) -> str | None:
+    if "sinkId" not in given:
+        return None
+    value = given["sinkId"].strip()
+    if not re.fullmatch(r"[A-Za-z0-9._:@+=-]{1,150}", value):
+        raise ConfigError(f"option sinkId={given['sinkId']!r}: use 1 to 150 letters, digits or . _ : @ + = - "
+                          "(one id per query, the same on every restart)")
     return value

@@ -1,5 +1,6 @@
 """The ``rocketmq-batch`` data source: streaming and batch reads of broker_sim topics into
-Spark, as Arrow record batches, with replayable per-queue offsets."""
+Spark, as Arrow record batches, with replayable per-queue offsets; its writes are in
+``sink.py``."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from ..client.transport import TransportConfig
 from ..consumer.range_reader import RangeReader
 from ..errors import ConfigError, DataLossError, RmqError
 from ..structs import OffsetRange
-from . import compat
+from . import compat, sink
 from .offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
-from .options import SourceOptions, parse_options
+from .options import SourceOptions, parse_options, parse_sink_options
 from .planning import QueueRange, plan_partitions, rate_limit, should_delay
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ def spark_schema(include_properties: bool = False) -> StructType:
 
 class RocketMQBatchDataSource(DataSource):
     """``spark.readStream.format("rocketmq-batch")`` and ``spark.read.format("rocketmq-batch")``:
-    topics of a broker_sim broker, read by offset ranges at the speed of the batch model.
+    topics of a broker_sim broker, read by offset ranges at the speed of the batch model;
+    ``df.writeStream.format("rocketmq-batch")`` and ``df.write.format("rocketmq-batch")``:
+    rows written to topics, exactly once (the write options follow the read options).
 
     Registered by itself on install (the top-level module ``pyspark_rocketmq_batch``), or with
     ``rmq_spark.spark.register(spark)``. Rows have the schema topic string, queue_id int,
@@ -55,6 +58,8 @@ class RocketMQBatchDataSource(DataSource):
 
     Parameters
     ----------
+    Options of reads:
+
     endpoint : str
         Required. The broker's ``HOST:PORT``.
     topic, topics, topicPattern, assign : str
@@ -112,11 +117,69 @@ class RocketMQBatchDataSource(DataSource):
         Streams: commit the end offsets of every finished micro-batch as this consumer group's
         offsets on the broker, so its lag is visible outside Spark (``rmq-admin group
         offsets``). The checkpoint stays the source of truth for the query itself.
+
+    Write options
+    -------------
+    ``df.write`` and ``df.writeStream`` (``rmq_spark.spark.sink``) take the columns ``body``
+    (binary or string, required), and optionally ``topic`` (string), ``tags``, ``keys``
+    (strings), ``properties`` (map<string,string>), ``queue_id`` (an integer) and
+    ``born_timestamp`` (timestamp); ``queue_offset`` and ``store_timestamp`` (of the read
+    schema) are left out, any other column is refused. A missing body, a column of another
+    type, or an unknown topic fails before a row is written. Rows go to the producer as Arrow
+    columns (PySpark's Arrow writers), are grouped by (topic, queue, tag) and cut into batches
+    encoded once. Writes append: overwrite modes are refused.
+
+    endpoint : str
+        Required. The broker's ``HOST:PORT``.
+    topic : str
+        The topic to write to; required without a ``topic`` column, and when given it wins
+        over the column (as in Spark's Kafka sink). Checked to exist before writing.
+    queueSelector : str
+        ``hash`` (rows with keys go to ``crc32(keys) % queues``, the others take the queues
+        in turn), ``roundRobin`` (the queues in turn, a batch at a time) or ``column`` (the
+        ``queue_id`` column). Default: ``column`` when there is a ``queue_id`` column, else
+        ``hash``; with ``hash`` or ``roundRobin`` a ``queue_id`` column is ignored.
+    batchMaxBytes : str
+        A stored batch is cut when its bodies pass this size: bytes, or ``256k`` (default),
+        ``1m``. Larger batches write and read faster; a read starting inside one decodes it.
+    batchMaxDelayMs : int
+        How long a partly filled batch of the producer waits for more rows, in milliseconds
+        (default 10). The sink sends each Arrow batch of rows from Spark at once, so this
+        bounds only rows the producer batches itself.
+    totalBatchMaxBytes : str
+        Bytes of batches a task holds sent and not yet answered before it waits for the
+        broker (default ``64m``).
+    compression : str
+        ``none``, ``lz4`` (default) or ``zstd``, over each batch, end to end.
+    codec : str
+        ``arrow`` (default: one Arrow IPC record batch per stored batch) or ``rmq``
+        (RocketMQ's MessageBatch encoding, readable by RocketMQ clients).
+    deliveryGuarantee : str
+        ``exactlyOnce`` (default): every task attempt prepares its rows under a transaction of
+        its own; the driver's commit makes exactly the returned ones visible and records (sink
+        id, batch id) in the same step, so a failed task, an aborted job or a micro-batch
+        replayed after a restart writes nothing twice; ``df.write`` is all or nothing.
+        ``atLeastOnce``: rows are visible as they are sent, and a retried task or a replayed
+        micro-batch writes them again.
+    sinkId : str
+        Streams with exactlyOnce: the name under which micro-batches are recorded as
+        committed, the same on every restart of the query. Default: ``spark-<query id>``,
+        the query id Spark keeps in the checkpoint (``<checkpointLocation>/metadata``), so
+        set ``.option("checkpointLocation", ...)`` on the writer, or this option (needed for
+        a checkpoint that is not on the local file system).
     """
 
     def __init__(self, options):
         super().__init__(options)
-        self.source_options = parse_options(options)
+        self._source_options: SourceOptions | None = None
+
+    @property
+    def source_options(self) -> SourceOptions:
+        """The read options, parsed on first use (``schema()`` at ``load()``); writes parse
+        theirs in ``writer`` / ``streamWriter``."""
+        if self._source_options is None:
+            self._source_options = parse_options(self.options)
+        return self._source_options
 
     @classmethod
     def name(cls) -> str:
@@ -134,6 +197,12 @@ class RocketMQBatchDataSource(DataSource):
         self._check_schema(schema)
         self.source_options.check_stream()
         return RocketMQBatchStreamReader(self.source_options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> "sink.RocketMQBatchWriter":
+        return sink.make_writer(parse_sink_options(self.options), schema, overwrite, streaming=False)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "sink.RocketMQBatchStreamWriter":
+        return sink.make_writer(parse_sink_options(self.options), schema, overwrite, streaming=True)
 
     def _check_schema(self, schema: StructType) -> None:
         expected = self.schema()

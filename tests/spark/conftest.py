@@ -14,7 +14,8 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("rmq-spark-tests")
+    # local[2, 2]: two threads, and a failed task is tried twice (the sink's retry tests).
+    session = (SparkSession.builder.master("local[2, 2]").appName("rmq-spark-tests")
                .config("spark.pyspark.python", sys.executable)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")

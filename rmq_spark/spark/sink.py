@@ -1,0 +1,289 @@
+"""The ``rocketmq-batch`` sink: ``df.write`` and ``df.writeStream`` into broker_sim topics,
+exactly once.
+
+Spark hands each write task its rows as Arrow record batches (PySpark's Arrow writers); the
+task gives them to the producer by column (``Producer.send_arrow``: routed, cut into batches
+and encoded once, no Python object per row).
+
+Exactly once: every task attempt prepares its batches under a transaction of its own (a new
+id per attempt, so a retried task never shares one with the attempt it replaces), flushes, and
+returns the ``PreparedTransaction`` in its commit message. The driver's commit ends exactly
+the returned transactions in one call that also records (sink id, batch id): a micro-batch
+replayed after a restart finds its batch id committed and makes nothing visible. An abort rolls
+the returned transactions back; a failed attempt rolls its own back, and one that died without
+a word is rolled back by the broker's transaction timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    BinaryType, ByteType, IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampNTZType,
+    TimestampType,
+)
+
+from .. import Admin, PreparedTransaction, Producer, Transactions, new_transaction_id
+from ..errors import ConfigError, TopicNotFoundError
+from .options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+_STRING = (StringType,)
+# The columns a write takes, and the Spark types each may have.
+COLUMN_TYPES = {
+    "body": ((BinaryType, StringType), "binary or string"),
+    "topic": (_STRING, "string"),
+    "tags": (_STRING, "string"),
+    "keys": (_STRING, "string"),
+    "properties": ((MapType,), "map<string,string>"),
+    "queue_id": ((IntegerType, LongType, ShortType, ByteType), "an integer type"),
+    "born_timestamp": ((TimestampType, TimestampNTZType, LongType), "timestamp (or long milliseconds)"),
+}
+# Columns of the read schema that a write leaves out, so that rows read can be written back.
+IGNORED_COLUMNS = ("queue_offset", "store_timestamp")
+_KAFKA_COLUMNS = {"value": "body", "key": "keys", "headers": "properties", "partition": "queue_id"}
+_PRODUCER_SELECTORS = {"hash": "hash", "roundRobin": "round_robin", "column": "hash"}
+_NO_SINK_ID = "rocketmq-batch"  # the transaction id prefix of writes without a sink id
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """What every task does with its rows, decided once on the driver from the schema."""
+
+    columns: tuple  # the columns given to the producer, in the rows' order
+    queue_selector: str  # the producer's: "hash" | "round_robin" (a queue_id column wins over both)
+
+
+def plan_write(schema: StructType, options: SinkOptions) -> WritePlan:
+    """Check the columns to write against ``options``; raises ConfigError naming the first
+    problem, before any row is written."""
+    fields = {field.name: field.dataType for field in schema.fields}
+    if "body" not in fields:
+        hint = " (Spark's Kafka sink calls it 'value')" if "value" in fields else ""
+        raise ConfigError(f"the rows have no 'body' column{hint}: every message needs one (binary or string); "
+                          f"the columns are {', '.join(fields) or 'none'}")
+    for name, data_type in fields.items():
+        if name in IGNORED_COLUMNS:
+            continue
+        if name not in COLUMN_TYPES:
+            kafka = _KAFKA_COLUMNS.get(name.lower())
+            hint = f" (Spark's Kafka sink calls {name!r} what is {kafka!r} here)" if kafka else ""
+            raise ConfigError(f"column {name!r} is not one rocketmq-batch writes{hint}; the columns are "
+                              f"{', '.join(COLUMN_TYPES)}: select or rename the columns to write")
+        types, described = COLUMN_TYPES[name]
+        if not isinstance(data_type, types) or (name == "properties" and not _string_map(data_type)):
+            raise ConfigError(f"column {name!r} is {data_type.simpleString()}; rocketmq-batch writes it as "
+                              f"{described}: cast it")
+    if options.topic is None and "topic" not in fields:
+        raise ConfigError("name the topic to write to: set the option topic, or give the rows a 'topic' column")
+    selector = options.queue_selector or ("column" if "queue_id" in fields else "hash")
+    if selector == "column" and "queue_id" not in fields:
+        raise ConfigError("option queueSelector=column takes each row's queue from the 'queue_id' column, and "
+                          "the rows have none: add it, or use hash or roundRobin")
+    dropped = set(IGNORED_COLUMNS)
+    if options.topic is not None:
+        dropped.add("topic")  # the option wins over the column, as in Spark's Kafka sink
+    if selector != "column":
+        dropped.add("queue_id")
+    return WritePlan(tuple(name for name in fields if name not in dropped), _PRODUCER_SELECTORS[selector])
+
+
+def _string_map(data_type) -> bool:
+    return isinstance(data_type.keyType, StringType) and isinstance(data_type.valueType, StringType)
+
+
+def check_topic(options: SinkOptions) -> None:
+    """The topic option names a topic of the broker (rows with a topic column are checked as
+    they are sent: a task fails on the first unknown one, and nothing of the batch is
+    committed)."""
+    if options.topic is None:
+        return
+    with Admin(options.endpoint) as admin:
+        try:
+            admin.describe_topic(options.topic)
+        except TopicNotFoundError:
+            raise ConfigError(f"topic {options.topic!r} does not exist on the broker {options.endpoint}: create it "
+                              f"first (rmq-admin --endpoint {options.endpoint} topic create {options.topic} "
+                              "--queues N --type BatchCQ)") from None
+
+
+def stream_sink_id(options: SinkOptions) -> str:
+    """The sink id of a streaming write, the same on every run of the query: the option
+    sinkId, else ``spark-<query id>`` with the id Spark keeps in the checkpoint's ``metadata``
+    file (a new checkpoint, even at the same location, is a new query and a new sink)."""
+    if options.sink_id is not None:
+        return options.sink_id
+    location = options.checkpoint_location
+    if location is None:
+        raise ConfigError("deliveryGuarantee=exactlyOnce recognises replayed micro-batches by a sink id that stays "
+                          "the same across restarts: set .option('checkpointLocation', ...) on the writeStream (a "
+                          "location from spark.sql.streaming.checkpointLocation is not passed to Python sinks), or "
+                          "the option sinkId")
+    metadata = _local_path(location) / "metadata"
+    try:
+        query_id = json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"]
+    except (OSError, ValueError, KeyError, IndexError) as err:
+        raise ConfigError(f"cannot read the query id from {metadata} ({err}): set the option sinkId to a name "
+                          "that stays the same across restarts of this query") from None
+    return f"spark-{query_id}"
+
+
+def _local_path(location: str) -> Path:
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path if parsed.scheme else location)
+    raise ConfigError(f"the checkpoint {location!r} is not on the local file system, where the sink reads the "
+                      "query id: set the option sinkId to a name that stays the same across restarts of this query")
+
+
+@dataclass(frozen=True)
+class SinkCommitMessage(WriterCommitMessage):
+    """What a task attempt wrote: its rows, and with exactlyOnce its prepared transaction."""
+
+    rows: int
+    transaction: Optional[PreparedTransaction] = None
+
+
+def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.RecordBatch],
+                    transaction_prefix: str) -> SinkCommitMessage:
+    """Send a task's rows; with exactlyOnce, prepared under a new transaction of this attempt."""
+    transaction_id = new_transaction_id(_attempt_prefix(transaction_prefix)) if options.exactly_once else None
+    producer = Producer(options.endpoint, transaction_id=transaction_id, codec=options.codec,
+                        compression=options.compression, queue_selector=plan.queue_selector,
+                        batch_max_bytes=options.batch_max_bytes, batch_max_delay_ms=options.batch_max_delay_ms,
+                        total_batch_max_bytes=options.total_batch_max_bytes)
+    try:
+        rows = 0
+        unanswered = deque()  # sends whose answers are not checked yet (answered ones free their payloads)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            unanswered.append(producer.send_arrow(batch.select(plan.columns), options.topic))
+            rows += batch.num_rows
+            while unanswered and unanswered[0].done():
+                unanswered.popleft().wait(0)  # raises the send's error, if any
+        producer.flush()
+        for send in unanswered:
+            send.wait(0)
+        message = SinkCommitMessage(rows, producer.prepared() if transaction_id else None)
+    except BaseException:
+        _abandon(producer, options, transaction_id)
+        raise
+    producer.close()
+    return message
+
+
+def _attempt_prefix(prefix: str) -> str:
+    """``<sink>.b<batch>.p<partition>.a<attempt>``: who prepared a transaction, for people
+    reading the broker's transaction list (uniqueness comes from the random part after it)."""
+    context = TaskContext.get()
+    if context is None:  # called outside a Spark task (tests driving the writer directly)
+        return prefix
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    return f"{prefix}{'.b' + batch if batch else ''}.p{context.partitionId()}.a{context.attemptNumber()}"
+
+
+def _abandon(producer: Producer, options: SinkOptions, transaction_id: str | None) -> None:
+    """A failed attempt: stop sending and roll back what it prepared, so that it does not wait
+    for the broker's timeout. Best effort: the timeout rolls it back anyway."""
+    try:
+        producer.close()
+    except Exception:  # noqa: BLE001 - the task's own error is the one to report
+        pass
+    if transaction_id is None or not producer.prepared().batch_count:  # the broker never heard of it
+        return
+    try:
+        with Transactions(options.endpoint) as txns:
+            txns.rollback([transaction_id])
+    except Exception as err:  # noqa: BLE001
+        log.warning("rocketmq-batch: could not roll back transaction %s of a failed write task (%s); the broker's "
+                    "transaction timeout will", transaction_id, err)
+
+
+def prepared_transactions(messages) -> list:
+    """The transactions of the tasks that returned, leaving out those that prepared nothing
+    (the broker never heard of them)."""
+    return [m.transaction for m in messages
+            if m is not None and m.transaction is not None and m.transaction.message_count > 0]
+
+
+def roll_back(options: SinkOptions, messages, what: str) -> None:
+    transactions = prepared_transactions(messages)
+    if not transactions:
+        return
+    try:
+        with Transactions(options.endpoint) as txns:
+            txns.rollback(transactions)
+    except Exception as err:  # noqa: BLE001 - Spark reports the failure that caused the abort
+        log.warning("rocketmq-batch: could not roll back the %d transactions of %s (%s); the broker's transaction "
+                    "timeout will", len(transactions), what, err)
+
+
+class RocketMQBatchWriter(DataSourceArrowWriter):
+    """``df.write``: every task prepares its rows (exactlyOnce), and ``commit`` makes all of
+    them visible in one step, or ``abort`` none."""
+
+    def __init__(self, options: SinkOptions, plan: WritePlan):
+        self.options = options
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return write_partition(self.options, self.plan, iterator, _NO_SINK_ID)
+
+    def commit(self, messages) -> None:
+        transactions = prepared_transactions(messages)
+        if transactions:
+            with Transactions(self.options.endpoint) as txns:
+                txns.commit(transactions)
+
+    def abort(self, messages) -> None:
+        roll_back(self.options, messages, "an aborted write")
+
+
+class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream``: each micro-batch's tasks prepare their rows (exactlyOnce), and
+    ``commit(messages, batchId)`` makes them visible and records (sink id, batchId) in one
+    step; a batch id committed before (a replay after a restart) makes nothing visible."""
+
+    def __init__(self, options: SinkOptions, plan: WritePlan):
+        self.options = options
+        self.plan = plan
+        self.sink_id = stream_sink_id(options) if options.exactly_once else None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return write_partition(self.options, self.plan, iterator, self.sink_id or _NO_SINK_ID)
+
+    def commit(self, messages, batchId: int) -> None:
+        if self.sink_id is None:  # atLeastOnce: every row is visible once sent
+            return
+        with Transactions(self.options.endpoint) as txns:
+            result = txns.commit(prepared_transactions(messages), sink_id=self.sink_id, batch_id=batchId)
+        if result.sink_batch_replayed:
+            log.warning("rocketmq-batch: micro-batch %d of sink %s was committed before (a replay after a restart); "
+                        "its rows were not written again", batchId, self.sink_id)
+
+    def abort(self, messages, batchId: int) -> None:
+        roll_back(self.options, messages, f"micro-batch {batchId}")
+
+
+def make_writer(options: SinkOptions, schema: StructType, overwrite: bool, streaming: bool):
+    """The writer of ``df.write`` or ``df.writeStream``, after every check that can be made
+    before a row is written."""
+    if overwrite:
+        raise ConfigError("rocketmq-batch appends to topics and cannot overwrite them: use mode('append') for "
+                          "df.write, outputMode('append') or 'update' for writeStream")
+    if not streaming:
+        options.check_batch_write()
+    plan = plan_write(schema, options)
+    check_topic(options)
+    return RocketMQBatchStreamWriter(options, plan) if streaming else RocketMQBatchWriter(options, plan)
