@@ -69,8 +69,8 @@ def plan_batches(columns: pa.RecordBatch, route: TopicInfo, *, by_keys: bool, fi
     tag_ids = np.zeros(rows, dtype=np.int64) if tags is None else \
         np.asarray(tags.indices.fill_null(-1), dtype=np.int64) + 1
     group = queues * (1 + (0 if tags is None else len(tags.dictionary))) + tag_ids
-    order = np.argsort(group, kind="stable")
-    if not np.array_equal(order, np.arange(rows)):
+    if _worth_collating(group, lengths, batch_max_bytes):
+        order = np.argsort(group, kind="stable")
         columns, group, lengths, queues, tag_ids = (columns.take(pa.array(order)), group[order], lengths[order],
                                                     queues[order], tag_ids[order])
     bounds = _cut(group, lengths, batch_max_bytes)
@@ -84,6 +84,14 @@ def plan_batches(columns: pa.RecordBatch, route: TopicInfo, *, by_keys: bool, fi
         batch.body_bytes = len(payload)
         batches.append(batch)
     return batches
+
+
+def _worth_collating(group: np.ndarray, lengths: np.ndarray, batch_max_bytes: int) -> bool:
+    """Whether to gather each group's rows together (a copy of the rows) before cutting: yes
+    when its rows are scattered in short runs (keys hashed, tags mixed); no when the runs are
+    already about a batch long (the queues in turn), which cut alone into the same batches."""
+    runs = 1 + np.count_nonzero(group[1:] != group[:-1])
+    return runs > 1 and int(lengths.sum()) < runs * (batch_max_bytes // 2)
 
 
 def as_record_batch(columns) -> pa.RecordBatch:

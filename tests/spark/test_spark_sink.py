@@ -161,8 +161,8 @@ def test_a_task_failing_mid_write_is_retried_and_its_rows_appear_once(spark, end
     assert int(marker.read_text()) > 0  # the failed attempt had prepared rows
     assert bodies_of(read_back(spark, endpoint, topic_name, 2000)) == sorted(f"row-{i}".encode() for i in range(2000))
     assert visible(endpoint, topic_name) == 2000
-    with Transactions(endpoint) as txns:  # the failed attempt rolled its transaction back
-        wait_for(lambda: not txns.list(), "the failed attempt's transaction rolled back")
+    with Transactions(endpoint) as txns:  # at most the failed attempt's is open (it rolls back itself, or times out)
+        assert all(".p1.a0." in t.transaction_id for t in txns.list())
 
 
 def _always_fail(partition):
@@ -191,8 +191,16 @@ def test_an_aborted_write_leaves_nothing_visible(spark, endpoint, topic_name, tm
                          endpoint, tmp_path / "checkpoint", topic=topic_name)
     assert "task failed on purpose" in str(query.exception())
     assert visible(endpoint, topic_name) == 0
-    with Transactions(endpoint) as txns:  # the tasks that succeeded were rolled back by the abort
-        assert not [t for t in txns.list() if t.message_count and ".p0." in t.transaction_id]
+    # Tasks still running when the job failed may leave their transaction open (invisible) for
+    # the broker's timeout; what abort() gets, it rolls back:
+    writer = _stream_writer(endpoint, topic=topic_name, sinkId="abort-sink")
+    messages = [writer.write(_task_rows(0, 50)), None]
+    writer.abort(messages, 3)
+    with Transactions(endpoint) as txns:
+        assert not [t for t in txns.list() if t.transaction_id == messages[0].transaction.transaction_id]
+        with pytest.raises(Exception, match="rolled back"):
+            txns.commit([messages[0].transaction], sink_id="abort-sink", batch_id=3)
+    assert visible(endpoint, topic_name) == 0
 
 
 def test_a_micro_batch_replayed_after_a_restart_writes_nothing_twice(spark, endpoint, topic_name, tmp_path):

@@ -1,0 +1,160 @@
+"""Spark write benchmark: a rate-style source of 1 KB rows -> ``writeStream.format("rocketmq-batch")``,
+exactlyOnce and atLeastOnce, in rows/s, beside the same rows into Spark's ``noop`` sink in the
+same run (broker in its own process). Target: exactlyOnce >= 250,000 rows/s.
+
+The source is Spark's ``rate-micro-batch`` (a fixed number of rows per micro-batch, as fast as
+the query goes); each row's body is 1 KB: the row number, then 1,000 random characters drawn
+once (so lz4 finds the repeats, as in logs and JSON; ``--compression none`` shows the full
+bytes). Rows/s is the rows over the micro-batches' trigger execution time (query progress:
+planning, the tasks, the sink's commit), the first micro-batches of a query left out as
+warm-up. The rows of every sink and the baseline run interleaved, best attempt kept.
+
+    python bench/spark_write_bench.py [--rows-per-batch 500000] [--batches 6] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import string
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import report  # noqa: E402
+from bench.broker_process import broker_process  # noqa: E402
+
+BODY_BYTES = 1024
+QUEUES = 16
+TOPIC = "spark-write"
+TARGET_ROWS_PER_S = 250_000
+WARM_UP_BATCHES = 1
+
+
+def discarding_sink_class():
+    """The second baseline: a Python streaming sink that takes the same Arrow batches from
+    Spark and drops them (the ceiling of any Python sink)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+    class Discard(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            for _batch in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class DiscardingSink(DataSource):
+        @classmethod
+        def name(cls):
+            return "discard-arrow"
+
+        def streamWriter(self, schema, overwrite):
+            return Discard()
+
+    return DiscardingSink
+
+
+def rows(spark, rows_per_batch: int, partitions: int):
+    """The rate-style stream: ``body`` binary of BODY_BYTES per row."""
+    filler = "".join(random.Random(7).choices(string.ascii_letters + string.digits, k=BODY_BYTES - 24))
+    return (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+            .option("numPartitions", partitions).load()
+            .selectExpr(f"cast(concat(lpad(cast(value as string), 24, '0'), '{filler}') as binary) as body"))
+
+
+def run(df, sink: str, options: dict, checkpoint: Path, batches: int) -> tuple[int, float]:
+    """Run ``batches`` micro-batches (after the warm-up ones) into ``sink``: rows, rows/s."""
+    writer = df.writeStream.format(sink).option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds")
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    query = writer.start()
+    deadline = time.monotonic() + 1800
+    try:
+        while True:
+            done = [p for p in query.recentProgress if p["numInputRows"]]
+            if len(done) >= batches + WARM_UP_BATCHES:
+                break
+            if query.exception() is not None:
+                raise query.exception()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{sink}: {batches} micro-batches did not finish in 30 minutes")
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    measured = done[WARM_UP_BATCHES:WARM_UP_BATCHES + batches]
+    total = sum(p["numInputRows"] for p in measured)
+    return total, total / (sum(p["durationMs"]["triggerExecution"] for p in measured) / 1000)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows-per-batch", type=int, default=500_000, help="rows per micro-batch (default 500,000)")
+    parser.add_argument("--batches", type=int, default=6, help="micro-batches measured per attempt (default 6)")
+    parser.add_argument("--partitions", type=int, default=2, help="Spark tasks per micro-batch (default 2)")
+    parser.add_argument("--repeat", type=int, default=2, help="attempts; the best of each row is kept")
+    parser.add_argument("--compression", default="lz4", help="the sink's compression (default lz4)")
+    args = parser.parse_args(argv)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from rmq_spark import Admin
+
+    spark = (SparkSession.builder.master("local[2]").appName("spark-write-bench")
+             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("FATAL")  # stopping a query mid-batch logs its aborts
+    spark.dataSource.register(discarding_sink_class())
+    df = rows(spark, args.rows_per_batch, args.partitions)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="rmq-spark-write-bench-") as work, \
+            broker_process(Path(work) / "broker") as (endpoint, _):
+        work = Path(work)
+        with Admin(endpoint) as admin:
+            admin.create_topic(TOPIC, QUEUES, "BatchCQ")
+        sink = {"endpoint": endpoint, "topic": TOPIC, "compression": args.compression}
+        sinks = {
+            "rocketmq-batch exactlyOnce": ("rocketmq-batch", {**sink, "deliveryGuarantee": "exactlyOnce"}),
+            "rocketmq-batch atLeastOnce": ("rocketmq-batch", {**sink, "deliveryGuarantee": "atLeastOnce"}),
+            "Python Arrow sink that drops rows (baseline)": ("discard-arrow", {}),
+            "noop (baseline)": ("noop", {}),
+        }
+        for attempt in range(args.repeat):
+            for name, (fmt, options) in sinks.items():
+                count, rate = run(df, fmt, options, work / f"cp-{len(results)}-{attempt}-{fmt}", args.batches)
+                best = results.setdefault(name, {"sink": name, "rows": count, "rows/s": 0.0})
+                best["rows/s"] = max(best["rows/s"], rate)
+                print(f"  attempt {attempt + 1}: {name}: {rate:,.0f} rows/s ({count:,} rows)", flush=True)
+    spark.stop()
+    rows_out = list(results.values())
+    baseline = results["noop (baseline)"]["rows/s"]
+    for row in rows_out:
+        row["share of noop"] = row["rows/s"] / baseline
+        row["MB/s"] = row["rows/s"] * BODY_BYTES / 1e6
+    exactly_once = results["rocketmq-batch exactlyOnce"]["rows/s"]
+    python_ceiling = results["Python Arrow sink that drops rows (baseline)"]["rows/s"]
+    notes = [f"exactlyOnce: {exactly_once:,.0f} rows/s, {'meets' if exactly_once >= TARGET_ROWS_PER_S else 'MISSES'} "
+             f"the {TARGET_ROWS_PER_S:,} rows/s target; noop takes the same rows at {baseline:,.0f} rows/s, a Python "
+             f"Arrow sink that drops them at {python_ceiling:,.0f} rows/s",
+             f"{args.rows_per_batch:,} rows of {BODY_BYTES} B per micro-batch in {args.partitions} tasks, "
+             f"{args.batches} micro-batches measured per attempt, best of {args.repeat}; topic of {QUEUES} BatchCQ "
+             f"queues, codec arrow, compression {args.compression}, batchMaxBytes 256k; Spark local[2] and the "
+             "broker (its own process) share the machine"]
+    report.write("spark-write", rows_out, ["sink", "rows", "rows/s", "share of noop", "MB/s"], notes,
+                 plot=lambda ax: _plot(ax, rows_out))
+    return 0
+
+
+def _plot(ax, rows_out) -> None:
+    ax.bar([r["sink"] for r in rows_out], [r["rows/s"] for r in rows_out],
+           color=["C0", "C1", "silver", "grey"][:len(rows_out)])
+    ax.axhline(TARGET_ROWS_PER_S, color="red", linestyle="--", label="exactlyOnce target")
+    ax.set_ylabel("rows/s")
+    ax.legend()
+    ax.set_title("Spark writeStream, 1 KB rows")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
