@@ -1,6 +1,6 @@
 """rmq_spark: the client SDK of broker_sim and the PySpark data source 'rocketmq-batch'.
 
-    from rmq_spark import Admin, Producer, Message, RangeReader, OffsetRange
+    from rmq_spark import Admin, Producer, Message, RangeReader, OffsetRange, PopConsumer
 
 The names are imported on first use, so that importing a part of the package (the broker
 imports only ``rmq_spark.protocol``) does not load the whole SDK.
@@ -12,13 +12,15 @@ _HOMES = {
     "Admin": "client.admin",
     "TransportConfig": "client.transport",
     "RangeReader": "consumer",
+    "PopConsumer": "consumer",
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
-        "BrokerStats", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType", "SendResult",
-        "TopicInfo")},
+        "BrokerStats", "Delivery", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType",
+        "ReceivedMessage", "SendResult", "TopicInfo")},
     **{name: "errors" for name in (
-        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "InvalidRequestError",
+        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "GroupNotFoundError",
+        "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError", "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "WrongQueueTypeError")},
 }

@@ -104,3 +104,58 @@ class BrokerStats:
     resident_memory_bytes: int
     data_dir: str
     flush_mode: str
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A message handed out by a PopConsumer; ack it through its ``receipt_handle`` (shared by
+    the messages of one BatchCQ unit: they are acked together)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    tags: str | None
+    keys: str | None
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    reconsume_times: int
+    receipt_handle: str
+    properties: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One pop delivery: a message of a SimpleCQ topic, or a BatchCQ unit with its whole batch.
+
+    ``records`` holds its messages as a ``pyarrow.RecordBatch`` in the read schema;
+    ``messages()`` as ``ReceivedMessage`` structs. ``queue_id`` / ``offset`` are where it was
+    popped (the group's retry queue when ``retry``); ``topic`` is the topic it was sent to.
+    ``reconsume_times`` counts the deliveries before this one. Unless acked by
+    ``invisible_until_ms`` (ms since the epoch, broker clock) it is delivered again.
+    """
+
+    receipt_handle: str
+    topic: str
+    queue_id: int
+    offset: int
+    count: int
+    reconsume_times: int
+    invisible_until_ms: int
+    retry: bool
+    records: object  # pyarrow.RecordBatch
+
+    def messages(self) -> list[ReceivedMessage]:
+        columns = self.records.to_pydict()
+        out = []
+        for i in range(self.records.num_rows):
+            out.append(ReceivedMessage(
+                self.topic, columns["queue_id"][i], columns["queue_offset"][i], columns["body"][i], columns["tags"][i],
+                columns["keys"][i], _ms(columns["born_timestamp"][i]), _ms(columns["store_timestamp"][i]),
+                self.reconsume_times, self.receipt_handle, dict(columns["properties"][i] or ()) if "properties" in
+                columns else {}))
+        return out
+
+
+def _ms(value) -> int:
+    return 0 if value is None else int(value.timestamp() * 1000)

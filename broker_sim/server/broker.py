@@ -17,11 +17,14 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import DecodeError
 from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_spark.protocol.v1 import pop_pb2
 
+from broker_sim.pop import PopConfig, PopService, ReviveService
 from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
 from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
 
 from .errors import MalformedRequest
+from .pop_servicer import PopServicer
 from .servicers import CallGate, Counters, make_servicers
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,8 @@ class Broker:
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
-                 *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS):
+                 *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS,
+                 pop_config: PopConfig | None = None):
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -54,6 +58,9 @@ class Broker:
         self.offsets_flush_interval_ms = offsets_flush_interval_ms
         self.store: MessageStore | None = None
         self.offsets: ConsumerOffsetTable | None = None
+        self.pop_config = pop_config or PopConfig()
+        self.pop: PopService | None = None
+        self._revive: ReviveService | None = None
         self.counters = Counters()
         self._server: grpc.Server | None = None
         self._gate = CallGate()
@@ -99,11 +106,21 @@ class Broker:
                 store.close()
                 server.stop(None)
                 raise
+            try:
+                pop = PopService.open(self.data_dir, store, offsets, self.pop_config)
+            except BaseException:
+                offsets.close()
+                store.close()
+                server.stop(None)
+                raise
             admin, messaging = make_servicers(store, offsets, self._gate, self.counters)
             server.add_generic_rpc_handlers((_service_handler("Admin", admin),
-                                             _service_handler("Messaging", messaging)))
+                                             _service_handler("Messaging", messaging),
+                                             _service_handler("Pop", PopServicer(pop, self._gate), pop_pb2)))
+            self._revive = ReviveService(pop)
+            self._revive.start()
             server.start()
-            self.store, self.offsets, self._server, self.port = store, offsets, server, port
+            self.store, self.offsets, self.pop, self._server, self.port = store, offsets, pop, server, port
             log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
             return port
 
@@ -114,10 +131,13 @@ class Broker:
             if self._server is None or self._stopped.is_set():
                 self._stopped.set()
                 return
+            self.pop.stop_waiting()  # long-polling pops answer now
             self._server.stop(grace).wait((grace or 0) + _DRAIN_TIMEOUT_S)
             if not self._gate.close(_DRAIN_TIMEOUT_S):
                 log.warning("calls still inside the store after %.0f s; closing it anyway", _DRAIN_TIMEOUT_S)
             try:
+                self._revive.stop()
+                self.pop.close()
                 self.offsets.close()
             finally:
                 self.store.close()
@@ -137,15 +157,15 @@ class Broker:
         self.stop(grace=1.0)
 
 
-def _service_handler(name: str, servicer) -> grpc.GenericRpcHandler:
+def _service_handler(name: str, servicer, module=pb) -> grpc.GenericRpcHandler:
     """The service's handlers, as the generated add_*Servicer_to_server makes them, except that
     a request that does not parse reaches the servicer as a MalformedRequest (refused with
     INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL."""
-    service = pb.DESCRIPTOR.services_by_name[name]
+    service = module.DESCRIPTOR.services_by_name[name]
     handlers = {}
     for method in service.methods:
-        request_type = getattr(pb, method.input_type.name)
-        response_type = getattr(pb, method.output_type.name)
+        request_type = getattr(module, method.input_type.name)
+        response_type = getattr(module, method.output_type.name)
         make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
         handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_parser(request_type),
                                      response_serializer=response_type.SerializeToString)

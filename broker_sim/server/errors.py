@@ -32,6 +32,13 @@ BAD_OFFSET_RANGE           INVALID_ARGUMENT     an offset or range that cannot b
                                                 byte budget. Offsets that are well formed but
                                                 outside the stored data are no error: ReadRanges
                                                 answers them with a RangeStatus
+GROUP_NOT_FOUND            NOT_FOUND            an ack or change of invisible time for a group
+                                                that never popped on this broker
+RECEIPT_HANDLE_INVALID     INVALID_ARGUMENT     a receipt handle this broker did not issue
+                                                (forged, damaged) or issued to another group
+RECEIPT_HANDLE_EXPIRED     FAILED_PRECONDITION  ChangeInvisibleDuration on a handle whose message
+                                                was acked, revived, or moved by an earlier change
+                                                (acks answer per handle with an AckStatus instead)
 SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
                                                 retry against a running broker
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
@@ -50,6 +57,7 @@ import logging
 
 import grpc
 
+from broker_sim.pop import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,9 @@ class Reason(str, enum.Enum):
     TOPIC_CONFLICT = "TOPIC_CONFLICT"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     BAD_OFFSET_RANGE = "BAD_OFFSET_RANGE"
+    GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+    RECEIPT_HANDLE_INVALID = "RECEIPT_HANDLE_INVALID"
+    RECEIPT_HANDLE_EXPIRED = "RECEIPT_HANDLE_EXPIRED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     INTERNAL = "INTERNAL"
 
@@ -81,6 +92,9 @@ CODES = {
     Reason.TOPIC_CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
     Reason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.BAD_OFFSET_RANGE: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.GROUP_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.RECEIPT_HANDLE_INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.RECEIPT_HANDLE_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
@@ -94,6 +108,13 @@ _PUT_REASONS = {
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
 }
+
+_POP_REASONS = (
+    (GroupNotFound, Reason.GROUP_NOT_FOUND),
+    (InvalidReceiptHandle, Reason.RECEIPT_HANDLE_INVALID),
+    (ReceiptHandleExpired, Reason.RECEIPT_HANDLE_EXPIRED),
+    (InvalidPopRequest, Reason.INVALID_ARGUMENT),
+)
 
 STOPPING = "the broker is stopping; retry against a running broker"
 
@@ -150,6 +171,9 @@ def from_exception(err: BaseException) -> BrokerError:
         return err
     if isinstance(err, StoreClosedError):
         return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
+    for pop_error, reason in _POP_REASONS:
+        if isinstance(err, pop_error):
+            return BrokerError(reason, str(err))
     if isinstance(err, UnknownTopicError):
         reason = Reason.QUEUE_NOT_FOUND if "no queue" in str(err) else Reason.TOPIC_NOT_FOUND
         return BrokerError(reason, str(err))

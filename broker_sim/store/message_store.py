@@ -142,14 +142,16 @@ class MessageStore:
     # --- writing ---------------------------------------------------------------------------
 
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
-                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST) -> PutResult:
-        """Store one message."""
+                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
+                    reconsume_times: int = 0) -> PutResult:
+        """Store one message (``reconsume_times``: RECONSUMETIMES, set by retries)."""
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
             return failed
         props = fmt.encode_properties(properties)
-        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag)
+        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag,
+                               reconsume_times=reconsume_times)
         return self._append(config, queue_id, [record])
 
     def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
@@ -179,7 +181,7 @@ class MessageStore:
     def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
                         compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
                         flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
+                        born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> PutResult:
         """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
         BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
         config, failed = self._check_queue(topic, queue_id)
@@ -204,7 +206,7 @@ class MessageStore:
                                        fmt.PROPERTY_BATCH_CODEC: codec})
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
-                               sys_flag, count)
+                               sys_flag, count, reconsume_times)
         return self._append(config, queue_id, [record])
 
     def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
@@ -331,6 +333,17 @@ class MessageStore:
         self._existing_queue(topic, queue_id)
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.max_offset(topic, queue_id) > offset, timeout_s)
+
+    @property
+    def indexed_position(self) -> int:
+        """The commitlog position up to which every record is indexed."""
+        return self.dispatcher.position
+
+    def wait_indexed_past(self, position: int, timeout_s: float) -> bool:
+        """Wait until records past commitlog ``position`` are indexed (new messages of any
+        queue are readable); False on timeout. Long polling over many queues waits here."""
+        with self._dispatched:
+            return self._dispatched.wait_for(lambda: self.dispatcher.position > position, timeout_s)
 
     def wait_dispatched(self, timeout_s: float) -> bool:
         """Wait until every record appended so far is indexed; False on timeout."""

@@ -1,0 +1,561 @@
+"""PopService: RocketMQ's pop consumption (RIP-73) over the message store, its state in a
+PopStateStore (RocksDB).
+
+A pop reads units from the group's pull offset of each queue, writes one invisible record per
+unit (a message, or a BatchCQ unit with its whole batch) and the new pull offset in ONE atomic
+write, and only then answers. An ack deletes the record; an expired record is revived (see
+``revive_expired``) into the retry topic ``%RETRY%{group}+{topic}``, which pops of the topic
+read along with its queues, and after ``max_reconsume_times`` retries into ``%DLQ%{group}``.
+The commit offset of a queue, the group's durable progress, is its lowest unacked offset (the
+pull offset when none is in flight); it is written to the consumer offset table.
+
+Memory mirrors the state store (rebuilt from it at open), so acks and the commit offset need
+no reads. After a kill -9 the store holds every record that a pop answered with: no popped
+message is lost (it comes back after its invisible time) and no acked one comes back.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from broker_sim.store import ConsumerOffsetTable, GetStatus, MessageStore, QueueType, StoredBatch, UnknownTopicError
+from broker_sim.store import format as fmt
+from broker_sim.store.commitlog import wall_clock_ms
+
+from .config import PopConfig, revive_backoff_ms
+from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
+from .receipt import ReceiptSigner
+from .state import (ORDERLY, PULL, REVIVABLE, Checkpoint, PopStateStore, RocksDBState, decode_pull, expired_bound,
+                    pull_key, pull_value, queue_prefix)
+
+log = logging.getLogger(__name__)
+
+RETRY_PREFIX = fmt.RETRY_TOPIC_PREFIX
+DLQ_PREFIX = "%DLQ%"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # RocketMQ's: the topic a retried message was first sent to
+_SYSTEM_PROPERTIES = (fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC)
+_POLL_SLICE_S = 0.5  # a waiting pop looks again at least this often (orderly queues unblock on acks)
+_MAX_SCAN_UNITS = 4096  # units a pop looks at per queue, filtered out or not
+_GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")
+
+
+def retry_topic(group: str, topic: str) -> str:
+    """The group's retry topic of ``topic`` (RocketMQ's v2 naming)."""
+    return f"{RETRY_PREFIX}{group}+{topic}"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{DLQ_PREFIX}{group}"
+
+
+class TagMatcher(Protocol):
+    def matches(self, batch: StoredBatch) -> bool: ...
+
+
+class AckStatus(enum.Enum):
+    OK = "OK"
+    EXPIRED = "EXPIRED"  # acked already, revived after its invisible time, or its invisible time was changed
+    INVALID = "INVALID"  # not issued by this broker, or to another group
+
+
+@dataclass(frozen=True)
+class AckOutcome:
+    status: AckStatus
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A popped unit: its checkpoint (where it lives, how often it was consumed), the handle that
+    acks it, the topic it was first sent to, and its record's size in ``PopResult.records``."""
+
+    checkpoint: Checkpoint
+    receipt_handle: str
+    origin_topic: str
+    retry: bool
+    record_size: int
+
+
+@dataclass(frozen=True)
+class PopResult:
+    deliveries: list = field(default_factory=list)
+    records: bytes = b""  # the stored records of the deliveries, concatenated in order
+    polling_full: bool = False  # nothing found, and too many pops wait already to wait too
+
+
+class _Queue:
+    """A group's state of one queue: pull offset and the offsets in flight (popped, not acked)."""
+
+    __slots__ = ("pull", "inflight", "heap", "committed")
+
+    def __init__(self, pull: int):
+        self.pull = pull
+        self.inflight: dict[int, bytes] = {}  # offset -> checkpoint key
+        self.heap: list[int] = []  # offsets in flight, with stale ones removed lazily
+        self.committed = -1
+
+    def add(self, offset: int, key: bytes) -> None:
+        self.inflight[offset] = key
+        heapq.heappush(self.heap, offset)
+
+    def commit_offset(self) -> int:
+        heap = self.heap
+        while heap and heap[0] not in self.inflight:
+            heapq.heappop(heap)
+        return min(heap[0], self.pull) if heap else self.pull
+
+
+class _Changes:
+    """What one operation changes, written to the state store at once and then to memory."""
+
+    def __init__(self):
+        self.added: list[Checkpoint] = []
+        self.removed: list[Checkpoint] = []
+        self.pulls: dict[tuple[str, str, int], int] = {}
+        self.delivered: list[tuple[Checkpoint, memoryview, str, bool]] = []
+
+    def deliver(self, ck: Checkpoint, unit: StoredBatch, origin: str, retry: bool) -> None:
+        self.added.append(ck)
+        self.delivered.append((ck, unit.data, origin, retry))
+
+
+class PopService:
+    """Pop, ack, change of invisible time and revive of one broker.
+
+    Parameters
+    ----------
+    store : MessageStore
+    offsets : ConsumerOffsetTable
+        Where commit offsets go (and where a group's first pop of a queue starts, if set).
+    state : PopStateStore
+        The invisible records and pull offsets (``RocksDBState``).
+    signer : ReceiptSigner
+    config : PopConfig
+    now_ms : callable
+        The clock of visibility deadlines; tests step it instead of sleeping.
+    """
+
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, state: PopStateStore,
+                 signer: ReceiptSigner, config: PopConfig | None = None, *,
+                 now_ms: Callable[[], int] = wall_clock_ms):
+        self.store = store
+        self.offsets = offsets
+        self.state = state
+        self.signer = signer
+        self.config = config or PopConfig()
+        self.now_ms = now_ms
+        self._lock = threading.Lock()
+        self._checkpoints: dict[bytes, Checkpoint] = {}
+        self._queues: dict[tuple[str, str, int], _Queue] = {}
+        self._groups: set[str] = set()
+        self._rotation: dict[tuple[str, str], int] = {}
+        self._nonces = itertools.count(time.time_ns())  # larger than any of an earlier run
+        self._waiting = 0
+        self._waiting_lock = threading.Lock()
+        self._closing = False
+        self._load()
+
+    @classmethod
+    def open(cls, data_dir, store: MessageStore, offsets: ConsumerOffsetTable, config: PopConfig | None = None,
+             **kwargs) -> "PopService":
+        """The pop service of a data directory: RocksDB in ``pop/state``, the receipt secret in
+        ``pop/receipt.secret``."""
+        config = config or PopConfig()
+        root = Path(data_dir) / "pop"
+        signer = ReceiptSigner.from_file(root / "receipt.secret")
+        state = RocksDBState(root / "state", sync=config.sync_writes)
+        try:
+            return cls(store, offsets, state, signer, config, **kwargs)
+        except BaseException:
+            state.close()
+            raise
+
+    def _load(self) -> None:
+        for key, value in self.state.scan(PULL, bytes([PULL[0] + 1])):
+            group, topic, queue_id, offset = decode_pull(key, value)
+            self._queues[(group, topic, queue_id)] = _Queue(offset)
+            self._groups.add(group)
+        for kind in (REVIVABLE, ORDERLY):
+            for key, value in self.state.scan(kind, bytes([kind[0] + 1])):
+                ck = Checkpoint.decode(key, value)
+                self._checkpoints[key] = ck
+                self._queue(ck.group, ck.topic, ck.queue_id).add(ck.offset, key)
+                self._groups.add(ck.group)
+        for queue in self._queues.values():
+            queue.committed = queue.commit_offset()
+
+    # --- pop -------------------------------------------------------------------------------
+
+    def pop(self, group: str, topic: str, queue_id: int = -1, max_messages: int = 32,
+            invisible_time_ms: int = 60_000, poll_time_ms: int = 0, tag_filter: TagMatcher | None = None,
+            orderly: bool = False) -> PopResult:
+        """Pop up to ``max_messages`` deliveries of ``topic`` (``queue_id`` -1: any of its queues,
+        and the group's retry queue, in turn), invisible to the group for ``invisible_time_ms``.
+        With nothing to return, wait up to ``poll_time_ms`` for new messages."""
+        self._check_group(group)
+        self._check_invisible(invisible_time_ms)
+        if not 1 <= max_messages <= self.config.max_pop_messages:
+            raise InvalidPopRequest(f"max_messages {max_messages}: pop 1 to {self.config.max_pop_messages} at a time")
+        if not 0 <= poll_time_ms <= self.config.max_poll_time_ms:
+            raise InvalidPopRequest(f"poll_time_ms {poll_time_ms}: wait 0 to {self.config.max_poll_time_ms} ms for "
+                                    "messages")
+        config = self.store.topic(topic)
+        if queue_id != -1 and not 0 <= queue_id < config.queue_count:
+            raise UnknownTopicError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; there is no queue "
+                                    f"{queue_id} (pop queue -1 for any)")
+        give_up = time.monotonic() + poll_time_ms / 1000
+        waiting = False
+        try:
+            while True:
+                position = self.store.indexed_position
+                result = self._pop_once(group, topic, queue_id, max_messages, invisible_time_ms, tag_filter, orderly)
+                left = give_up - time.monotonic()
+                if result.deliveries or left <= 0 or self._closing:
+                    return result
+                if not waiting:
+                    if not self._enter_waiting():
+                        return PopResult(polling_full=True)
+                    waiting = True
+                self.store.wait_indexed_past(position, min(left, _POLL_SLICE_S))
+        finally:
+            if waiting:
+                with self._waiting_lock:
+                    self._waiting -= 1
+
+    def _enter_waiting(self) -> bool:
+        with self._waiting_lock:
+            if self._waiting >= self.config.max_waiting_pops:
+                return False
+            self._waiting += 1
+            return True
+
+    def _pop_once(self, group: str, topic: str, queue_id: int, want: int, invisible_ms: int,
+                  tag_filter: TagMatcher | None, orderly: bool) -> PopResult:
+        with self._lock:
+            config = self.store.topic(topic)
+            now = self.now_ms()
+            deadline = now + invisible_ms
+            changes = _Changes()
+            budget = [self.config.max_pop_bytes]
+            for name, queue, retry in self._targets(group, config, queue_id, orderly):
+                left = want - len(changes.delivered)
+                if left <= 0 or budget[0] <= 0:
+                    break
+                if orderly:
+                    self._pop_orderly(changes, group, name, queue, left, budget, now, deadline, tag_filter)
+                else:
+                    self._pop_queue(changes, group, name, queue, left, budget, now, deadline, tag_filter, topic,
+                                    retry)
+            self._groups.add(group)
+            self._apply(changes)
+            deliveries = [Delivery(ck, self.signer.sign(ck), origin, retry, len(data))
+                          for ck, data, origin, retry in changes.delivered]
+            records = b"".join([data for _ck, data, _origin, _retry in changes.delivered])
+            return PopResult(deliveries, records)
+
+    def _targets(self, group: str, config, queue_id: int, orderly: bool) -> list[tuple[str, int, bool]]:
+        """(topic, queue, is the retry queue) to pop from, starting at the group's next queue."""
+        if queue_id >= 0:
+            return [(config.name, queue_id, False)]
+        targets = [(config.name, q, False) for q in range(config.queue_count)]
+        retry = retry_topic(group, config.name)
+        if not orderly and self.store.topics.get(retry) is not None:
+            targets.append((retry, 0, True))
+        key = (group, config.name)
+        start = self._rotation.get(key, 0) % len(targets)
+        self._rotation[key] = start + 1
+        return targets[start:] + targets[:start]
+
+    def _pop_queue(self, changes: _Changes, group: str, topic: str, queue_id: int, want: int, budget: list,
+                   now: int, deadline: int, tag_filter, origin: str, retry: bool) -> None:
+        queue = self._queue(group, topic, queue_id)
+        units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
+        for unit in units:
+            reconsume = _reconsume_times(unit) if retry else 0  # a retried record counts its retries
+            changes.deliver(Checkpoint(False, deadline, group, topic, queue_id, unit.base_offset, unit.count,
+                                       reconsume, next(self._nonces), now), unit, origin, retry)
+        if after != queue.pull:
+            changes.pulls[(group, topic, queue_id)] = after
+
+    def _pop_orderly(self, changes: _Changes, group: str, topic: str, queue_id: int, want: int, budget: list,
+                     now: int, deadline: int, tag_filter) -> None:
+        """An orderly pop of a queue: nothing while some of its messages are invisible; its
+        expired ones again, with one more reconsume, before anything new."""
+        queue = self._queue(group, topic, queue_id)
+        held = [self._checkpoints[key] for key in queue.inflight.values()]
+        if any(ck.deadline_ms > now for ck in held):
+            return
+        again = sorted((ck for ck in held if ck.orderly), key=lambda ck: ck.offset)
+        if again:
+            for ck in again[:want]:
+                unit = self._unit(ck)
+                if unit is None or ck.reconsume_times >= self.config.max_reconsume_times:
+                    if unit is None or self._forward(ck, unit, dlq_topic(group), QueueType.BATCH_CQ, topic):
+                        changes.removed.append(ck)
+                    continue
+                changes.removed.append(ck)
+                changes.deliver(ck.moved(deadline, next(self._nonces), reconsume_times=ck.reconsume_times + 1,
+                                         pop_time_ms=now), unit, topic, False)
+                budget[0] -= len(unit.data)
+            return
+        units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
+        for unit in units:
+            changes.deliver(Checkpoint(True, deadline, group, topic, queue_id, unit.base_offset, unit.count, 0,
+                                       next(self._nonces), now), unit, topic, False)
+        if after != queue.pull:
+            changes.pulls[(group, topic, queue_id)] = after
+
+    def _read(self, topic: str, queue_id: int, start: int, want: int, budget: list,
+              tag_filter) -> tuple[list[StoredBatch], int]:
+        """Up to ``want`` units from ``start`` that pass the filter, within the byte budget;
+        and the offset after the last unit looked at (filtered-out units are passed over)."""
+        taken: list[StoredBatch] = []
+        offset, looked = start, 0
+        simple = self.store.topic(topic).queue_type is QueueType.SIMPLE_CQ
+        while len(taken) < want and looked < _MAX_SCAN_UNITS and budget[0] > 0:
+            if self.store.max_offset(topic, queue_id) <= offset:
+                break
+            end = offset + (want - len(taken)) if simple else None
+            result = self.store.get_messages(topic, queue_id, offset, end, max_bytes=budget[0])
+            if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted below: go on from the first stored
+                offset = result.next_begin_offset
+                continue
+            if result.status is GetStatus.OFFSET_OVERFLOW_BADLY:  # the store lost its tail in a crash
+                return taken, result.max_offset
+            if result.status is not GetStatus.FOUND:
+                break
+            for unit in result.batches:
+                if len(taken) >= want or (taken and len(unit.data) > budget[0]):
+                    return taken, offset
+                looked += 1
+                offset = unit.base_offset + unit.count
+                if tag_filter is None or tag_filter.matches(unit):
+                    taken.append(unit)
+                    budget[0] -= len(unit.data)
+        return taken, offset
+
+    def _unit(self, ck: Checkpoint) -> StoredBatch | None:
+        """The stored unit a checkpoint names, or None when it is no longer stored."""
+        try:
+            result = self.store.get_messages(ck.topic, ck.queue_id, ck.offset, ck.offset + 1)
+        except UnknownTopicError:
+            return None
+        if result.status is not GetStatus.FOUND or result.batches[0].base_offset != ck.offset:
+            return None
+        return result.batches[0]
+
+    # --- ack and change of invisible time ----------------------------------------------------
+
+    def ack(self, group: str, handles: list[str]) -> list[AckOutcome]:
+        """Ack each handle; one outcome per handle, in order. The acked messages are never
+        delivered again."""
+        self._check_known_group(group)
+        outcomes = []
+        with self._lock:
+            changes = _Changes()
+            acked: set[bytes] = set()
+            for handle in handles:
+                try:
+                    held = self._held(group, handle)
+                except InvalidReceiptHandle as err:
+                    outcomes.append(AckOutcome(AckStatus.INVALID, str(err)))
+                    continue
+                except ReceiptHandleExpired as err:
+                    outcomes.append(AckOutcome(AckStatus.EXPIRED, str(err)))
+                    continue
+                key = held.key()
+                if key in acked:
+                    outcomes.append(AckOutcome(AckStatus.EXPIRED, "the handle was acked earlier in this call"))
+                    continue
+                acked.add(key)
+                changes.removed.append(held)
+                outcomes.append(AckOutcome(AckStatus.OK))
+            self._apply(changes)
+        return outcomes
+
+    def change_invisible_duration(self, group: str, handle: str, invisible_time_ms: int) -> tuple[str, int]:
+        """Make a popped unit invisible for ``invisible_time_ms`` from now; returns its new
+        receipt handle and visibility deadline. The old handle stops working."""
+        self._check_known_group(group)
+        self._check_invisible(invisible_time_ms)
+        with self._lock:
+            held = self._held(group, handle)
+            moved = held.moved(self.now_ms() + invisible_time_ms, next(self._nonces))
+            changes = _Changes()
+            changes.removed.append(held)
+            changes.added.append(moved)
+            self._apply(changes)
+            return self.signer.sign(moved), moved.deadline_ms
+
+    def _held(self, group: str, handle: str) -> Checkpoint:
+        """The record a handle names; raises InvalidReceiptHandle or ReceiptHandleExpired."""
+        named = self.signer.open(handle)
+        if named.group != group:
+            raise InvalidReceiptHandle(f"the receipt handle was issued to group {named.group!r}, not {group!r}: "
+                                       "ack with the group that popped the message")
+        held = self._checkpoints.get(named.key())
+        if held is None or held.nonce != named.nonce:
+            raise ReceiptHandleExpired(
+                f"the receipt handle of {named.topic!r} queue {named.queue_id} offset {named.offset} has expired: the "
+                "message was acked, came back after its invisible time (it is delivered again with a new handle), "
+                "or its invisible time was changed (use the handle that change returned)")
+        return held
+
+    # --- revive ------------------------------------------------------------------------------
+
+    def revive_expired(self, limit: int | None = None) -> int:
+        """Revive records whose invisible time has passed (one range scan of the state store):
+        into the retry topic with one more reconsume, or past the group's maximum into its DLQ.
+        A revive that fails is tried again after RocketMQ's backoffs. Returns how many records
+        were handled."""
+        with self._lock:
+            now = self.now_ms()
+            changes = _Changes()
+            entries = list(self.state.scan(REVIVABLE, expired_bound(now), limit or self.config.revive_batch))
+            for key, value in entries:
+                ck = self._checkpoints.get(key) or Checkpoint.decode(key, value)
+                changes.removed.append(ck)
+                if not self._revive(ck):
+                    failures = ck.revive_failures + 1
+                    changes.added.append(ck.moved(now + revive_backoff_ms(failures), ck.nonce,
+                                                  revive_failures=failures))
+            self._apply(changes)
+            return len(entries)
+
+    def _revive(self, ck: Checkpoint) -> bool:
+        """Write the unit to its retry topic or DLQ; False when that failed (try again later)."""
+        unit = self._unit(ck)
+        if unit is None:
+            log.warning("pop revive: %s queue %d offset %d of group %s is no longer stored; dropped", ck.topic,
+                        ck.queue_id, ck.offset, ck.group)
+            return True
+        if ck.reconsume_times >= self.config.max_reconsume_times:
+            return self._forward(ck, unit, dlq_topic(ck.group), QueueType.BATCH_CQ, None)
+        target = ck.topic if ck.topic.startswith(RETRY_PREFIX) else retry_topic(ck.group, ck.topic)
+        queue_type = self.store.topic(ck.topic).queue_type if self.store.topics.get(ck.topic) else QueueType.BATCH_CQ
+        return self._forward(ck, unit, target, queue_type, None)
+
+    def _forward(self, ck: Checkpoint, unit: StoredBatch, target: str, queue_type: QueueType,
+                 origin: str | None) -> bool:
+        """Store a copy of the unit's record in ``target`` (queue 0, made on first use) with
+        RECONSUMETIMES + 1 and the first topic in RETRY_TOPIC."""
+        record = fmt.decode_record(unit.data)
+        properties = {k: v for k, v in record.properties.items() if k not in _SYSTEM_PROPERTIES}
+        properties.setdefault(PROPERTY_RETRY_TOPIC, origin or ck.topic)
+        if self.store.topics.get(target) is None:
+            self.store.create_topic(target, 1, queue_type)
+        common = dict(properties=properties, flag=record.flag, born_timestamp_ms=record.born_timestamp,
+                      born_host=record.born_host, reconsume_times=ck.reconsume_times + 1)
+        if record.sys_flag & fmt.SysFlag.INNER_BATCH:
+            result = self.store.put_inner_batch(target, 0, bytes(record.body), unit.count,
+                                                codec=record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq"),
+                                                compression=record.compression, **common)
+        else:
+            result = self.store.put_message(target, 0, bytes(record.body), **common)
+        if not result.ok:
+            log.warning("pop revive of %s queue %d offset %d (group %s) into %s failed: %s; trying again later",
+                        ck.topic, ck.queue_id, ck.offset, ck.group, target, result.detail or result.status.value)
+        return result.ok
+
+    # --- state -------------------------------------------------------------------------------
+
+    def _queue(self, group: str, topic: str, queue_id: int) -> _Queue:
+        key = (group, topic, queue_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue(self._first_offset(group, topic, queue_id))
+        return queue
+
+    def _first_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Where a group's first pop of a queue starts: its committed offset, else the queue's
+        first stored offset."""
+        for name, queue, offset in self.offsets.query(group, [topic]):
+            if queue == queue_id:
+                return offset
+        try:
+            return self.store.min_offset(topic, queue_id)
+        except UnknownTopicError:
+            return 0
+
+    def _apply(self, changes: _Changes) -> None:
+        """Write the changes to the state store in one atomic write, then to memory, then
+        the commit offsets that moved to the consumer offset table."""
+        puts = [(ck.key(), ck.value()) for ck in changes.added]
+        puts += [(pull_key(queue_prefix(g, t), q), pull_value(offset)) for (g, t, q), offset in changes.pulls.items()]
+        deletes = [ck.key() for ck in changes.removed]
+        self.state.write(puts, deletes)
+        touched: dict[tuple[str, str, int], _Queue] = {}
+        for ck, key in zip(changes.removed, deletes):
+            self._checkpoints.pop(key, None)
+            queue = touched[(ck.group, ck.topic, ck.queue_id)] = self._queue(ck.group, ck.topic, ck.queue_id)
+            if queue.inflight.get(ck.offset) == key:
+                del queue.inflight[ck.offset]
+        for ck, (key, _value) in zip(changes.added, puts):
+            self._checkpoints[key] = ck
+            queue = touched[(ck.group, ck.topic, ck.queue_id)] = self._queue(ck.group, ck.topic, ck.queue_id)
+            queue.add(ck.offset, key)
+        for (group, topic, queue_id), offset in changes.pulls.items():
+            queue = touched[(group, topic, queue_id)] = self._queue(group, topic, queue_id)
+            queue.pull = offset
+        commits: dict[str, list] = {}
+        for (group, topic, queue_id), queue in touched.items():
+            offset = queue.commit_offset()
+            if offset != queue.committed:
+                queue.committed = offset
+                commits.setdefault(group, []).append((topic, queue_id, offset))
+        for group, entries in commits.items():
+            self.offsets.commit(group, entries)
+
+    # --- checks and lifecycle ----------------------------------------------------------------
+
+    def _check_group(self, group: str) -> None:
+        if not isinstance(group, str) or not _GROUP_NAME.match(group):
+            raise InvalidPopRequest(f"consumer group {str(group)[:60]!r} may only use letters, digits, '%', '|', '+', "
+                                    "'_' and '-', 1 to 255 of them")
+
+    def _check_known_group(self, group: str) -> None:
+        self._check_group(group)
+        if group not in self._groups:
+            raise GroupNotFound(f"consumer group {group!r} has popped nothing on this broker: there is nothing of "
+                                "it to ack; check the group name")
+
+    def _check_invisible(self, invisible_time_ms: int) -> None:
+        low, high = self.config.min_invisible_time_ms, self.config.max_invisible_time_ms
+        if not low <= invisible_time_ms <= high:
+            raise InvalidPopRequest(f"invisible time {invisible_time_ms} ms is out of range: use {low} to {high} ms")
+
+    def in_flight(self, group: str | None = None) -> int:
+        """Units popped and neither acked nor revived (of ``group``, or of all groups)."""
+        with self._lock:
+            return sum(1 for ck in self._checkpoints.values() if group is None or ck.group == group)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int) -> int:
+        with self._lock:
+            return self._queue(group, topic, queue_id).commit_offset()
+
+    def pull_offset(self, group: str, topic: str, queue_id: int) -> int:
+        with self._lock:
+            return self._queue(group, topic, queue_id).pull
+
+    def stop_waiting(self) -> None:
+        """Waiting pops answer now, and pops from now on do not wait (the broker is stopping)."""
+        self._closing = True
+
+    def close(self) -> None:
+        self._closing = True
+        with self._lock:
+            self.state.close()
+
+
+def _reconsume_times(unit: StoredBatch) -> int:
+    """RECONSUMETIMES of a stored record."""
+    return fmt.HEADER.unpack_from(unit.data)[12]
