@@ -13,10 +13,11 @@ _HOMES = {
     "TransportConfig": "client.transport",
     "RangeReader": "consumer",
     "PopConsumer": "consumer",
+    "Delivery": "consumer",
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
-        "BrokerStats", "Delivery", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType",
+        "BrokerStats", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType",
         "ReceivedMessage", "SendResult", "TopicInfo")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "GroupNotFoundError",

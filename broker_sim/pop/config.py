@@ -15,7 +15,9 @@ class PopConfig:
     Parameters
     ----------
     max_pop_messages : int
-        Deliveries one pop may return (RocketMQ: 32). A BatchCQ unit is one delivery.
+        Deliveries one pop may return. RocketMQ's broker allows 32; broker_sim allows more, so
+        that one call can carry many SimpleCQ messages (as a BatchCQ unit does): a gRPC call
+        costs as much as a few dozen messages. A BatchCQ unit is one delivery.
     max_pop_bytes : int
         Stored bytes one pop returns at most (its first delivery is returned even when larger).
     min_invisible_time_ms, max_invisible_time_ms : int
@@ -36,7 +38,7 @@ class PopConfig:
         process loses nothing either way).
     """
 
-    max_pop_messages: int = 32
+    max_pop_messages: int = 1024
     max_pop_bytes: int = 8 << 20
     min_invisible_time_ms: int = 100
     max_invisible_time_ms: int = 12 * 3600 * 1000

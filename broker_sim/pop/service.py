@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 from broker_sim.store import ConsumerOffsetTable, GetStatus, MessageStore, QueueType, StoredBatch, UnknownTopicError
 from broker_sim.store import format as fmt
@@ -35,7 +35,7 @@ from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from .receipt import ReceiptSigner
 from .state import (ORDERLY, PULL, REVIVABLE, Checkpoint, PopStateStore, RocksDBState, decode_pull, expired_bound,
-                    pull_key, pull_value, queue_prefix)
+                    key_parts, pull_key, pull_value, queue_prefix, unit_suffix)
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ DLQ_PREFIX = "%DLQ%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # RocketMQ's: the topic a retried message was first sent to
 _SYSTEM_PROPERTIES = (fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC)
 _POLL_SLICE_S = 0.5  # a waiting pop looks again at least this often (orderly queues unblock on acks)
-_MAX_SCAN_UNITS = 4096  # units a pop looks at per queue, filtered out or not
+_MAX_SCAN_UNITS = 4096
+_UNIT_BYTES_GUESS = 64 << 10  # a BatchCQ read asks for this many bytes per unit wanted (it loops for more)  # units a pop looks at per queue, filtered out or not
 _GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")
 
 
@@ -62,19 +63,19 @@ class TagMatcher(Protocol):
 
 
 class AckStatus(enum.Enum):
-    OK = "OK"
     EXPIRED = "EXPIRED"  # acked already, revived after its invisible time, or its invisible time was changed
     INVALID = "INVALID"  # not issued by this broker, or to another group
 
 
-@dataclass(frozen=True)
-class AckOutcome:
+class AckFailure(NamedTuple):
+    """A handle of an ack call that was not acked: its index in the call, why."""
+
+    index: int
     status: AckStatus
-    detail: str = ""
+    detail: str
 
 
-@dataclass(frozen=True)
-class Delivery:
+class Delivery(NamedTuple):
     """A popped unit: its checkpoint (where it lives, how often it was consumed), the handle that
     acks it, the topic it was first sent to, and its record's size in ``PopResult.records``."""
 
@@ -115,17 +116,18 @@ class _Queue:
 
 
 class _Changes:
-    """What one operation changes, written to the state store at once and then to memory."""
+    """What one operation changes, written to the state store at once and then to memory.
+    Records travel with their keys: a key is made once."""
 
     def __init__(self):
-        self.added: list[Checkpoint] = []
-        self.removed: list[Checkpoint] = []
+        self.added: list[tuple[bytes, Checkpoint]] = []
+        self.removed: list[tuple[bytes, Checkpoint]] = []
         self.pulls: dict[tuple[str, str, int], int] = {}
-        self.delivered: list[tuple[Checkpoint, memoryview, str, bool]] = []
+        self.delivered: list[tuple[bytes, Checkpoint, memoryview, str, bool]] = []
 
-    def deliver(self, ck: Checkpoint, unit: StoredBatch, origin: str, retry: bool) -> None:
-        self.added.append(ck)
-        self.delivered.append((ck, unit.data, origin, retry))
+    def deliver(self, key: bytes, ck: Checkpoint, unit: StoredBatch, origin: str, retry: bool) -> None:
+        self.added.append((key, ck))
+        self.delivered.append((key, ck, unit.data, origin, retry))
 
 
 class PopService:
@@ -257,9 +259,10 @@ class PopService:
                                     retry)
             self._groups.add(group)
             self._apply(changes)
-            deliveries = [Delivery(ck, self.signer.sign(ck), origin, retry, len(data))
-                          for ck, data, origin, retry in changes.delivered]
-            records = b"".join([data for _ck, data, _origin, _retry in changes.delivered])
+            sign = self.signer.sign
+            deliveries = [Delivery(ck, sign(key, ck), origin, retry, len(data))
+                          for key, ck, data, origin, retry in changes.delivered]
+            records = b"".join([item[2] for item in changes.delivered])
             return PopResult(deliveries, records)
 
     def _targets(self, group: str, config, queue_id: int, orderly: bool) -> list[tuple[str, int, bool]]:
@@ -279,10 +282,13 @@ class PopService:
                    now: int, deadline: int, tag_filter, origin: str, retry: bool) -> None:
         queue = self._queue(group, topic, queue_id)
         units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
-        for unit in units:
-            reconsume = _reconsume_times(unit) if retry else 0  # a retried record counts its retries
-            changes.deliver(Checkpoint(False, deadline, group, topic, queue_id, unit.base_offset, unit.count,
-                                       reconsume, next(self._nonces), now), unit, origin, retry)
+        if units:
+            head, prefix, nonces = key_parts(False, deadline), queue_prefix(group, topic), self._nonces
+            for unit in units:
+                reconsume = _reconsume_times(unit) if retry else 0  # a retried record counts its retries
+                key = head + prefix + unit_suffix(queue_id, unit.base_offset)
+                changes.deliver(key, Checkpoint(False, deadline, group, topic, queue_id, unit.base_offset, unit.count,
+                                                reconsume, next(nonces), now), unit, origin, retry)
         if after != queue.pull:
             changes.pulls[(group, topic, queue_id)] = after
 
@@ -291,26 +297,28 @@ class PopService:
         """An orderly pop of a queue: nothing while some of its messages are invisible; its
         expired ones again, with one more reconsume, before anything new."""
         queue = self._queue(group, topic, queue_id)
-        held = [self._checkpoints[key] for key in queue.inflight.values()]
-        if any(ck.deadline_ms > now for ck in held):
+        held = [(key, self._checkpoints[key]) for key in queue.inflight.values()]
+        if any(ck.deadline_ms > now for _key, ck in held):
             return
-        again = sorted((ck for ck in held if ck.orderly), key=lambda ck: ck.offset)
+        again = sorted(((key, ck) for key, ck in held if ck.orderly), key=lambda item: item[1].offset)
         if again:
-            for ck in again[:want]:
+            for key, ck in again[:want]:
                 unit = self._unit(ck)
                 if unit is None or ck.reconsume_times >= self.config.max_reconsume_times:
                     if unit is None or self._forward(ck, unit, dlq_topic(group), QueueType.BATCH_CQ, topic):
-                        changes.removed.append(ck)
+                        changes.removed.append((key, ck))
                     continue
-                changes.removed.append(ck)
-                changes.deliver(ck.moved(deadline, next(self._nonces), reconsume_times=ck.reconsume_times + 1,
-                                         pop_time_ms=now), unit, topic, False)
+                changes.removed.append((key, ck))
+                moved = ck.moved(deadline, next(self._nonces), reconsume_times=ck.reconsume_times + 1,
+                                 pop_time_ms=now)
+                changes.deliver(moved.key(), moved, unit, topic, False)
                 budget[0] -= len(unit.data)
             return
         units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
         for unit in units:
-            changes.deliver(Checkpoint(True, deadline, group, topic, queue_id, unit.base_offset, unit.count, 0,
-                                       next(self._nonces), now), unit, topic, False)
+            ck = Checkpoint(True, deadline, group, topic, queue_id, unit.base_offset, unit.count, 0,
+                            next(self._nonces), now)
+            changes.deliver(ck.key(), ck, unit, topic, False)
         if after != queue.pull:
             changes.pulls[(group, topic, queue_id)] = after
 
@@ -325,7 +333,8 @@ class PopService:
             if self.store.max_offset(topic, queue_id) <= offset:
                 break
             end = offset + (want - len(taken)) if simple else None
-            result = self.store.get_messages(topic, queue_id, offset, end, max_bytes=budget[0])
+            ask = budget[0] if simple else min(budget[0], (want - len(taken)) * _UNIT_BYTES_GUESS)
+            result = self.store.get_messages(topic, queue_id, offset, end, max_bytes=ask)
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted below: go on from the first stored
                 offset = result.next_begin_offset
                 continue
@@ -355,32 +364,31 @@ class PopService:
 
     # --- ack and change of invisible time ----------------------------------------------------
 
-    def ack(self, group: str, handles: list[str]) -> list[AckOutcome]:
-        """Ack each handle; one outcome per handle, in order. The acked messages are never
-        delivered again."""
+    def ack(self, group: str, handles: list[str]) -> list[AckFailure]:
+        """Ack the handles, all in one write; returns the ones not acked (none: all were). The
+        acked messages are never delivered again."""
         self._check_known_group(group)
-        outcomes = []
+        owner = group.encode()
+        failures = []
         with self._lock:
             changes = _Changes()
             acked: set[bytes] = set()
-            for handle in handles:
+            for index, handle in enumerate(handles):
                 try:
-                    held = self._held(group, handle)
+                    key, held = self._held(owner, handle)
                 except InvalidReceiptHandle as err:
-                    outcomes.append(AckOutcome(AckStatus.INVALID, str(err)))
+                    failures.append(AckFailure(index, AckStatus.INVALID, str(err)))
                     continue
                 except ReceiptHandleExpired as err:
-                    outcomes.append(AckOutcome(AckStatus.EXPIRED, str(err)))
+                    failures.append(AckFailure(index, AckStatus.EXPIRED, str(err)))
                     continue
-                key = held.key()
                 if key in acked:
-                    outcomes.append(AckOutcome(AckStatus.EXPIRED, "the handle was acked earlier in this call"))
+                    failures.append(AckFailure(index, AckStatus.EXPIRED, "the handle was acked earlier in this call"))
                     continue
                 acked.add(key)
-                changes.removed.append(held)
-                outcomes.append(AckOutcome(AckStatus.OK))
+                changes.removed.append((key, held))
             self._apply(changes)
-        return outcomes
+        return failures
 
     def change_invisible_duration(self, group: str, handle: str, invisible_time_ms: int) -> tuple[str, int]:
         """Make a popped unit invisible for ``invisible_time_ms`` from now; returns its new
@@ -388,27 +396,29 @@ class PopService:
         self._check_known_group(group)
         self._check_invisible(invisible_time_ms)
         with self._lock:
-            held = self._held(group, handle)
-            moved = held.moved(self.now_ms() + invisible_time_ms, next(self._nonces))
+            key, held = self._held(group.encode(), handle)
+            moved = held.moved(self.now_ms() + invisible_time_ms, next(self._nonces), revive_failures=0)
+            moved_key = moved.key()
             changes = _Changes()
-            changes.removed.append(held)
-            changes.added.append(moved)
+            changes.removed.append((key, held))
+            changes.added.append((moved_key, moved))
             self._apply(changes)
-            return self.signer.sign(moved), moved.deadline_ms
+            return self.signer.sign(moved_key, moved), moved.deadline_ms
 
-    def _held(self, group: str, handle: str) -> Checkpoint:
-        """The record a handle names; raises InvalidReceiptHandle or ReceiptHandleExpired."""
-        named = self.signer.open(handle)
-        if named.group != group:
-            raise InvalidReceiptHandle(f"the receipt handle was issued to group {named.group!r}, not {group!r}: "
-                                       "ack with the group that popped the message")
-        held = self._checkpoints.get(named.key())
-        if held is None or held.nonce != named.nonce:
+    def _held(self, group: bytes, handle: str) -> tuple[bytes, Checkpoint]:
+        """The record a handle names, with its key; raises InvalidReceiptHandle or
+        ReceiptHandleExpired."""
+        receipt = self.signer.open(handle)
+        if not receipt.belongs_to(group):
+            raise InvalidReceiptHandle(f"the receipt handle of {receipt.describe()} was issued to another group than "
+                                       f"{group.decode()!r}: ack with the group that popped the message")
+        held = self._checkpoints.get(receipt.key)
+        if held is None or held.nonce != receipt.nonce:
             raise ReceiptHandleExpired(
-                f"the receipt handle of {named.topic!r} queue {named.queue_id} offset {named.offset} has expired: the "
-                "message was acked, came back after its invisible time (it is delivered again with a new handle), "
-                "or its invisible time was changed (use the handle that change returned)")
-        return held
+                f"the receipt handle of {receipt.describe()} has expired: the message was acked, came back after its "
+                "invisible time (it is delivered again with a new handle), or its invisible time was changed (use "
+                "the handle that change returned)")
+        return receipt.key, held
 
     # --- revive ------------------------------------------------------------------------------
 
@@ -423,11 +433,11 @@ class PopService:
             entries = list(self.state.scan(REVIVABLE, expired_bound(now), limit or self.config.revive_batch))
             for key, value in entries:
                 ck = self._checkpoints.get(key) or Checkpoint.decode(key, value)
-                changes.removed.append(ck)
+                changes.removed.append((key, ck))
                 if not self._revive(ck):
                     failures = ck.revive_failures + 1
-                    changes.added.append(ck.moved(now + revive_backoff_ms(failures), ck.nonce,
-                                                  revive_failures=failures))
+                    retried = ck.moved(now + revive_backoff_ms(failures), ck.nonce, revive_failures=failures)
+                    changes.added.append((retried.key(), retried))
             self._apply(changes)
             return len(entries)
 
@@ -489,22 +499,22 @@ class PopService:
     def _apply(self, changes: _Changes) -> None:
         """Write the changes to the state store in one atomic write, then to memory, then
         the commit offsets that moved to the consumer offset table."""
-        puts = [(ck.key(), ck.value()) for ck in changes.added]
+        puts = [(key, ck.value()) for key, ck in changes.added]
         puts += [(pull_key(queue_prefix(g, t), q), pull_value(offset)) for (g, t, q), offset in changes.pulls.items()]
-        deletes = [ck.key() for ck in changes.removed]
-        self.state.write(puts, deletes)
+        self.state.write(puts, [key for key, _ck in changes.removed])
         touched: dict[tuple[str, str, int], _Queue] = {}
-        for ck, key in zip(changes.removed, deletes):
-            self._checkpoints.pop(key, None)
-            queue = touched[(ck.group, ck.topic, ck.queue_id)] = self._queue(ck.group, ck.topic, ck.queue_id)
+        checkpoints = self._checkpoints
+        for key, ck in changes.removed:
+            checkpoints.pop(key, None)
+            queue = touched.get(ck[2:5]) or touched.setdefault(ck[2:5], self._queue(*ck[2:5]))
             if queue.inflight.get(ck.offset) == key:
                 del queue.inflight[ck.offset]
-        for ck, (key, _value) in zip(changes.added, puts):
-            self._checkpoints[key] = ck
-            queue = touched[(ck.group, ck.topic, ck.queue_id)] = self._queue(ck.group, ck.topic, ck.queue_id)
+        for key, ck in changes.added:
+            checkpoints[key] = ck
+            queue = touched.get(ck[2:5]) or touched.setdefault(ck[2:5], self._queue(*ck[2:5]))
             queue.add(ck.offset, key)
-        for (group, topic, queue_id), offset in changes.pulls.items():
-            queue = touched[(group, topic, queue_id)] = self._queue(group, topic, queue_id)
+        for where, offset in changes.pulls.items():
+            queue = touched.get(where) or touched.setdefault(where, self._queue(*where))
             queue.pull = offset
         commits: dict[str, list] = {}
         for (group, topic, queue_id), queue in touched.items():

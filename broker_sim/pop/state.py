@@ -14,9 +14,8 @@ records is one range scan from ``c`` up to ``c | now``. Group and topic names ca
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterator, NamedTuple, Protocol
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
@@ -37,9 +36,9 @@ def queue_prefix(group: str, topic: str) -> bytes:
     return f"{group}@{topic}@".encode()
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """One popped unit (a message, or a BatchCQ unit with its whole batch) while invisible."""
+class Checkpoint(NamedTuple):
+    """One popped unit (a message, or a BatchCQ unit with its whole batch) while invisible.
+    (A tuple: pops make one per message, and a tuple is quick to make.)"""
 
     orderly: bool
     deadline_ms: int
@@ -62,20 +61,33 @@ class Checkpoint:
 
     @classmethod
     def decode(cls, key: bytes, value: bytes) -> "Checkpoint":
-        (deadline,) = _DEADLINE.unpack_from(key, 1)
-        group, _, topic = key[9:-13].decode().partition("@")
-        queue_id, offset = _QUEUE_OFFSET.unpack_from(key, len(key) - 12)
         pop_time, reconsume, count, nonce, failures = _VALUE.unpack(value)
-        return cls(key[:1] == ORDERLY, deadline, group, topic, queue_id, offset, count, reconsume, nonce, pop_time,
-                   failures)
+        return cls(*decode_key(key), count, reconsume, nonce, pop_time, failures)
 
     def moved(self, deadline_ms: int, nonce: int, **changes) -> "Checkpoint":
-        return replace(self, deadline_ms=deadline_ms, nonce=nonce, **changes)
+        return self._replace(deadline_ms=deadline_ms, nonce=nonce, **changes)
 
 
 def checkpoint_key(orderly: bool, deadline_ms: int, prefix: bytes, queue_id: int, offset: int) -> bytes:
     return b"".join((ORDERLY if orderly else REVIVABLE, _DEADLINE.pack(deadline_ms), prefix,
                      _QUEUE_OFFSET.pack(queue_id, offset)))
+
+
+def decode_key(key: bytes) -> tuple[bool, int, str, str, int, int]:
+    """(orderly, deadline, group, topic, queue id, offset) of a checkpoint key."""
+    (deadline,) = _DEADLINE.unpack_from(key, 1)
+    group, _, topic = key[9:-13].decode().partition("@")
+    queue_id, offset = _QUEUE_OFFSET.unpack_from(key, len(key) - 12)
+    return key[:1] == ORDERLY, deadline, group, topic, queue_id, offset
+
+
+def key_parts(orderly: bool, deadline_ms: int) -> bytes:
+    """The start of the keys of one kind and deadline (a pop makes many keys of one deadline)."""
+    return (ORDERLY if orderly else REVIVABLE) + _DEADLINE.pack(deadline_ms)
+
+
+def unit_suffix(queue_id: int, offset: int) -> bytes:
+    return _QUEUE_OFFSET.pack(queue_id, offset)
 
 
 def expired_bound(now_ms: int) -> bytes:

@@ -10,7 +10,7 @@ from broker_sim.pop import AckStatus, PopService
 from .errors import translated
 from .servicers import CallGate, TagFilter
 
-_ACK_STATUS = {AckStatus.OK: pb.ACK_OK, AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVALID}
+_ACK_STATUS = {AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVALID}
 
 
 class PopServicer(pb_grpc.PopServicer):
@@ -24,18 +24,22 @@ class PopServicer(pb_grpc.PopServicer):
         with self._gate:  # records are copied out of the store inside
             result = self._service.pop(request.group, request.topic, request.queue_id, request.max_messages,
                                        request.invisible_time_ms, request.poll_time_ms, tags, request.orderly)
-        return pb.PopResponse(deliveries=[
-            pb.PopDelivery(receipt_handle=d.receipt_handle, topic=d.origin_topic, queue_id=d.checkpoint.queue_id,
-                           offset=d.checkpoint.offset, count=d.checkpoint.count,
-                           reconsume_times=d.checkpoint.reconsume_times, invisible_until_ms=d.checkpoint.deadline_ms,
-                           retry=d.retry, record_bytes=d.record_size)
-            for d in result.deliveries], records=result.records, polling_full=result.polling_full)
+        found = result.deliveries
+        checkpoints = [d.checkpoint for d in found]
+        return pb.PopResponse(
+            receipt_handles=[d.receipt_handle for d in found], topic=request.topic,
+            queue_ids=[ck.queue_id for ck in checkpoints], offsets=[ck.offset for ck in checkpoints],
+            counts=[ck.count for ck in checkpoints], reconsume_times=[ck.reconsume_times for ck in checkpoints],
+            retry=[d.retry for d in found], record_bytes=[d.record_size for d in found],
+            invisible_until_ms=checkpoints[0].deadline_ms if checkpoints else 0, records=result.records,
+            polling_full=result.polling_full)
 
     @translated
     def Ack(self, request, context):
         with self._gate:
-            outcomes = self._service.ack(request.group, list(request.receipt_handles))
-        return pb.AckResponse(results=[pb.AckResult(status=_ACK_STATUS[o.status], detail=o.detail) for o in outcomes])
+            failures = self._service.ack(request.group, list(request.receipt_handles))
+        return pb.AckResponse(failures=[pb.AckFailure(index=f.index, status=_ACK_STATUS[f.status], detail=f.detail)
+                                        for f in failures])
 
     @translated
     def ChangeInvisibleDuration(self, request, context):

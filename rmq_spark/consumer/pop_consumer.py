@@ -5,6 +5,7 @@ popped, hides it until it is acked or its invisible time passes, and then delive
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from typing import Callable, Iterable
@@ -12,12 +13,13 @@ from typing import Callable, Iterable
 import pyarrow as pa
 
 from ..client.transport import Transport, TransportConfig
+from ..codec.properties import SYSTEM_PROPERTIES, decode_properties
 from ..codec.records import decode_records
 from ..errors import (ConfigError, InvalidReceiptHandleError, ReceiptHandleError, ReceiptHandleExpiredError,
                       RmqError)
 from ..protocol.v1 import pop_pb2 as pb
 from ..protocol.v1 import pop_pb2_grpc
-from ..structs import Delivery
+from ..structs import ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -111,23 +113,23 @@ class PopConsumer:
                                         timeout_ms=self._transport.config.timeout_ms + poll_ms)
         if response.polling_full:
             time.sleep(_POLLING_FULL_BACKOFF_S)  # the broker has enough waiting pops; look again shortly
-        if not response.deliveries:
+        if not response.receipt_handles:
             return []
         return self._deliveries(response)
 
     def _deliveries(self, response: pb.PopResponse) -> list[Delivery]:
-        rows = decode_records(response.records, 0, None, self.include_properties)
-        out, row = [], 0
-        for d in response.deliveries:
-            records = rows.slice(row, d.count)
-            row += d.count
-            if d.retry:  # the retry topic's rows show the topic the message was sent to
-                records = records.set_column(0, records.schema.field(0), pa.array([d.topic] * d.count, pa.string()))
-            out.append(Delivery(d.receipt_handle, d.topic, d.queue_id, d.offset, d.count, d.reconsume_times,
-                                d.invisible_until_ms, d.retry, records))
-        if row != rows.num_rows:
-            raise RmqError(f"the pop answer holds {rows.num_rows} messages but its deliveries count {row}: the broker "
-                           "and this client disagree on the protocol")
+        answer = _Answer(response.records, self.include_properties, response.topic)
+        topic, until, out, row, at = response.topic, response.invisible_until_ms, [], 0, 0
+        for handle, queue_id, offset, count, reconsume, retry, size in zip(
+                response.receipt_handles, response.queue_ids, response.offsets, response.counts,
+                response.reconsume_times, response.retry, response.record_bytes):
+            out.append(Delivery(handle, topic, queue_id, offset, count, reconsume, until, retry, answer, row, at, size))
+            row += count
+            at += size
+        if at != len(response.records):
+            raise RmqError(f"the pop answer holds {len(response.records)} bytes of records but its deliveries count "
+                           f"{at}: the broker and this client disagree on the protocol")
+        answer.rows = row
         return out
 
     # --- acking ------------------------------------------------------------------------------
@@ -143,13 +145,12 @@ class PopConsumer:
             return
         response = self._transport.call(self._stub.Ack, pb.AckRequest(group=self.group, receipt_handles=handles),
                                          retry=False)  # a repeat would find the first attempt's acks expired
-        failed = {h: r for h, r in zip(handles, response.results) if r.status != pb.ACK_OK}
-        if failed:
-            invalid = any(r.status == pb.ACK_INVALID for r in failed.values())
+        failures = response.failures
+        if failures:
+            invalid = any(f.status == pb.ACK_INVALID for f in failures)
             cls = InvalidReceiptHandleError if invalid else ReceiptHandleExpiredError
-            first = next(iter(failed.values())).detail
-            raise cls(f"{len(failed)} of {len(handles)} receipt handles were not acked (the rest were); the first: "
-                      f"{first}", failed={h: r.detail for h, r in failed.items()})
+            raise cls(f"{len(failures)} of {len(handles)} receipt handles were not acked (the rest were); the first: "
+                      f"{failures[0].detail}", failed={handles[f.index]: f.detail for f in failures})
 
     def change_invisible_duration(self, delivery: "Delivery | str", invisible_ms: int) -> Delivery | str:
         """Make a delivery invisible for ``invisible_ms`` from now (to extend the time to work
@@ -161,9 +162,7 @@ class PopConsumer:
         response = self._transport.call(self._stub.ChangeInvisibleDuration, pb.ChangeInvisibleDurationRequest(
             group=self.group, receipt_handle=handle, invisible_time_ms=invisible_ms), retry=False)
         if isinstance(delivery, Delivery):
-            return Delivery(response.receipt_handle, delivery.topic, delivery.queue_id, delivery.offset,
-                            delivery.count, delivery.reconsume_times, response.invisible_until_ms, delivery.retry,
-                            delivery.records)
+            return delivery._moved(response.receipt_handle, response.invisible_until_ms)
         return response.receipt_handle
 
     # --- a consume loop ----------------------------------------------------------------------
@@ -224,6 +223,123 @@ class PopConsumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Delivery:
+    """One pop delivery: a message of a SimpleCQ topic, or a BatchCQ unit with its whole batch.
+
+    Attributes
+    ----------
+    receipt_handle : str
+        Acks it (``PopConsumer.ack``), or changes its invisible time.
+    topic : str
+        The topic it was sent to (also when it came from the group's retry queue).
+    queue_id, offset : int
+        Where it was popped: its queue and (base) offset there; the retry queue's when ``retry``.
+    count : int
+        Messages it carries: 1, or the batch size of a BatchCQ unit.
+    reconsume_times : int
+        Deliveries of it before this one.
+    invisible_until_ms : int
+        When it is delivered again unless acked (ms since the epoch, the broker's clock).
+    retry : bool
+        It came from the group's retry queue.
+    records : pyarrow.RecordBatch
+        Its messages in the read schema (decoded on first use, for the whole pop at once).
+    """
+
+    __slots__ = ("receipt_handle", "topic", "queue_id", "offset", "count", "reconsume_times", "invisible_until_ms",
+                 "retry", "_answer", "_row", "_at", "_size")
+
+    def __init__(self, receipt_handle: str, topic: str, queue_id: int, offset: int, count: int, reconsume_times: int,
+                 invisible_until_ms: int, retry: bool, answer: "_Answer", row: int, at: int, size: int):
+        self.receipt_handle = receipt_handle
+        self.topic = topic
+        self.queue_id = queue_id
+        self.offset = offset
+        self.count = count
+        self.reconsume_times = reconsume_times
+        self.invisible_until_ms = invisible_until_ms
+        self.retry = retry
+        self._answer, self._row, self._at, self._size = answer, row, at, size
+
+    @property
+    def records(self) -> pa.RecordBatch:
+        records = self._answer.decoded().slice(self._row, self.count)
+        if self.retry:  # the retry queue's rows show the topic the message was sent to
+            records = records.set_column(0, records.schema.field(0), pa.array([self.topic] * self.count, pa.string()))
+        return records
+
+    def messages(self) -> list[ReceivedMessage]:
+        """Its messages as structs (user properties only)."""
+        single = _single_message(self._answer.data, self._at, self)
+        if single is not None:
+            return [single]
+        columns = self.records.to_pydict()
+        return [ReceivedMessage(self.topic, columns["queue_id"][i], columns["queue_offset"][i], columns["body"][i],
+                                columns["tags"][i], columns["keys"][i], _ms(columns["born_timestamp"][i]),
+                                _ms(columns["store_timestamp"][i]), self.reconsume_times, self.receipt_handle,
+                                dict(columns["properties"][i] or ()) if "properties" in columns else {})
+                for i in range(self.count)]
+
+    def _moved(self, receipt_handle: str, invisible_until_ms: int) -> "Delivery":
+        return Delivery(receipt_handle, self.topic, self.queue_id, self.offset, self.count, self.reconsume_times,
+                        invisible_until_ms, self.retry, self._answer, self._row, self._at, self._size)
+
+    def __repr__(self) -> str:
+        return (f"Delivery(topic={self.topic!r}, queue_id={self.queue_id}, offset={self.offset}, count={self.count}, "
+                f"reconsume_times={self.reconsume_times}, retry={self.retry})")
+
+
+class _Answer:
+    """The records of one pop answer, decoded into Arrow once, when first asked for."""
+
+    __slots__ = ("data", "include_properties", "topic", "rows", "_decoded", "_lock")
+
+    def __init__(self, data: bytes, include_properties: bool, topic: str):
+        self.data = data
+        self.include_properties = include_properties
+        self.topic = topic
+        self.rows = 0
+        self._decoded = None
+        self._lock = threading.Lock()
+
+    def decoded(self) -> pa.RecordBatch:
+        with self._lock:
+            if self._decoded is None:
+                batch = decode_records(self.data, 0, None, self.include_properties)
+                if batch.num_rows != self.rows:
+                    raise RmqError(f"the pop answer holds {batch.num_rows} messages but its deliveries count "
+                                   f"{self.rows}: the broker and this client disagree on the protocol")
+                self._decoded = batch
+            return self._decoded
+
+
+# A stored record's header up to BODYLEN (RocketMQ's V1 layout), for single messages.
+_HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
+_INNER_BATCH = 0x80
+
+
+def _single_message(data: bytes, at: int, delivery: Delivery) -> ReceivedMessage | None:
+    """The message of a single-message record, decoded in Python (cheaper than Arrow for one);
+    None for an inner batch."""
+    (_total, _magic, _crc, queue_id, _flag, queue_offset, _physical, sys_flag, born, _born_host, stored, _store_host,
+     _reconsume, _prepared, body_length) = _HEADER.unpack_from(data, at)
+    if sys_flag & _INNER_BATCH:
+        return None
+    body_at = at + _HEADER.size
+    topic_at = body_at + body_length
+    props_at = topic_at + 1 + data[topic_at] + 2
+    (props_length,) = struct.unpack_from(">h", data, props_at - 2)
+    properties = decode_properties(data[props_at:props_at + props_length])
+    tags, keys = properties.get("TAGS"), properties.get("KEYS")
+    user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
+    return ReceivedMessage(delivery.topic, queue_id, queue_offset, data[body_at:topic_at], tags, keys, born, stored,
+                           delivery.reconsume_times, delivery.receipt_handle, user)
+
+
+def _ms(value) -> int:
+    return 0 if value is None else int(value.timestamp() * 1000)
 
 
 def _handles(items) -> list[str]:

@@ -10,11 +10,9 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class AckStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACK_STATUS_UNSPECIFIED: _ClassVar[AckStatus]
-    ACK_OK: _ClassVar[AckStatus]
     ACK_EXPIRED: _ClassVar[AckStatus]
     ACK_INVALID: _ClassVar[AckStatus]
 ACK_STATUS_UNSPECIFIED: AckStatus
-ACK_OK: AckStatus
 ACK_EXPIRED: AckStatus
 ACK_INVALID: AckStatus
 
@@ -38,37 +36,31 @@ class PopRequest(_message.Message):
     orderly: bool
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_time_ms: _Optional[int] = ..., poll_time_ms: _Optional[int] = ..., tag_filter: _Optional[str] = ..., orderly: bool = ...) -> None: ...
 
-class PopDelivery(_message.Message):
-    __slots__ = ("receipt_handle", "topic", "queue_id", "offset", "count", "reconsume_times", "invisible_until_ms", "retry", "record_bytes")
-    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+class PopResponse(_message.Message):
+    __slots__ = ("receipt_handles", "topic", "queue_ids", "offsets", "counts", "reconsume_times", "retry", "record_bytes", "invisible_until_ms", "records", "polling_full")
+    RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
-    OFFSET_FIELD_NUMBER: _ClassVar[int]
-    COUNT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
     RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
-    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
     RECORD_BYTES_FIELD_NUMBER: _ClassVar[int]
-    receipt_handle: str
-    topic: str
-    queue_id: int
-    offset: int
-    count: int
-    reconsume_times: int
-    invisible_until_ms: int
-    retry: bool
-    record_bytes: int
-    def __init__(self, receipt_handle: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., count: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., retry: bool = ..., record_bytes: _Optional[int] = ...) -> None: ...
-
-class PopResponse(_message.Message):
-    __slots__ = ("deliveries", "records", "polling_full")
-    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     POLLING_FULL_FIELD_NUMBER: _ClassVar[int]
-    deliveries: _containers.RepeatedCompositeFieldContainer[PopDelivery]
+    receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    topic: str
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    reconsume_times: _containers.RepeatedScalarFieldContainer[int]
+    retry: _containers.RepeatedScalarFieldContainer[bool]
+    record_bytes: _containers.RepeatedScalarFieldContainer[int]
+    invisible_until_ms: int
     records: bytes
     polling_full: bool
-    def __init__(self, deliveries: _Optional[_Iterable[_Union[PopDelivery, _Mapping]]] = ..., records: _Optional[bytes] = ..., polling_full: bool = ...) -> None: ...
+    def __init__(self, receipt_handles: _Optional[_Iterable[str]] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., reconsume_times: _Optional[_Iterable[int]] = ..., retry: _Optional[_Iterable[bool]] = ..., record_bytes: _Optional[_Iterable[int]] = ..., invisible_until_ms: _Optional[int] = ..., records: _Optional[bytes] = ..., polling_full: bool = ...) -> None: ...
 
 class AckRequest(_message.Message):
     __slots__ = ("group", "receipt_handles")
@@ -78,19 +70,21 @@ class AckRequest(_message.Message):
     receipt_handles: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, group: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class AckResult(_message.Message):
-    __slots__ = ("status", "detail")
+class AckFailure(_message.Message):
+    __slots__ = ("index", "status", "detail")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    index: int
     status: AckStatus
     detail: str
-    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., detail: _Optional[str] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., status: _Optional[_Union[AckStatus, str]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class AckResponse(_message.Message):
-    __slots__ = ("results",)
-    RESULTS_FIELD_NUMBER: _ClassVar[int]
-    results: _containers.RepeatedCompositeFieldContainer[AckResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
+    __slots__ = ("failures",)
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    failures: _containers.RepeatedCompositeFieldContainer[AckFailure]
+    def __init__(self, failures: _Optional[_Iterable[_Union[AckFailure, _Mapping]]] = ...) -> None: ...
 
 class ChangeInvisibleDurationRequest(_message.Message):
     __slots__ = ("group", "receipt_handle", "invisible_time_ms")
