@@ -27,21 +27,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol
 
-from broker_sim.store import ConsumerOffsetTable, GetStatus, MessageStore, QueueType, StoredBatch, UnknownTopicError
+from broker_sim.store import ConsumerOffsetTable, CreateStatus, GetStatus, MessageStore, QueueType, StoredBatch, UnknownTopicError
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
 
 from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from .receipt import ReceiptSigner
-from .state import (ORDERLY, PULL, REVIVABLE, Checkpoint, PopStateStore, RocksDBState, decode_pull, expired_bound,
-                    key_parts, pull_key, pull_value, queue_prefix, unit_suffix)
+from .state import (ORDERLY, PULL, REVIVABLE, REVIVING, Checkpoint, PopStateStore, RocksDBState, decode_marker,
+                    decode_pull, expired_bound, key_parts, marker_value, pull_key, pull_value, queue_prefix,
+                    unit_suffix)
 
 log = logging.getLogger(__name__)
 
 RETRY_PREFIX = fmt.RETRY_TOPIC_PREFIX
 DLQ_PREFIX = "%DLQ%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # RocketMQ's: the topic a retried message was first sent to
+PROPERTY_POP_CK = "POP_CK"  # the nonce of the pop whose revive stored this copy
 _SYSTEM_PROPERTIES = (fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC)
 _POLL_SLICE_S = 0.5  # a waiting pop looks again at least this often (orderly queues unblock on acks)
 _MAX_SCAN_UNITS = 4096
@@ -182,6 +184,7 @@ class PopService:
             raise
 
     def _load(self) -> None:
+        self._settle_revives()
         for key, value in self.state.scan(PULL, bytes([PULL[0] + 1])):
             group, topic, queue_id, offset = decode_pull(key, value)
             self._queues[(group, topic, queue_id)] = _Queue(offset)
@@ -301,11 +304,13 @@ class PopService:
         if any(ck.deadline_ms > now for _key, ck in held):
             return
         again = sorted(((key, ck) for key, ck in held if ck.orderly), key=lambda item: item[1].offset)
+        delivered = len(changes.delivered)
         if again:
             for key, ck in again[:want]:
                 unit = self._unit(ck)
                 if unit is None or ck.reconsume_times >= self.config.max_reconsume_times:
-                    if unit is None or self._forward(ck, unit, dlq_topic(group), QueueType.BATCH_CQ, topic):
+                    if unit is None or self._forward(ck, unit, self._ensure_topic(dlq_topic(group), QueueType.BATCH_CQ),
+                                                     topic):
                         changes.removed.append((key, ck))
                     continue
                 changes.removed.append((key, ck))
@@ -313,7 +318,8 @@ class PopService:
                                  pop_time_ms=now)
                 changes.deliver(moved.key(), moved, unit, topic, False)
                 budget[0] -= len(unit.data)
-            return
+            if len(changes.delivered) > delivered or len(again) > want:
+                return  # the queue is held by what came again (or what is left of it)
         units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
         for unit in units:
             ck = Checkpoint(True, deadline, group, topic, queue_id, unit.base_offset, unit.count, 0,
@@ -426,43 +432,69 @@ class PopService:
         """Revive records whose invisible time has passed (one range scan of the state store):
         into the retry topic with one more reconsume, or past the group's maximum into its DLQ.
         A revive that fails is tried again after RocketMQ's backoffs. Returns how many records
-        were handled."""
+        were handled.
+
+        The records first become markers naming where their copies go (one write), then the
+        copies are stored, then the markers are deleted (one write): after a crash in between,
+        ``_load`` finds each marker's copy or restores its record, so no message is copied twice
+        or lost."""
         with self._lock:
             now = self.now_ms()
             changes = _Changes()
-            entries = list(self.state.scan(REVIVABLE, expired_bound(now), limit or self.config.revive_batch))
-            for key, value in entries:
+            copies = []
+            for key, value in self.state.scan(REVIVABLE, expired_bound(now), limit or self.config.revive_batch):
                 ck = self._checkpoints.get(key) or Checkpoint.decode(key, value)
                 changes.removed.append((key, ck))
-                if not self._revive(ck):
+                unit = self._unit(ck)
+                if unit is None:
+                    log.warning("pop revive: %s queue %d offset %d of group %s is no longer stored; dropped",
+                                ck.topic, ck.queue_id, ck.offset, ck.group)
+                    continue
+                target = self._revive_target(ck)
+                copies.append((key, ck, unit, target, self._queue_end(target)))
+            if not changes.removed:
+                return 0
+            markers = [(REVIVING + key, marker_value(ck, target, start)) for key, ck, _unit, target, start in copies]
+            self.state.write(markers, [key for key, _ck in changes.removed])
+            for _key, ck, unit, target, _start in copies:
+                if not self._forward(ck, unit, target):
                     failures = ck.revive_failures + 1
                     retried = ck.moved(now + revive_backoff_ms(failures), ck.nonce, revive_failures=failures)
                     changes.added.append((retried.key(), retried))
-            self._apply(changes)
-            return len(entries)
+            self._apply(changes, also_delete=[key for key, _value in markers])
+            return len(changes.removed)
 
-    def _revive(self, ck: Checkpoint) -> bool:
-        """Write the unit to its retry topic or DLQ; False when that failed (try again later)."""
-        unit = self._unit(ck)
-        if unit is None:
-            log.warning("pop revive: %s queue %d offset %d of group %s is no longer stored; dropped", ck.topic,
-                        ck.queue_id, ck.offset, ck.group)
-            return True
+    def _revive_target(self, ck: Checkpoint) -> str:
+        """Where an expired unit goes: its group's retry topic, or its DLQ past the maximum
+        retries (made on first use: the retry topic of the unit's queue type, the DLQ BatchCQ,
+        which holds single messages and batches alike)."""
         if ck.reconsume_times >= self.config.max_reconsume_times:
-            return self._forward(ck, unit, dlq_topic(ck.group), QueueType.BATCH_CQ, None)
-        target = ck.topic if ck.topic.startswith(RETRY_PREFIX) else retry_topic(ck.group, ck.topic)
-        queue_type = self.store.topic(ck.topic).queue_type if self.store.topics.get(ck.topic) else QueueType.BATCH_CQ
-        return self._forward(ck, unit, target, queue_type, None)
+            return self._ensure_topic(dlq_topic(ck.group), QueueType.BATCH_CQ)
+        if ck.topic.startswith(RETRY_PREFIX):
+            return ck.topic
+        source = self.store.topics.get(ck.topic)
+        return self._ensure_topic(retry_topic(ck.group, ck.topic), source.queue_type if source else QueueType.BATCH_CQ)
 
-    def _forward(self, ck: Checkpoint, unit: StoredBatch, target: str, queue_type: QueueType,
-                 origin: str | None) -> bool:
-        """Store a copy of the unit's record in ``target`` (queue 0, made on first use) with
-        RECONSUMETIMES + 1 and the first topic in RETRY_TOPIC."""
+    def _ensure_topic(self, name: str, queue_type: QueueType) -> str:
+        if self.store.topics.get(name) is None:
+            status, detail = self.store.create_topic(name, 1, queue_type)
+            if detail and status is not CreateStatus.ALREADY_EXISTS:
+                log.warning("pop: cannot create %s: %s", name, detail)
+        return name
+
+    def _queue_end(self, topic: str) -> int:
+        try:
+            return self.store.max_offset(topic, 0)
+        except UnknownTopicError:
+            return 0
+
+    def _forward(self, ck: Checkpoint, unit: StoredBatch, target: str, origin: str | None = None) -> bool:
+        """Store a copy of the unit's record in ``target`` (queue 0) with RECONSUMETIMES + 1,
+        the first topic in RETRY_TOPIC and the pop's nonce in POP_CK."""
         record = fmt.decode_record(unit.data)
         properties = {k: v for k, v in record.properties.items() if k not in _SYSTEM_PROPERTIES}
         properties.setdefault(PROPERTY_RETRY_TOPIC, origin or ck.topic)
-        if self.store.topics.get(target) is None:
-            self.store.create_topic(target, 1, queue_type)
+        properties[PROPERTY_POP_CK] = str(ck.nonce)
         common = dict(properties=properties, flag=record.flag, born_timestamp_ms=record.born_timestamp,
                       born_host=record.born_host, reconsume_times=ck.reconsume_times + 1)
         if record.sys_flag & fmt.SysFlag.INNER_BATCH:
@@ -475,6 +507,36 @@ class PopService:
             log.warning("pop revive of %s queue %d offset %d (group %s) into %s failed: %s; trying again later",
                         ck.topic, ck.queue_id, ck.offset, ck.group, target, result.detail or result.status.value)
         return result.ok
+
+    def _settle_revives(self) -> None:
+        """After a crash in a revive: a marker whose copy is stored is done; any other gets its
+        record back (expired: the next revive pass copies it)."""
+        puts, deletes = [], []
+        for key, value in self.state.scan(REVIVING, bytes([REVIVING[0] + 1])):
+            ck, target, start = decode_marker(key, value)
+            if not self._copied(target, start, ck.nonce):
+                puts.append((key[1:], ck.value()))
+            deletes.append(key)
+        if deletes:
+            log.info("pop: %d revives were cut short by a stop; %d of them are redone", len(deletes), len(puts))
+            self.state.write(puts, deletes)
+
+    def _copied(self, topic: str, start: int, nonce: int) -> bool:
+        """Whether ``topic``'s queue 0 holds, from ``start`` on, the copy of the pop ``nonce``."""
+        self.store.wait_dispatched(10.0)
+        wanted, offset = str(nonce), start
+        while True:
+            try:
+                result = self.store.get_messages(topic, 0, offset)
+            except (UnknownTopicError, ValueError):
+                return False
+            if result.status is not GetStatus.FOUND:
+                return result.status is GetStatus.OFFSET_TOO_SMALL and self._copied(topic, result.next_begin_offset,
+                                                                                     nonce)
+            for batch in result.batches:
+                if fmt.decode_record(batch.data).properties.get(PROPERTY_POP_CK) == wanted:
+                    return True
+            offset = result.next_begin_offset
 
     # --- state -------------------------------------------------------------------------------
 
@@ -496,12 +558,12 @@ class PopService:
         except UnknownTopicError:
             return 0
 
-    def _apply(self, changes: _Changes) -> None:
+    def _apply(self, changes: _Changes, also_delete: list[bytes] = ()) -> None:
         """Write the changes to the state store in one atomic write, then to memory, then
         the commit offsets that moved to the consumer offset table."""
         puts = [(key, ck.value()) for key, ck in changes.added]
         puts += [(pull_key(queue_prefix(g, t), q), pull_value(offset)) for (g, t, q), offset in changes.pulls.items()]
-        self.state.write(puts, [key for key, _ck in changes.removed])
+        self.state.write(puts, [key for key, _ck in changes.removed] + list(also_delete))
         touched: dict[tuple[str, str, int], _Queue] = {}
         checkpoints = self._checkpoints
         for key, ck in changes.removed:

@@ -6,6 +6,8 @@ Keys (bytes, ordered as RocksDB orders them)::
     c | deadline 8 | group "@" topic "@" | queue 4 | offset 8    a popped unit, invisible until deadline
     o | deadline 8 | group "@" topic "@" | queue 4 | offset 8    the same, popped orderly (never revived)
     p | group "@" topic "@" | queue 4                            the pull offset (value: 8 bytes)
+    r | c-key                                                    a revive under way (value: the record,
+                                                                 where its copy goes and that queue's end before)
 
 A "c" key starts with its visibility deadline, so an ack is one delete and finding the expired
 records is one range scan from ``c`` up to ``c | now``. Group and topic names cannot hold '@'.
@@ -22,6 +24,7 @@ from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 REVIVABLE = b"c"
 ORDERLY = b"o"
 PULL = b"p"
+REVIVING = b"r"
 
 _DEADLINE = struct.Struct(">q")
 _QUEUE_OFFSET = struct.Struct(">iq")
@@ -93,6 +96,21 @@ def unit_suffix(queue_id: int, offset: int) -> bytes:
 def expired_bound(now_ms: int) -> bytes:
     """The first revivable key not yet expired at ``now_ms``."""
     return REVIVABLE + _DEADLINE.pack(now_ms + 1)
+
+
+_MARK = struct.Struct(">q")
+
+
+def marker_value(ck: Checkpoint, target: str, start: int) -> bytes:
+    """A revive marker: the record's value, then the end of ``target``'s queue 0 before the copy."""
+    return ck.value() + _MARK.pack(start) + target.encode()
+
+
+def decode_marker(key: bytes, value: bytes) -> tuple[Checkpoint, str, int]:
+    """(record, target topic, its queue end before the copy) of a revive marker."""
+    ck = Checkpoint.decode(key[1:], value[:_VALUE.size])
+    (start,) = _MARK.unpack_from(value, _VALUE.size)
+    return ck, value[_VALUE.size + _MARK.size:].decode(), start
 
 
 def pull_key(prefix: bytes, queue_id: int) -> bytes:

@@ -44,12 +44,13 @@ class Broker:
 
     ``start()`` opens the store (running recovery), binds and serves; it returns the bound
     port. ``stop(grace)`` stops serving (calls in flight get ``grace`` seconds), then closes
-    the offsets and the store cleanly (no ``abort`` marker is left).
+    the offsets and the store cleanly (no ``abort`` marker is left). ``pop_config`` and
+    ``pop_now_ms`` set the pop service's limits and clock.
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
                  *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS,
-                 pop_config: PopConfig | None = None):
+                 pop_config: PopConfig | None = None, pop_now_ms=None):
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -59,6 +60,7 @@ class Broker:
         self.store: MessageStore | None = None
         self.offsets: ConsumerOffsetTable | None = None
         self.pop_config = pop_config or PopConfig()
+        self.pop_now_ms = pop_now_ms  # the pop service's clock (tests step it); None: the wall clock
         self.pop: PopService | None = None
         self._revive: ReviveService | None = None
         self.counters = Counters()
@@ -107,7 +109,8 @@ class Broker:
                 server.stop(None)
                 raise
             try:
-                pop = PopService.open(self.data_dir, store, offsets, self.pop_config)
+                clock = {"now_ms": self.pop_now_ms} if self.pop_now_ms else {}
+                pop = PopService.open(self.data_dir, store, offsets, self.pop_config, **clock)
             except BaseException:
                 offsets.close()
                 store.close()
