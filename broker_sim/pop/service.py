@@ -195,8 +195,12 @@ class PopService:
                 self._checkpoints[key] = ck
                 self._queue(ck.group, ck.topic, ck.queue_id).add(ck.offset, key)
                 self._groups.add(ck.group)
-        for queue in self._queues.values():
+        commits: dict[str, list] = {}  # the offset table may be older than the state store (a crash)
+        for (group, topic, queue_id), queue in self._queues.items():
             queue.committed = queue.commit_offset()
+            commits.setdefault(group, []).append((topic, queue_id, queue.committed))
+        for group, entries in commits.items():
+            self.offsets.commit(group, entries)
 
     # --- pop -------------------------------------------------------------------------------
 
