@@ -4,7 +4,7 @@ import threading
 
 import pyarrow as pa
 import pytest
-from conftest import CONFIG, Clock
+from pop_helpers import CONFIG, Clock
 
 from broker_sim.server import Broker
 from rmq_spark import (Admin, ConfigError, GroupNotFoundError, InvalidReceiptHandleError, InvalidRequestError, Message,

@@ -1,22 +1,15 @@
 """PopService on a real store and RocksDB, with a stepped clock: pop, ack, invisible time,
 revive to retry and DLQ, orderly pop, tag filters, bad input, restarts."""
 
+import dataclasses
+
 import pytest
-from pop_helpers import bodies, handles
+from pop_helpers import CONFIG, Node, Tags, bodies, handles
 
 from broker_sim.pop import (AckStatus, GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired,
                             dlq_topic, retry_topic)
 from broker_sim.store import QueueType, UnknownTopicError
 from broker_sim.store import format as fmt
-
-
-class Tags:
-    def __init__(self, *tags):
-        self.tags = {t.encode() for t in tags}
-        self.codes = {fmt.java_string_hash(t) for t in tags}
-
-    def matches(self, batch):
-        return batch.tags_code in self.codes
 
 
 def fill(node, topic="t", queues=1, count=10, queue_type=QueueType.SIMPLE_CQ, tags=None):
@@ -175,7 +168,6 @@ def test_a_handle_of_another_group_is_refused(node):
 
 
 def test_a_handle_of_another_broker_is_refused(tmp_path, node, clock):
-    from conftest import Node
     other = Node(tmp_path / "other", clock)
     try:
         fill(other, count=1)
@@ -240,8 +232,6 @@ def test_orderly_pop_holds_a_queue_until_its_messages_are_acked_or_expire(node, 
 
 
 def test_orderly_pop_sends_a_message_past_the_maximum_to_the_dlq(tmp_path, clock):
-    from conftest import CONFIG, Node
-    import dataclasses
     node = Node(tmp_path / "d", clock, dataclasses.replace(CONFIG, max_reconsume_times=2))
     try:
         fill(node, count=2)

@@ -4,9 +4,7 @@ the number of waiting pops is limited. Bounded waits only; no timing assertions.
 import dataclasses
 import threading
 
-from conftest import CONFIG, Node
-from pop_helpers import bodies
-from test_service import Tags
+from pop_helpers import CONFIG, Node, Tags, bodies
 
 from broker_sim.store import QueueType
 
