@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench bench-store bench-read check-java setup clean protos
+.PHONY: demo test bench bench-store bench-read bench-pop check-java setup clean protos
 
 demo: $(STAMP) check-java  ## until the Spark demo exists: the store benchmark at a small size
 	$(PY) bench/store_bench.py --messages 200000 --queues 16,1000
@@ -16,6 +16,9 @@ bench: bench-store bench-read
 
 bench-read: $(STAMP)
 	$(PY) bench/read_bench.py
+
+bench-pop: $(STAMP)
+	$(PY) bench/pop_bench.py
 
 bench-store: $(STAMP)
 	$(PY) bench/store_bench.py

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol
 
-from broker_sim.store import ConsumerOffsetTable, CreateStatus, GetStatus, MessageStore, QueueType, StoredBatch, UnknownTopicError
+from broker_sim.store import (ConsumerOffsetTable, CreateStatus, GetStatus, MessageStore, QueueType, StoredBatch,
+                              UnknownTopicError)
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
 
@@ -46,8 +47,8 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # RocketMQ's: the topic a retried message 
 PROPERTY_POP_CK = "POP_CK"  # the nonce of the pop whose revive stored this copy
 _SYSTEM_PROPERTIES = (fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC)
 _POLL_SLICE_S = 0.5  # a waiting pop looks again at least this often (orderly queues unblock on acks)
-_MAX_SCAN_UNITS = 4096
-_UNIT_BYTES_GUESS = 64 << 10  # a BatchCQ read asks for this many bytes per unit wanted (it loops for more)  # units a pop looks at per queue, filtered out or not
+_MAX_SCAN_UNITS = 4096  # units a pop looks at per queue, filtered out or not
+_UNIT_BYTES_GUESS = 64 << 10  # a BatchCQ read asks for this many bytes per unit wanted (it loops for more)
 _GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")
 
 
@@ -109,6 +110,8 @@ class _Queue:
     def add(self, offset: int, key: bytes) -> None:
         self.inflight[offset] = key
         heapq.heappush(self.heap, offset)
+        if len(self.heap) > 2 * len(self.inflight) + 1024:  # many acked below one held long: drop them
+            self.heap = sorted(self.inflight)
 
     def commit_offset(self) -> int:
         heap = self.heap
