@@ -169,6 +169,7 @@ class PopService:
         self._waiting = 0
         self._waiting_lock = threading.Lock()
         self._closing = False
+        self._closed = False
         self._load()
 
     @classmethod
@@ -343,16 +344,17 @@ class PopService:
         offset, looked = start, 0
         simple = self.store.topic(topic).queue_type is QueueType.SIMPLE_CQ
         while len(taken) < want and looked < _MAX_SCAN_UNITS and budget[0] > 0:
-            if self.store.max_offset(topic, queue_id) <= offset:
-                break
+            end_of_queue = self.store.max_offset(topic, queue_id)
+            if offset >= end_of_queue:
+                # Past the end only when the store lost its tail in a machine crash: go on from
+                # the end (never back: what was popped there may have been acked).
+                return taken, min(offset, end_of_queue)
             end = offset + (want - len(taken)) if simple else None
             ask = budget[0] if simple else min(budget[0], (want - len(taken)) * _UNIT_BYTES_GUESS)
             result = self.store.get_messages(topic, queue_id, offset, end, max_bytes=ask)
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted below: go on from the first stored
                 offset = result.next_begin_offset
                 continue
-            if result.status is GetStatus.OFFSET_OVERFLOW_BADLY:  # the store lost its tail in a crash
-                return taken, result.max_offset
             if result.status is not GetStatus.FOUND:
                 break
             for unit in result.batches:
@@ -630,9 +632,12 @@ class PopService:
         self._closing = True
 
     def close(self) -> None:
+        """Close the state store; idempotent."""
         self._closing = True
         with self._lock:
-            self.state.close()
+            if not self._closed:
+                self._closed = True
+                self.state.close()
 
 
 def _reconsume_times(unit: StoredBatch) -> int:

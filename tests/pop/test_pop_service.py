@@ -323,3 +323,22 @@ def test_pop_spreads_over_queues_in_turn(node):
     fill(node, queues=4, count=40)
     first_queues = [node.pop.pop("g", "t", -1, 1, 1_000).deliveries[0].checkpoint.queue_id for _ in range(8)]
     assert sorted(first_queues[:4]) == [0, 1, 2, 3] and first_queues[4:] == first_queues[:4]
+
+
+def test_a_pull_offset_past_a_shortened_queue_goes_on_from_its_end(node):
+    """The store lost its tail (a machine crash): what was popped there may be acked, so the
+    group goes on from the new end, never back."""
+    from broker_sim.pop.state import pull_key, pull_value, queue_prefix
+    fill(node, count=3)
+    node.pop.pop("g", "t", 0, 32, 1_000)
+    node.close()
+    from broker_sim.pop import RocksDBState
+    state = RocksDBState(node.data_dir / "pop" / "state")
+    state.write([(pull_key(queue_prefix("g", "t"), 0), pull_value(10))], [])
+    state.close()
+    node.open()
+    assert node.pop.pop("g", "t", 0, 32, 1_000).deliveries == []
+    assert node.pop.pull_offset("g", "t", 0) == 3
+    node.put("t", 0, b"new")
+    node.indexed()
+    assert bodies(node, node.pop.pop("g", "t", 0, 32, 1_000)) == [b"new"]
