@@ -42,7 +42,8 @@ class PopConsumer:
     invisible_ms : int
         How long popped messages stay invisible to the group unless acked (default 30 s).
     max_messages : int
-        Deliveries per pop (default 32, the broker's maximum); a BatchCQ unit is one delivery
+        Deliveries per pop (default 32, RocketMQ's maximum; broker_sim's is 1024: a pop call
+        costs about as much as a few dozen SimpleCQ messages). A BatchCQ unit is one delivery
         carrying its whole batch.
     poll_ms : int
         Long polling: with nothing to pop, how long a ``receive`` waits on the broker for new
@@ -53,7 +54,8 @@ class PopConsumer:
     queue_id : int
         Pop this queue only (default -1: every queue of each topic, in turn).
     include_properties : bool
-        Add the ``properties`` column to the records (and fill ``ReceivedMessage.properties``).
+        Add the ``properties`` column to ``Delivery.records`` (``Delivery.messages()`` always
+        has them).
     transport : TransportConfig, optional
         Deadlines and retries.
     """
@@ -275,12 +277,11 @@ class Delivery:
         single = _single_message(self._answer.data, self._at, self)
         if single is not None:
             return [single]
-        columns = self.records.to_pydict()
+        columns = self._answer.decoded(with_properties=True).slice(self._row, self.count).to_pydict()
         return [ReceivedMessage(self.topic, columns["queue_id"][i], columns["queue_offset"][i], columns["body"][i],
                                 columns["tags"][i], columns["keys"][i], _ms(columns["born_timestamp"][i]),
                                 _ms(columns["store_timestamp"][i]), self.reconsume_times, self.receipt_handle,
-                                dict(columns["properties"][i] or ()) if "properties" in columns else {})
-                for i in range(self.count)]
+                                dict(columns["properties"][i] or ())) for i in range(self.count)]
 
     def _moved(self, receipt_handle: str, invisible_until_ms: int) -> "Delivery":
         return Delivery(receipt_handle, self.topic, self.queue_id, self.offset, self.count, self.reconsume_times,
@@ -292,7 +293,8 @@ class Delivery:
 
 
 class _Answer:
-    """The records of one pop answer, decoded into Arrow once, when first asked for."""
+    """The records of one pop answer, decoded into Arrow once (with or without the properties
+    column), when first asked for."""
 
     __slots__ = ("data", "include_properties", "topic", "rows", "_decoded", "_lock")
 
@@ -301,18 +303,19 @@ class _Answer:
         self.include_properties = include_properties
         self.topic = topic
         self.rows = 0
-        self._decoded = None
+        self._decoded: dict[bool, pa.RecordBatch] = {}
         self._lock = threading.Lock()
 
-    def decoded(self) -> pa.RecordBatch:
+    def decoded(self, with_properties: bool | None = None) -> pa.RecordBatch:
+        with_properties = self.include_properties if with_properties is None else with_properties
         with self._lock:
-            if self._decoded is None:
-                batch = decode_records(self.data, 0, None, self.include_properties)
+            batch = self._decoded.get(with_properties)
+            if batch is None:
+                batch = self._decoded[with_properties] = decode_records(self.data, 0, None, with_properties)
                 if batch.num_rows != self.rows:
                     raise RmqError(f"the pop answer holds {batch.num_rows} messages but its deliveries count "
                                    f"{self.rows}: the broker and this client disagree on the protocol")
-                self._decoded = batch
-            return self._decoded
+            return batch
 
 
 # A stored record's header up to BODYLEN (RocketMQ's V1 layout), for single messages.

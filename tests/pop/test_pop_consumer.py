@@ -185,3 +185,15 @@ def test_orderly_consumer(broker, clock):
         assert [(d.offset, d.reconsume_times) for d in again] == [(0, 1), (1, 1)]
         consumer.ack(again)
         assert [d.offset for d in consumer.receive()] == [2]
+
+
+def test_batched_messages_have_their_properties_and_records_only_when_asked(broker):
+    send(broker, "b", "BatchCQ", [Message("b", b"x", properties={"p": "1"}, queue_id=0)] * 2, batch=True)
+    with PopConsumer(broker.endpoint, "g", "b", poll_ms=0) as consumer:
+        (delivery,) = consumer.receive()
+        assert "properties" not in delivery.records.schema.names
+        assert [m.properties for m in delivery.messages()] == [{"p": "1"}, {"p": "1"}]
+        consumer.ack(delivery)
+    with PopConsumer(broker.endpoint, "h", "b", poll_ms=0, include_properties=True) as consumer:
+        (delivery,) = consumer.receive()
+        assert delivery.records.column("properties").to_pylist() == [[("p", "1")], [("p", "1")]]
