@@ -100,6 +100,12 @@ class InvalidReceiptHandleError(ReceiptHandleError, InvalidRequestError):
     """A handle the broker did not issue, a damaged one, or one issued to another group."""
 
 
+class SendInProgressError(RmqError):
+    """An earlier attempt of this idempotent send is still being stored; retrying gets its answer."""
+
+    retriable = True
+
+
 class BrokerError(RmqError):
     """Any other broker failure."""
 
@@ -119,6 +125,7 @@ _BY_REASON = {
     "GROUP_NOT_FOUND": GroupNotFoundError,
     "RECEIPT_HANDLE_INVALID": InvalidReceiptHandleError,
     "RECEIPT_HANDLE_EXPIRED": ReceiptHandleExpiredError,
+    "SEND_IN_PROGRESS": SendInProgressError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.
 _BY_CODE = {

@@ -41,6 +41,8 @@ RECEIPT_HANDLE_EXPIRED     FAILED_PRECONDITION  ChangeInvisibleDuration on a han
                                                 (acks answer per handle with an AckStatus instead)
 SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
                                                 retry against a running broker
+SEND_IN_PROGRESS           ABORTED              an idempotent send whose earlier attempt is
+                                                still being stored: retry to get its answer
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================
@@ -79,6 +81,7 @@ class Reason(str, enum.Enum):
     RECEIPT_HANDLE_INVALID = "RECEIPT_HANDLE_INVALID"
     RECEIPT_HANDLE_EXPIRED = "RECEIPT_HANDLE_EXPIRED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     INTERNAL = "INTERNAL"
 
 
@@ -96,6 +99,7 @@ CODES = {
     Reason.RECEIPT_HANDLE_INVALID: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.RECEIPT_HANDLE_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -107,6 +111,7 @@ _PUT_REASONS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: Reason.PROPERTIES_SIZE_EXCEEDED,
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
+    PutStatus.SEND_IN_PROGRESS: Reason.SEND_IN_PROGRESS,
 }
 
 _POP_REASONS = (

@@ -32,7 +32,7 @@ _COMPRESSIONS = {pb.COMPRESSION_NONE: fmt.Compression.NONE, pb.COMPRESSION_LZ4: 
                  pb.COMPRESSION_ZSTD: fmt.Compression.ZSTD}
 # Properties the store writes itself, and the two that have fields of their own.
 _RESERVED_PROPERTIES = {fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC,
-                        fmt.PROPERTY_RECORD_CRC}
+                        fmt.PROPERTY_RECORD_CRC, fmt.PROPERTY_PRODUCER}
 _FIELD_PROPERTIES = {fmt.PROPERTY_TAGS: "tags", fmt.PROPERTY_KEYS: "keys"}
 _SEPARATORS = re.compile("[\x01\x02]")
 _GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")  # RocketMQ's group characters
@@ -240,13 +240,28 @@ class MessagingServicer(pb_grpc.MessagingServicer):
 
     @translated
     def Send(self, request, context):
+        return self._send(request, _peer_host(context.peer()))
+
+    @translated
+    def SendMany(self, request, context):
+        born_host = _peer_host(context.peer())
+        outcomes = []
+        for send in request.sends:
+            try:
+                outcomes.append(pb.SendOutcome(response=self._send(send, born_host)))
+            except Exception as err:  # each send has its own outcome; faults are logged there
+                error = errors.from_exception(err)
+                outcomes.append(pb.SendOutcome(reason=error.reason.value, error=error.message))
+        return pb.SendManyResponse(outcomes=outcomes)
+
+    def _send(self, request, born_host: bytes) -> pb.SendResponse:
         if not request.topic:
             raise invalid("the topic name is empty; name the topic to send to")
         if request.born_timestamp_ms < 0:
             raise invalid(f"born_timestamp_ms {request.born_timestamp_ms} is negative: give milliseconds since the "
                           "epoch, or 0 for the broker's time")
         born = request.born_timestamp_ms or None
-        born_host = _peer_host(context.peer())
+        producer = (request.producer_id, request.sequence) if request.producer_id else None
         kind = request.WhichOneof("payload")
         store = self._s.store
         if kind == "single":
@@ -255,13 +270,14 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             properties.update(_field_properties(message.tags, message.keys))
             with self._s.gate:
                 result = store.put_message(request.topic, request.queue_id, message.body, properties=properties,
-                                           flag=message.flag, born_timestamp_ms=born, born_host=born_host)
+                                           flag=message.flag, born_timestamp_ms=born, born_host=born_host,
+                                           producer=producer)
         elif kind == "early_batch":
             batch = request.early_batch
             _check_early_batch_count(batch.payload, batch.count)
             with self._s.gate:
                 result = store.put_early_batch(request.topic, request.queue_id, batch.payload,
-                                               born_timestamp_ms=born, born_host=born_host)
+                                               born_timestamp_ms=born, born_host=born_host, producer=producer)
         elif kind == "inner_batch":
             batch = request.inner_batch
             if batch.count < 1:
@@ -279,12 +295,13 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             with self._s.gate:
                 result = store.put_inner_batch(request.topic, request.queue_id, batch.payload, batch.count,
                                                codec=codec, compression=compression, properties=properties,
-                                               born_timestamp_ms=born, born_host=born_host)
+                                               born_timestamp_ms=born, born_host=born_host, producer=producer)
         else:
             raise invalid("the request carries no message: set one of single, early_batch or inner_batch")
         if not result.ok:
             raise errors.from_put(result)
-        self._s.counters.add(put=result.count)
+        if not result.duplicate:
+            self._s.counters.add(put=result.count)
         host = store.config.store_host_bytes
         if kind == "inner_batch":
             record_id = message_id(host, result.physical_offsets[0])
@@ -292,7 +309,8 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         else:
             ids = [message_id(host, p) for p in result.physical_offsets]
         return pb.SendResponse(queue_id=result.queue_id, base_offset=result.queue_offset, count=result.count,
-                               message_ids=ids, store_timestamp_ms=result.store_timestamp)
+                               message_ids=ids, store_timestamp_ms=result.store_timestamp,
+                               duplicate=result.duplicate)
 
     @translated_stream
     def ReadRanges(self, request, context):

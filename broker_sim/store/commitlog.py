@@ -186,9 +186,10 @@ class CommitLog:
 
     # --- recovery --------------------------------------------------------------------------
 
-    def scan_valid_tail(self, start: int) -> tuple[int, str]:
+    def scan_valid_tail(self, start: int, visit: Callable | None = None) -> tuple[int, str]:
         """Check records forward from ``start`` (a record boundary); return the valid tail and
-        why the scan stopped there."""
+        why the scan stopped there. ``visit(buffer, position, physical offset)`` sees every
+        valid record."""
         offset = start
         while True:
             segment = self.segments.find(offset)
@@ -196,6 +197,8 @@ class CommitLog:
                 return offset, "end of the last segment"
             check, size, reason = fmt.check_record(segment.map, offset - segment.start, segment.size)
             if check is fmt.Check.OK:
+                if visit is not None:
+                    visit(segment.map, offset - segment.start, offset)
                 offset += size
             elif check is fmt.Check.BLANK:
                 offset = segment.end

@@ -10,6 +10,7 @@ Data directory::
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -27,6 +28,7 @@ from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
 from .mapped_file import fsync_dir, raise_open_file_limit
+from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
 from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
 from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
@@ -74,10 +76,12 @@ class MessageStore:
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
+        self.producers = ProducerState()
         abort = self.data_dir / "abort"
         self.recovery: RecoveryReport = recover(
             self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
             load_queue_table(self._queue_table_path), self.topics, clean=not abort.exists(),
+            producers=self.producers,
         )
         self._index_flushed = 0
         self._opened_at = time.monotonic()
@@ -143,8 +147,12 @@ class MessageStore:
 
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
                     flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
-                    reconsume_times: int = 0) -> PutResult:
-        """Store one message (``reconsume_times``: RECONSUMETIMES, set by retries)."""
+                    producer: tuple[str, int] | None = None, reconsume_times: int = 0) -> PutResult:
+        """Store one message (``reconsume_times``: RECONSUMETIMES, set by retries).
+
+        Every put takes ``producer=(producer id, sequence)`` to be idempotent: a stamp stored
+        before gets its first answer back (``duplicate`` set) and nothing is stored (see
+        ``producer_state``)."""
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
@@ -152,10 +160,10 @@ class MessageStore:
         props = fmt.encode_properties(properties)
         record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag,
                                reconsume_times=reconsume_times)
-        return self._append(config, queue_id, [record])
+        return self._append(config, queue_id, [record], producer)
 
     def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
         """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
         with consecutive offsets."""
         config, failed = self._check_queue(topic, queue_id)
@@ -176,12 +184,13 @@ class MessageStore:
                 records.append(PendingRecord(body, zlib.crc32(body), props, born, born_host, flag))
         except fmt.BatchFormatError as err:
             return _illegal(f"malformed batch payload: {err}")
-        return self._append(config, queue_id, records)
+        return self._append(config, queue_id, records, producer)
 
     def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
                         compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
                         flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> PutResult:
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None,
+                        reconsume_times: int = 0) -> PutResult:
         """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
         BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
         config, failed = self._check_queue(topic, queue_id)
@@ -207,9 +216,32 @@ class MessageStore:
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
                                sys_flag, count, reconsume_times)
-        return self._append(config, queue_id, [record])
+        return self._append(config, queue_id, [record], producer)
 
-    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord],
+                producer: tuple[str, int] | None = None) -> PutResult:
+        if producer is not None:
+            problem = stamp_problem(*producer)
+            if problem:
+                return _illegal(problem)
+            first = records[0]
+            records[0] = dataclasses.replace(first, properties=first.properties + stamp_property(*producer, len(records)))
+        failed = self._check_sizes(config, records)
+        if failed:
+            return failed
+        if producer is None:
+            return self._store(config, queue_id, records)
+        known = self.producers.begin(*producer)
+        if known is not None:
+            return known
+        result = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store failed while storing the message")
+        try:
+            result = self._store(config, queue_id, records)
+            return result
+        finally:
+            self.producers.end(*producer, result)
+
+    def _check_sizes(self, config: TopicConfig, records: list[PendingRecord]) -> PutResult | None:
         topic = config.name
         topic_len = len(topic.encode())
         for index, record in enumerate(records):
@@ -225,6 +257,10 @@ class MessageStore:
                 return PutResult(PutStatus.MESSAGE_TOO_LARGE,
                                  f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
                                  f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
+        return None
+
+    def _store(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        topic = config.name
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
         appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
@@ -454,6 +490,7 @@ def _illegal(detail: str) -> PutResult:
 _DELAY_KEYS = tuple(k.encode() for k in (fmt.PROPERTY_DELAY_TIME_LEVEL, *fmt.PROPERTY_TIMER_PROPERTIES))
 _TRANSACTION_KEY = fmt.PROPERTY_TRANSACTION_PREPARED.encode()
 _WAIT_KEY = fmt.PROPERTY_WAIT_STORE_MSG_OK.encode()
+_PRODUCER_KEY = fmt.PROPERTY_PRODUCER.encode()
 
 
 def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
@@ -463,6 +500,8 @@ def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
         return "is delayed: delayed messages cannot be batched; send it alone"
     if _TRANSACTION_KEY in properties and fmt.find_property(properties, _TRANSACTION_KEY) == b"true":
         return "is transactional: transactional messages cannot be batched; send it alone"
+    if _PRODUCER_KEY in properties and fmt.find_property(properties, _PRODUCER_KEY) is not None:
+        return f"sets {fmt.PROPERTY_PRODUCER}, which is reserved for the store: stamp the send instead"
     wait_values.add(_WAIT_KEY in properties and fmt.find_property(properties, _WAIT_KEY) or b"true")
     if len(wait_values) > 1:
         return "has another waitStoreMsgOK (WAIT) than the messages before it: a batch needs one value"
