@@ -45,7 +45,9 @@ RETRY_PREFIX = fmt.RETRY_TOPIC_PREFIX
 DLQ_PREFIX = "%DLQ%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # RocketMQ's: the topic a retried message was first sent to
 PROPERTY_POP_CK = "POP_CK"  # the nonce of the pop whose revive stored this copy
-_SYSTEM_PROPERTIES = (fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC)
+# Properties the store writes itself: a retry or DLQ copy gets its own (an idempotent send's
+# stamp belongs to the send, not to a copy of its message).
+_SYSTEM_PROPERTIES = (fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC, fmt.PROPERTY_PRODUCER)
 _POLL_SLICE_S = 0.5  # a waiting pop looks again at least this often (orderly queues unblock on acks)
 _MAX_SCAN_UNITS = 4096  # units a pop looks at per queue, filtered out or not
 _UNIT_BYTES_GUESS = 64 << 10  # a BatchCQ read asks for this many bytes per unit wanted (it loops for more)

@@ -197,3 +197,14 @@ def test_batched_messages_have_their_properties_and_records_only_when_asked(brok
     with PopConsumer(broker.endpoint, "h", "b", poll_ms=0, include_properties=True) as consumer:
         (delivery,) = consumer.receive()
         assert delivery.records.column("properties").to_pylist() == [[("p", "1")], [("p", "1")]]
+
+
+def test_retry_copies_do_not_carry_the_idempotent_send_stamp(broker, clock):
+    from broker_sim.store import format as fmt
+    send(broker, "s", "SimpleCQ", [Message("s", b"m")])
+    with PopConsumer(broker.endpoint, "g", "s", invisible_ms=1_000, poll_ms=0) as consumer:
+        consumer.receive()
+        revive(broker, clock, 1_001)
+        (copy,) = broker.store.get_messages("%RETRY%g+s", 0, 0).batches
+        properties = fmt.decode_record(copy.data).properties
+        assert fmt.PROPERTY_PRODUCER not in properties and properties["RETRY_TOPIC"] == "s"
