@@ -82,7 +82,7 @@ class AckFailure(NamedTuple):
 
 class Delivery(NamedTuple):
     """A popped unit: its checkpoint (where it lives, how often it was consumed), the handle that
-    acks it, the topic it was first sent to, and its record's size in ``PopResult.records``."""
+    acks it, the topic it was first sent to, and its record's size."""
 
     checkpoint: Checkpoint
     receipt_handle: str
@@ -93,9 +93,17 @@ class Delivery(NamedTuple):
 
 @dataclass(frozen=True)
 class PopResult:
+    """What a pop found. ``parts`` are views of the stored records of the deliveries, in
+    order: valid while the store is open (a server copies them out at once, straight into its
+    answer); ``records`` joins them."""
+
     deliveries: list = field(default_factory=list)
-    records: bytes = b""  # the stored records of the deliveries, concatenated in order
+    parts: list = field(default_factory=list)
     polling_full: bool = False  # nothing found, and too many pops wait already to wait too
+
+    @property
+    def records(self) -> bytes:
+        return b"".join(self.parts)
 
 
 class _Queue:
@@ -275,8 +283,7 @@ class PopService:
             sign = self.signer.sign
             deliveries = [Delivery(ck, sign(key, ck), origin, retry, len(data))
                           for key, ck, data, origin, retry in changes.delivered]
-            records = b"".join([item[2] for item in changes.delivered])
-            return PopResult(deliveries, records)
+            return PopResult(deliveries, [item[2] for item in changes.delivered])
 
     def _targets(self, group: str, config, queue_id: int, orderly: bool) -> list[tuple[str, int, bool]]:
         """(topic, queue, is the retry queue) to pop from, starting at the group's next queue."""

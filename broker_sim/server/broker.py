@@ -25,6 +25,7 @@ from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
 
 from .errors import MalformedRequest
 from .pop_servicer import PopServicer
+from .serialized import serializer
 from .servicers import CallGate, Counters, make_servicers
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,8 @@ class Broker:
 def _service_handler(name: str, servicer, module=pb) -> grpc.GenericRpcHandler:
     """The service's handlers, as the generated add_*Servicer_to_server makes them, except that
     a request that does not parse reaches the servicer as a MalformedRequest (refused with
-    INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL."""
+    INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL, and that a handler may answer
+    with bytes it serialized itself (serialized.py)."""
     service = module.DESCRIPTOR.services_by_name[name]
     handlers = {}
     for method in service.methods:
@@ -171,7 +173,7 @@ def _service_handler(name: str, servicer, module=pb) -> grpc.GenericRpcHandler:
         response_type = getattr(module, method.output_type.name)
         make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
         handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_parser(request_type),
-                                     response_serializer=response_type.SerializeToString)
+                                     response_serializer=serializer(response_type))
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 

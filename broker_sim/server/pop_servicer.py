@@ -8,8 +8,10 @@ from rmq_spark.protocol.v1 import pop_pb2_grpc as pb_grpc
 from broker_sim.pop import AckStatus, PopService
 
 from .errors import translated
+from .serialized import with_bytes_field
 from .servicers import CallGate, TagFilter
 
+_RECORDS_FIELD = pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number
 _ACK_STATUS = {AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVALID}
 
 
@@ -21,18 +23,19 @@ class PopServicer(pb_grpc.PopServicer):
     @translated
     def Pop(self, request, context):
         tags = TagFilter.parse(request.tag_filter)
-        with self._gate:  # records are copied out of the store inside
+        with self._gate:  # the records are views of the store: copied into the answer inside
             result = self._service.pop(request.group, request.topic, request.queue_id, request.max_messages,
                                        request.invisible_time_ms, request.poll_time_ms, tags, request.orderly)
-        found = result.deliveries
-        checkpoints = [d.checkpoint for d in found]
-        return pb.PopResponse(
-            receipt_handles=[d.receipt_handle for d in found], topic=request.topic,
-            queue_ids=[ck.queue_id for ck in checkpoints], offsets=[ck.offset for ck in checkpoints],
-            counts=[ck.count for ck in checkpoints], reconsume_times=[ck.reconsume_times for ck in checkpoints],
-            retry=[d.retry for d in found], record_bytes=[d.record_size for d in found],
-            invisible_until_ms=checkpoints[0].deadline_ms if checkpoints else 0, records=result.records,
-            polling_full=result.polling_full)
+            found = result.deliveries
+            checkpoints = [d.checkpoint for d in found]
+            head = pb.PopResponse(
+                receipt_handles=[d.receipt_handle for d in found], topic=request.topic,
+                queue_ids=[ck.queue_id for ck in checkpoints], offsets=[ck.offset for ck in checkpoints],
+                counts=[ck.count for ck in checkpoints], reconsume_times=[ck.reconsume_times for ck in checkpoints],
+                retry=[d.retry for d in found], record_bytes=[d.record_size for d in found],
+                invisible_until_ms=checkpoints[0].deadline_ms if checkpoints else 0,
+                polling_full=result.polling_full)
+            return with_bytes_field(head, _RECORDS_FIELD, result.parts)
 
     @translated
     def Ack(self, request, context):

@@ -120,7 +120,8 @@ class PopConsumer:
         return self._deliveries(response)
 
     def _deliveries(self, response: pb.PopResponse) -> list[Delivery]:
-        answer = _Answer(response.records, self.include_properties, response.topic)
+        records = response.records  # (each access of a bytes field copies it)
+        answer = _Answer(records, self.include_properties, response.topic)
         topic, until, out, row, at = response.topic, response.invisible_until_ms, [], 0, 0
         for handle, queue_id, offset, count, reconsume, retry, size in zip(
                 response.receipt_handles, response.queue_ids, response.offsets, response.counts,
@@ -128,8 +129,8 @@ class PopConsumer:
             out.append(Delivery(handle, topic, queue_id, offset, count, reconsume, until, retry, answer, row, at, size))
             row += count
             at += size
-        if at != len(response.records):
-            raise RmqError(f"the pop answer holds {len(response.records)} bytes of records but its deliveries count "
+        if at != len(records):
+            raise RmqError(f"the pop answer holds {len(records)} bytes of records but its deliveries count "
                            f"{at}: the broker and this client disagree on the protocol")
         answer.rows = row
         return out
