@@ -11,19 +11,24 @@ import importlib
 _HOMES = {
     "Admin": "client.admin",
     "TransportConfig": "client.transport",
+    "TransactionalSender": "client.transactions",
+    "Transactions": "client.transactions",
+    "new_transaction_id": "client.transactions",
     "RangeReader": "consumer",
     "PopConsumer": "consumer",
     "Delivery": "consumer",
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
-        "BrokerStats", "GroupOffset", "Message", "OffsetRange", "QueueOffsets", "QueueType",
-        "ReceivedMessage", "SendResult", "TopicInfo")},
+        "BrokerStats", "CommitResult", "GroupOffset", "Message", "OffsetRange", "PreparedTransaction", "QueueOffsets",
+        "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo",
+        "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "GroupNotFoundError",
         "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError", "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
-        "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "WrongQueueTypeError")},
+        "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
+        "TransactionNotFoundError", "TransactionStateError", "WrongQueueTypeError")},
 }
 
 __all__ = sorted(_HOMES)

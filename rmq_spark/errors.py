@@ -106,6 +106,21 @@ class SendInProgressError(RmqError):
     retriable = True
 
 
+class TransactionNotFoundError(RmqError, LookupError):
+    """The broker knows no transaction of that id (nothing was prepared under it, or it ended
+    longer ago than the broker remembers)."""
+
+
+class TransactionStateError(RmqError):
+    """The transaction's state forbids the call: sending under an ended transaction,
+    committing a rolled back one, rolling back a committed one."""
+
+
+class TransactionIncompleteError(TransactionStateError):
+    """A commit found another number of prepared messages than the writer sent, or a
+    prepared batch damaged on disk; nothing was committed: roll back and write again."""
+
+
 class BrokerError(RmqError):
     """Any other broker failure."""
 
@@ -121,6 +136,9 @@ _BY_REASON = {
     "INVALID_ARGUMENT": InvalidRequestError,
     "WRONG_QUEUE_TYPE": WrongQueueTypeError,
     "BAD_OFFSET_RANGE": OffsetOutOfRangeError,
+    "TRANSACTION_NOT_FOUND": TransactionNotFoundError,
+    "TRANSACTION_ENDED": TransactionStateError,
+    "TRANSACTION_INCOMPLETE": TransactionIncompleteError,
     "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
     "GROUP_NOT_FOUND": GroupNotFoundError,
     "RECEIPT_HANDLE_INVALID": InvalidReceiptHandleError,

@@ -107,6 +107,90 @@ class BrokerStats:
     resident_memory_bytes: int
     data_dir: str
     flush_mode: str
+    dispatch_lag_ms: int = 0  # age of the oldest record not indexed yet (0: everything is indexed)
+
+
+class TransactionState(str, enum.Enum):
+    """Where a transaction stands on the broker."""
+
+    OPEN = "open"  # batches prepared, nothing visible
+    COMMITTING = "committing"  # decided; being made visible (completed after a broker crash)
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+    UNKNOWN = "unknown"  # never prepared, or ended longer ago than the broker remembers
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """What a writer prepared under one transaction: what it hands to the committer.
+
+    ``message_count`` travels with the commit, and the broker refuses a commit whose
+    transaction holds another number of messages (batches lost or added).
+    """
+
+    transaction_id: str
+    batch_count: int  # sends
+    message_count: int
+
+
+@dataclass(frozen=True)
+class TransactionOutcome:
+    """What a commit or rollback did to one transaction; ``changed`` False: it was in that
+    state already (a repeated call)."""
+
+    transaction_id: str
+    state: TransactionState
+    changed: bool
+    batch_count: int  # records prepared (an early batch prepares one per message)
+    message_count: int
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The outcome of a commit.
+
+    ``sink_batch_replayed``: the sink batch named was committed before this call, by
+    ``sink_batch_transaction_ids``; nothing was made visible, and the call's open transactions
+    were rolled back.
+    """
+
+    transactions: tuple
+    sink_batch_replayed: bool = False
+    sink_batch_transaction_ids: tuple = ()
+
+    @property
+    def messages_made_visible(self) -> int:
+        return sum(t.message_count for t in self.transactions
+                   if t.changed and t.state is TransactionState.COMMITTED)
+
+
+@dataclass(frozen=True)
+class SinkBatchStatus:
+    """Whether a sink's batch was committed, and the sink's highest committed batch id
+    (-1: none)."""
+
+    sink_id: str
+    batch_id: int
+    committed: bool
+    transaction_ids: tuple = ()
+    committed_ms: int = 0
+    latest_batch_id: int = -1
+
+
+@dataclass(frozen=True)
+class TransactionInfo:
+    """A transaction as the broker holds it (``expires_ms``: when the timeout rolls an open
+    one back, else 0)."""
+
+    transaction_id: str
+    state: TransactionState
+    batch_count: int = 0
+    message_count: int = 0
+    created_ms: int = 0
+    last_prepared_ms: int = 0
+    expires_ms: int = 0
+    ended_ms: int = 0
+    expired: bool = False  # rolled back by the timeout
 
 
 class ReceivedMessage(NamedTuple):

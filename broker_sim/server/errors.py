@@ -32,6 +32,17 @@ BAD_OFFSET_RANGE           INVALID_ARGUMENT     an offset or range that cannot b
                                                 byte budget. Offsets that are well formed but
                                                 outside the stored data are no error: ReadRanges
                                                 answers them with a RangeStatus
+TRANSACTION_NOT_FOUND      NOT_FOUND            an end or query names a transaction id the
+                                                broker does not know (no batch was prepared
+                                                under it, or it ended before the retention)
+TRANSACTION_ENDED          FAILED_PRECONDITION  the transaction's state forbids the call: a
+                                                batch sent under an ended transaction, a
+                                                commit of a rolled back one, a rollback of a
+                                                committed one
+TRANSACTION_INCOMPLETE     FAILED_PRECONDITION  a commit whose transaction holds another
+                                                number of messages than the client says it
+                                                sent, or a prepared batch damaged on disk;
+                                                nothing was committed
 GROUP_NOT_FOUND            NOT_FOUND            an ack or change of invisible time for a group
                                                 that never popped on this broker
 RECEIPT_HANDLE_INVALID     INVALID_ARGUMENT     a receipt handle this broker did not issue
@@ -61,6 +72,7 @@ import grpc
 
 from broker_sim.pop import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
+from broker_sim.txn import Refusal, TransactionRefused
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +89,9 @@ class Reason(str, enum.Enum):
     TOPIC_CONFLICT = "TOPIC_CONFLICT"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     BAD_OFFSET_RANGE = "BAD_OFFSET_RANGE"
+    TRANSACTION_NOT_FOUND = "TRANSACTION_NOT_FOUND"
+    TRANSACTION_ENDED = "TRANSACTION_ENDED"
+    TRANSACTION_INCOMPLETE = "TRANSACTION_INCOMPLETE"
     GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
     RECEIPT_HANDLE_INVALID = "RECEIPT_HANDLE_INVALID"
     RECEIPT_HANDLE_EXPIRED = "RECEIPT_HANDLE_EXPIRED"
@@ -95,6 +110,9 @@ CODES = {
     Reason.TOPIC_CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
     Reason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.BAD_OFFSET_RANGE: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.TRANSACTION_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.TRANSACTION_ENDED: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.TRANSACTION_INCOMPLETE: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.GROUP_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     Reason.RECEIPT_HANDLE_INVALID: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.RECEIPT_HANDLE_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
@@ -112,6 +130,13 @@ _PUT_REASONS = {
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
     PutStatus.SEND_IN_PROGRESS: Reason.SEND_IN_PROGRESS,
+}
+
+_REFUSAL_REASONS = {
+    Refusal.INVALID: Reason.INVALID_ARGUMENT,
+    Refusal.NOT_FOUND: Reason.TRANSACTION_NOT_FOUND,
+    Refusal.ENDED: Reason.TRANSACTION_ENDED,
+    Refusal.INCOMPLETE: Reason.TRANSACTION_INCOMPLETE,
 }
 
 _POP_REASONS = (
@@ -174,11 +199,13 @@ def from_exception(err: BaseException) -> BrokerError:
     """The refusal for an exception raised while serving a call."""
     if isinstance(err, BrokerError):
         return err
-    if isinstance(err, StoreClosedError):
-        return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
+    if isinstance(err, TransactionRefused):
+        return BrokerError(_REFUSAL_REASONS[err.refusal], err.message)
     for pop_error, reason in _POP_REASONS:
         if isinstance(err, pop_error):
             return BrokerError(reason, str(err))
+    if isinstance(err, StoreClosedError):
+        return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
     if isinstance(err, UnknownTopicError):
         reason = Reason.QUEUE_NOT_FOUND if "no queue" in str(err) else Reason.TOPIC_NOT_FOUND
         return BrokerError(reason, str(err))

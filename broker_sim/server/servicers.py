@@ -85,11 +85,13 @@ class Counters:
 class _Shared:
     """What both servicers use: the store, the gate, and the lookups that refuse with a reason."""
 
-    def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate, counters: Counters):
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate, counters: Counters,
+                 transactions=None):
         self.store = store
         self.offsets = offsets
         self.gate = gate
         self.counters = counters
+        self.transactions = transactions  # broker_sim.txn.TransactionService
 
     def topic(self, name: str) -> TopicConfig:
         if not name:
@@ -194,11 +196,12 @@ class AdminServicer(pb_grpc.AdminServicer):
             topics = store.topics.all()
             log_max = store.commitlog.max_offset
             dispatched = store.dispatcher.position
+            lag_bytes, lag_ms = store.dispatch_lag()
             return pb.BrokerStatsResponse(
                 topics=len(topics), queues=sum(t.queue_count for t in topics),
                 commitlog_min_offset=store.commitlog.min_offset, commitlog_max_offset=log_max,
                 commitlog_flushed_offset=store.commitlog.flushed_offset, dispatched_offset=dispatched,
-                dispatch_lag_bytes=max(0, log_max - dispatched), messages_put=self._s.counters.messages_put,
+                dispatch_lag_bytes=lag_bytes, dispatch_lag_ms=lag_ms, messages_put=self._s.counters.messages_put,
                 messages_read=self._s.counters.messages_read, resident_memory_bytes=_resident_bytes(),
                 data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value)
 
@@ -264,20 +267,22 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         producer = (request.producer_id, request.sequence) if request.producer_id else None
         kind = request.WhichOneof("payload")
         store = self._s.store
+        # A prepared send is checked as a plain one, then kept aside by the transaction service.
+        target = self._s.transactions.prepared(request.transaction_id) if request.transaction_id else store
         if kind == "single":
             message = request.single
             properties = _user_properties(message.properties, "the message")
             properties.update(_field_properties(message.tags, message.keys))
             with self._s.gate:
-                result = store.put_message(request.topic, request.queue_id, message.body, properties=properties,
-                                           flag=message.flag, born_timestamp_ms=born, born_host=born_host,
-                                           producer=producer)
+                result = target.put_message(request.topic, request.queue_id, message.body, properties=properties,
+                                            flag=message.flag, born_timestamp_ms=born, born_host=born_host,
+                                            producer=producer)
         elif kind == "early_batch":
             batch = request.early_batch
             _check_early_batch_count(batch.payload, batch.count)
             with self._s.gate:
-                result = store.put_early_batch(request.topic, request.queue_id, batch.payload,
-                                               born_timestamp_ms=born, born_host=born_host, producer=producer)
+                result = target.put_early_batch(request.topic, request.queue_id, batch.payload,
+                                                born_timestamp_ms=born, born_host=born_host, producer=producer)
         elif kind == "inner_batch":
             batch = request.inner_batch
             if batch.count < 1:
@@ -293,9 +298,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             properties = _user_properties(batch.properties, "the batch")
             properties.update(_field_properties(batch.tags, ""))
             with self._s.gate:
-                result = store.put_inner_batch(request.topic, request.queue_id, batch.payload, batch.count,
-                                               codec=codec, compression=compression, properties=properties,
-                                               born_timestamp_ms=born, born_host=born_host, producer=producer)
+                result = target.put_inner_batch(request.topic, request.queue_id, batch.payload, batch.count,
+                                                codec=codec, compression=compression, properties=properties,
+                                                born_timestamp_ms=born, born_host=born_host, producer=producer)
         else:
             raise invalid("the request carries no message: set one of single, early_batch or inner_batch")
         if not result.ok:
@@ -303,7 +308,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         if not result.duplicate:
             self._s.counters.add(put=result.count)
         host = store.config.store_host_bytes
-        if kind == "inner_batch":
+        if request.transaction_id:
+            ids = []  # offsets and ids are given at commit
+        elif kind == "inner_batch":
             record_id = message_id(host, result.physical_offsets[0])
             ids = [f"{record_id}-{i}" for i in range(result.count)]
         else:
@@ -609,6 +616,6 @@ def _resident_bytes() -> int:
 
 
 def make_servicers(store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate,
-                   counters: Counters) -> tuple[AdminServicer, MessagingServicer]:
-    shared = _Shared(store, offsets, gate, counters)
+                   counters: Counters, transactions=None) -> tuple[AdminServicer, MessagingServicer]:
+    shared = _Shared(store, offsets, gate, counters, transactions)
     return AdminServicer(shared), MessagingServicer(shared)

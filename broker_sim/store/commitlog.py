@@ -181,6 +181,22 @@ class CommitLog:
             if segment.start < self.max_offset:
                 segment.release_pages()
 
+    def headers(self, start: int):
+        """The records appended from ``start`` (a record boundary) on, as (physical offset,
+        header fields in ``fmt.HEADER`` order); BLANK markers are skipped."""
+        position = max(start, self.min_offset)
+        while position < self.max_offset:
+            segment = self.segments.find(position)
+            if segment is None:
+                return
+            pos = position - segment.start
+            if segment.size - pos < fmt.HEADER.size or fmt.BLANK.unpack_from(segment.map, pos)[1] == fmt.BLANK_MAGIC:
+                position = segment.end
+                continue
+            header = fmt.HEADER.unpack_from(segment.map, pos)
+            yield position, header
+            position += header[0]
+
     def segment_at(self, physical_offset: int) -> MappedFile | None:
         return self.segments.find(physical_offset)
 

@@ -23,14 +23,15 @@ from typing import Callable
 from . import format as fmt
 from .checkpoint import Checkpoint, load_queue_table, save_queue_table
 from .commitlog import CommitLog, PendingRecord, wall_clock_ms
-from .config import FlushMode, StoreConfig
+from .concurrent_dispatcher import ConcurrentDispatcher
+from .config import DispatchMode, FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
 from .mapped_file import fsync_dir, raise_open_file_limit
 from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
-from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
+from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
 from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class MessageStore:
         try:
             self._open()
         except BaseException:
-            for part in ("queues", "commitlog"):
+            for part in ("dispatcher", "queues", "commitlog"):
                 if hasattr(self, part):
                     getattr(self, part).close()
             os.close(self._lock_fd)
@@ -75,7 +76,7 @@ class MessageStore:
         self.queues = ConsumeQueueTable(self.data_dir, self.config)
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
-        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
+        self.dispatcher = self._make_dispatcher(limit)
         self.producers = ProducerState()
         abort = self.data_dir / "abort"
         self.recovery: RecoveryReport = recover(
@@ -92,6 +93,14 @@ class MessageStore:
         self._stop_flusher = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, name="rmq-flusher", daemon=True)
         self._flusher.start()
+
+    def _make_dispatcher(self, limit: Callable[[], int]) -> Dispatcher:
+        config = self.config
+        if config.dispatch_mode is DispatchMode.CONCURRENT:
+            return ConcurrentDispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched,
+                                        workers=config.dispatch_workers, pool=config.dispatch_pool,
+                                        chunk_bytes=config.dispatch_chunk_bytes, ring_slots=config.dispatch_ring_slots)
+        return Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
 
     @property
     def _sync(self) -> bool:
@@ -153,6 +162,43 @@ class MessageStore:
         Every put takes ``producer=(producer id, sequence)`` to be idempotent: a stamp stored
         before gets its first answer back (``duplicate`` set) and nothing is stored (see
         ``producer_state``)."""
+        return self._put(self.build_message(topic, queue_id, body, properties=properties, flag=flag,
+                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host,
+                                            reconsume_times=reconsume_times), producer)
+
+    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
+        """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
+        with consecutive offsets."""
+        return self._put(self.build_early_batch(topic, queue_id, payload, born_timestamp_ms=born_timestamp_ms,
+                                                born_host=born_host), producer)
+
+    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
+                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
+                        flag: int = 0, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None,
+                        reconsume_times: int = 0) -> PutResult:
+        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
+        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+        return self._put(self.build_inner_batch(topic, queue_id, payload, count, codec=codec, compression=compression,
+                                                properties=properties, flag=flag, born_timestamp_ms=born_timestamp_ms,
+                                                born_host=born_host, reconsume_times=reconsume_times), producer)
+
+    def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
+        transaction batches are), checked again against the topic as it is now."""
+        config, failed = self._check_queue(topic, queue_id)
+        if not failed and config.queue_type is not QueueType.BATCH_CQ and any(
+                r.sys_flag & fmt.SysFlag.INNER_BATCH for r in records):
+            failed = _wrong_queue_type(topic)
+        return failed or self._append(config, queue_id, records)
+
+    # The build_* calls check a message as its put_* call does and return the records that
+    # put_records appends, or the failed PutResult.
+
+    def build_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
+                      flag: int = 0, born_timestamp_ms: int | None = None,
+                      born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
@@ -160,12 +206,10 @@ class MessageStore:
         props = fmt.encode_properties(properties)
         record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag,
                                reconsume_times=reconsume_times)
-        return self._append(config, queue_id, [record], producer)
+        return self._checked(config, queue_id, [record])
 
-    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
-        """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
-        with consecutive offsets."""
+    def build_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
+                          born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
@@ -184,23 +228,18 @@ class MessageStore:
                 records.append(PendingRecord(body, zlib.crc32(body), props, born, born_host, flag))
         except fmt.BatchFormatError as err:
             return _illegal(f"malformed batch payload: {err}")
-        return self._append(config, queue_id, records, producer)
+        return self._checked(config, queue_id, records)
 
-    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
-                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
-                        flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None,
-                        reconsume_times: int = 0) -> PutResult:
-        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
-        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+    def build_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
+                          compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
+                          flag: int = 0, born_timestamp_ms: int | None = None,
+                          born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
             return failed
         if config.queue_type is not QueueType.BATCH_CQ:
-            return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches "
-                             "need a BatchCQ topic; send an early batch instead, or create the topic with type "
-                             "BatchCQ")
+            return _wrong_queue_type(topic)
         if not isinstance(count, int) or not 1 <= count <= self.config.max_batch_messages:
             return _illegal(f"batch count {count!r}: use 1 to {self.config.max_batch_messages}")
         if codec not in fmt.BATCH_CODECS:
@@ -216,7 +255,15 @@ class MessageStore:
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
                                sys_flag, count, reconsume_times)
-        return self._append(config, queue_id, [record], producer)
+        return self._checked(config, queue_id, [record])
+
+    def _checked(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> "QueueRecords | PutResult":
+        return self._check_sizes(config, records) or QueueRecords(config, queue_id, records)
+
+    def _put(self, built: "QueueRecords | PutResult", producer: tuple[str, int] | None) -> PutResult:
+        if isinstance(built, PutResult):
+            return built
+        return self._append(built.config, built.queue_id, built.records, producer)
 
     def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord],
                 producer: tuple[str, int] | None = None) -> PutResult:
@@ -370,6 +417,20 @@ class MessageStore:
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.max_offset(topic, queue_id) > offset, timeout_s)
 
+    def dispatch_lag(self) -> tuple[int, int]:
+        """How far the indexes are behind the commitlog's end, as (bytes, ms): the bytes
+        appended but not indexed yet, and how long ago the oldest of them was stored (0, 0
+        when everything is indexed). Consumers see a message only once it is indexed."""
+        indexed, end = self.dispatcher.position, self.commitlog.max_offset
+        if indexed >= end:
+            return 0, 0
+        segment = self.commitlog.segment_at(indexed)
+        at = indexed - segment.start
+        if fmt.BLANK.unpack_from(segment.map, at)[1] == fmt.BLANK_MAGIC:  # the next record opens the next segment
+            segment, at = self.commitlog.segment_at(segment.end), 0
+        store_ts = fmt.HEADER.unpack_from(segment.map, at)[10]  # STORETIMESTAMP
+        return end - indexed, max(0, self.now_ms() - store_ts)
+
     @property
     def indexed_position(self) -> int:
         """The commitlog position up to which every record is indexed."""
@@ -452,6 +513,7 @@ class MessageStore:
         self.dispatcher.stop()
         self.commitlog.flush()
         self.dispatcher.dispatch()
+        self.dispatcher.close()
         self._flush_indexes(thorough=True)
         self.queues.close()
         self.commitlog.close()
@@ -485,6 +547,11 @@ def _unknown_topic(name: str, topics: TopicTable) -> str:
 
 def _illegal(detail: str) -> PutResult:
     return PutResult(PutStatus.MESSAGE_ILLEGAL, detail)
+
+
+def _wrong_queue_type(topic: str) -> PutResult:
+    return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches need a BatchCQ "
+                     "topic; send an early batch instead, or create the topic with type BatchCQ")
 
 
 _DELAY_KEYS = tuple(k.encode() for k in (fmt.PROPERTY_DELAY_TIME_LEVEL, *fmt.PROPERTY_TIMER_PROPERTIES))

@@ -35,6 +35,20 @@ class PutResult:
         return self.status is PutStatus.PUT_OK
 
 
+@dataclass(frozen=True)
+class QueueRecords:
+    """Records checked and built for one queue of a topic (``MessageStore.build_*``), not yet
+    appended: ``records`` are commitlog ``PendingRecord``s."""
+
+    config: object  # TopicConfig
+    queue_id: int
+    records: list
+
+    @property
+    def count(self) -> int:
+        return sum(r.count for r in self.records)
+
+
 class GetStatus(enum.Enum):
     FOUND = "FOUND"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such topic or queue

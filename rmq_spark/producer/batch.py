@@ -84,6 +84,8 @@ class ProducerBatch:
 
     def result_of(self, index: int) -> SendResult:
         response = self.response
+        if not response.message_ids:  # prepared under a transaction: offsets come at the commit
+            return SendResult(self.key.topic, response.queue_id, -1, "", response.store_timestamp_ms)
         return SendResult(self.key.topic, response.queue_id, response.base_offset + index,
                           response.message_ids[index], response.store_timestamp_ms)
 

@@ -6,10 +6,11 @@ import threading
 import time
 from typing import Callable
 
+from ..client.transactions import check_id
 from ..client.transport import Transport, TransportConfig
 from ..codec import Codec, Compression
 from ..errors import ClosedError, ConfigError, RequestTimeoutError
-from ..structs import Message, SendResult
+from ..structs import Message, PreparedTransaction, SendResult
 from .accumulator import RecordAccumulator
 from .batch import BatchKey, ProducerBatch, SendFuture
 from .columns import ArrowSend, as_record_batch, batch_columns, plan_batches, queue_id_column, split_by_topic
@@ -56,6 +57,10 @@ class Producer:
         See ``ProducerConfig`` (RocketMQ's defaults: 32 KiB, 10 ms, 32 MiB, 3 s).
     transport : TransportConfig, optional
         Deadlines, retries and backoff of calls.
+    transaction_id : str, optional
+        Prepare every send under this transaction (``rmq_spark.client.transactions``): stored,
+        invisible until the transaction is committed; results then have queue_offset -1.
+        ``prepared()`` says what was prepared, for the committer. One id per writer attempt.
     now_ms : callable, optional
         The clock of batch ages, for tests; ``background=False`` leaves the timer to
         ``producer.timer.tick()``.
@@ -63,7 +68,8 @@ class Producer:
 
     def __init__(self, endpoint: str, *, codec: str = "rmq", compression: str = "none",
                  queue_selector: str = "hash", transport: TransportConfig | None = None,
-                 now_ms: Callable[[], float] = _monotonic_ms, background: bool = True, **batching):
+                 transaction_id: str | None = None, now_ms: Callable[[], float] = _monotonic_ms,
+                 background: bool = True, **batching):
         unknown = sorted(set(batching) - set(ProducerConfig.__dataclass_fields__))
         if unknown:
             raise ConfigError(f"unknown producer option(s) {', '.join(unknown)}; the batching options are: "
@@ -77,6 +83,8 @@ class Producer:
         self._router = Router(self._transport, queue_selector)
         self._accumulator = RecordAccumulator(self.config, now_ms)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
+        if transaction_id is not None:
+            self._sender.transaction_id = check_id(transaction_id)
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
         self._closed = False
         self._close_lock = threading.Lock()
@@ -91,6 +99,14 @@ class Producer:
     def producer_id(self) -> str:
         """The id that stamps this producer's sends (random, one per Producer)."""
         return self._sender.producer_id
+
+    def prepared(self) -> PreparedTransaction:
+        """What this producer prepared under its transaction and the broker acknowledged (call
+        after ``flush``), to hand to the committer."""
+        if not self._sender.transaction_id:
+            raise ConfigError("this producer sends no transaction: create it with transaction_id=...")
+        return PreparedTransaction(self._sender.transaction_id, self._sender.prepared_batches,
+                                   self._sender.prepared_messages)
 
     def send(self, message: Message) -> SendResult:
         """Send one message and wait for its own result (with AutoBatch, its batch's answer)."""

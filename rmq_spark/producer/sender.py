@@ -45,6 +45,9 @@ class Sender:
         self._sequences = count()
         self._in_flight = 0  # SendMany calls of ready batches not yet answered
         self._lock = threading.Lock()
+        self.transaction_id = ""  # set: every send is prepared under this transaction
+        self.prepared_batches = 0
+        self.prepared_messages = 0
 
     def send_ready(self) -> int:
         """Send the accumulator's ready batches, many per call, while fewer than
@@ -118,6 +121,8 @@ class Sender:
         retry = []
         for (batch, request), outcome in zip(pending, outcomes):
             if outcome.HasField("response"):
+                if self.transaction_id:
+                    self._count_prepared(outcome.response)
                 _answer(batch, None, outcome.response, release)
                 continue
             error = error_for("", outcome.error, outcome.reason)
@@ -136,12 +141,17 @@ class Sender:
         timer.daemon = True
         timer.start()
 
+    def _count_prepared(self, response) -> None:
+        with self._lock:  # answers arrive on gRPC's threads
+            self.prepared_batches += 1
+            self.prepared_messages += response.count
+
     def _request(self, batch: ProducerBatch) -> pb.SendRequest:
         if batch.sequence < 0:
             batch.sequence = next(self._sequences)
         topic, queue_id = batch.key.topic, batch.key.queue_id
         request = pb.SendRequest(topic=topic, queue_id=queue_id, producer_id=self.producer_id,
-                                 sequence=batch.sequence)
+                                 sequence=batch.sequence, transaction_id=self.transaction_id)
         if batch.encoded is not None:
             return self._encoded_request(request, batch)
         messages = batch.messages
