@@ -20,7 +20,7 @@ from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 
 from broker_sim.pop import PopConfig, PopService, ReviveService
-from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
+from broker_sim.store import ConsumerOffsetTable, FlushMode, MessageStore, StoreConfig
 from broker_sim.store.commitlog import wall_clock_ms
 from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
 from broker_sim.txn import TransactionConfig, TransactionService
@@ -68,7 +68,8 @@ class Broker:
         self.transaction_config = transaction_config
         self.transaction_clock_ms = transaction_clock_ms
         self.transactions: TransactionService | None = None
-        self.pop_config = pop_config or PopConfig()
+        # With --flush sync, pop state is synced too: nothing acknowledged is lost to a machine crash.
+        self.pop_config = pop_config or PopConfig(sync_writes=self.store_config.flush_mode is FlushMode.SYNC)
         self.pop_now_ms = pop_now_ms
         self.pop: PopService | None = None
         self._revive: ReviveService | None = None
