@@ -171,6 +171,7 @@ def worker_started() -> None:
     """A worker process ignores Ctrl-C sent to the terminal's process group: the broker
     handles it, finishes dispatching and then stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while the process started
 
 
 _MAPS_KEPT = 4

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -178,12 +179,12 @@ class ConcurrentDispatcher(Dispatcher):
                 future: Future = Future()
                 future.set_result(_InPlace(segment, positions, chunk_end))
             elif self.pool_kind is DispatchPool.THREAD:
-                future = self._pool().submit(parse_records, segment.map, segment.start, chunk_id, start, chunk_end,
+                future = self._submit(parse_records, segment.map, segment.start, chunk_id, start, chunk_end,
                                              np.array(positions, dtype=np.int64))
             else:
                 task = SegmentChunk(str(segment.path), os.fstat(segment.fd).st_ino, segment.start, segment.size,
                                     chunk_id, start, chunk_end, np.array(positions, dtype=np.int64))
-                future = self._pool().submit(parse_segment_chunk, task)
+                future = self._submit(parse_segment_chunk, task)
         except BaseException as error:  # the id is reserved: its slot must be filled
             future = Future()
             future.set_exception(error)
@@ -222,6 +223,18 @@ class ConcurrentDispatcher(Dispatcher):
                 self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                                      initializer=worker_started)
         return self._executor
+
+    def _submit(self, function, *args) -> Future:
+        """Submit to the pool with Ctrl-C blocked: a worker process starts at a submit and
+        inherits the submitting thread's signal mask, so a Ctrl-C that comes while it starts
+        waits for ``worker_started``, which ignores it. (The pool is made first: making it
+        starts multiprocessing's resource tracker, which unblocks Ctrl-C when it is done.)"""
+        pool = self._pool()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return pool.submit(function, *args)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _drain(self) -> None:
         """After a failure: wait for the chunks in flight and drop them."""
@@ -295,8 +308,7 @@ class ConcurrentDispatcher(Dispatcher):
     def start_workers(self) -> None:
         """Start the worker processes now rather than on the first records, and wait for them."""
         if self.pool_kind is DispatchPool.PROCESS:
-            pool = self._pool()
-            for started in [pool.submit(os.getpid) for _ in range(self.workers)]:
+            for started in [self._submit(os.getpid) for _ in range(self.workers)]:
                 started.result()
 
     def start(self) -> None:
