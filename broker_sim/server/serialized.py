@@ -2,9 +2,11 @@
 
 A large bytes field (stored records) made through protobuf is copied into the message, then
 again by serialization. Protobuf's wire format lets fields come in any order and be
-concatenated, so the other fields are serialized by protobuf and the bytes field is appended
-here, copied once, straight from the store's views. Handlers return such ``bytes``; the
-broker's serializer passes bytes through as they are.
+concatenated, so the bytes field is written here, FIRST, copied once, straight from the
+store's views, and the other fields are serialized by protobuf after it. (First, so that a
+client can take the field as a slice of what it received, without a copy: see
+rmq_spark/consumer/pop_consumer.py.) Handlers return such ``bytes``; the broker's serializer
+passes bytes through as they are.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ def varint(value: int) -> bytes:
 
 def with_bytes_field(message, field_number: int, parts: list) -> bytes:
     """``message`` serialized, with bytes field ``field_number`` set to the concatenated
-    ``parts`` (bytes-like); the field must be unset in ``message``."""
+    ``parts`` (bytes-like) and written first; the field must be unset in ``message``."""
     size = sum(len(part) for part in parts)
     if not size:
         return message.SerializeToString()
     key = varint(field_number << 3 | _LENGTH_DELIMITED)
-    return b"".join([message.SerializeToString(), key, varint(size), *parts])
+    return b"".join([key, varint(size), *parts, message.SerializeToString()])
 
 
 def serializer(message_type):

@@ -87,6 +87,9 @@ class PopConsumer:
         self.include_properties = include_properties
         self._transport = Transport(endpoint, transport)
         self._stub = pop_pb2_grpc.PopStub(self._transport.channel)
+        self._pop_call = self._transport.channel.unary_unary(  # as the stub's, but the records are not copied
+            f"/{pb.DESCRIPTOR.services_by_name['Pop'].full_name}/Pop",
+            request_serializer=pb.PopRequest.SerializeToString, response_deserializer=_PopAnswer.parse)
         self._next_topic = 0
         self._lock = threading.Lock()
 
@@ -111,16 +114,15 @@ class PopConsumer:
         request = pb.PopRequest(group=self.group, topic=topic, queue_id=self.queue_id, max_messages=want,
                                 invisible_time_ms=self.invisible_ms, poll_time_ms=poll_ms,
                                 tag_filter=self.tag_filter, orderly=self.orderly)
-        response = self._transport.call(self._stub.Pop, request,
-                                        timeout_ms=self._transport.config.timeout_ms + poll_ms)
+        response, records = self._transport.call(self._pop_call, request,
+                                                 timeout_ms=self._transport.config.timeout_ms + poll_ms)
         if response.polling_full:
             time.sleep(_POLLING_FULL_BACKOFF_S)  # the broker has enough waiting pops; look again shortly
         if not response.receipt_handles:
             return []
-        return self._deliveries(response)
+        return self._deliveries(response, records)
 
-    def _deliveries(self, response: pb.PopResponse) -> list[Delivery]:
-        records = response.records  # (each access of a bytes field copies it)
+    def _deliveries(self, response: pb.PopResponse, records: memoryview) -> list[Delivery]:
         answer = _Answer(records, self.include_properties, response.topic)
         topic, until, out, row, at = response.topic, response.invisible_until_ms, [], 0, 0
         for handle, queue_id, offset, count, reconsume, retry, size in zip(
@@ -293,6 +295,33 @@ class Delivery:
                 f"reconsume_times={self.reconsume_times}, retry={self.retry})")
 
 
+class _PopAnswer:
+    """A PopResponse as received: the broker writes its records field first, which is taken as
+    a view of the received bytes (protobuf would copy it twice: parsing, then reading it)."""
+
+    _RECORDS_KEY = bytes([pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number << 3 | 2])
+
+    @classmethod
+    def parse(cls, data: bytes) -> tuple[pb.PopResponse, memoryview]:
+        if data[:1] == cls._RECORDS_KEY:
+            size, at = _varint(data, 1)
+            return pb.PopResponse.FromString(data[at + size:]), memoryview(data)[at:at + size]
+        response = pb.PopResponse.FromString(data)
+        return response, memoryview(response.records)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``at`` and the position after it."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
 class _Answer:
     """The records of one pop answer, decoded into Arrow once (with or without the properties
     column), when first asked for."""
@@ -324,7 +353,7 @@ _HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
 _INNER_BATCH = 0x80
 
 
-def _single_message(data: bytes, at: int, delivery: Delivery) -> ReceivedMessage | None:
+def _single_message(data: memoryview, at: int, delivery: Delivery) -> ReceivedMessage | None:
     """The message of a single-message record, decoded in Python (cheaper than Arrow for one);
     None for an inner batch."""
     (_total, _magic, _crc, queue_id, _flag, queue_offset, _physical, sys_flag, born, _born_host, stored, _store_host,
@@ -338,8 +367,8 @@ def _single_message(data: bytes, at: int, delivery: Delivery) -> ReceivedMessage
     properties = decode_properties(data[props_at:props_at + props_length])
     tags, keys = properties.get("TAGS"), properties.get("KEYS")
     user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
-    return ReceivedMessage(delivery.topic, queue_id, queue_offset, data[body_at:topic_at], tags, keys, born, stored,
-                           delivery.reconsume_times, delivery.receipt_handle, user)
+    return ReceivedMessage(delivery.topic, queue_id, queue_offset, bytes(data[body_at:topic_at]), tags, keys, born,
+                           stored, delivery.reconsume_times, delivery.receipt_handle, user)
 
 
 def _ms(value) -> int:

@@ -19,6 +19,17 @@ def test_a_bytes_field_appended_by_hand_parses_as_set_by_protobuf():
     assert with_bytes_field(head, 10, []) == head.SerializeToString()
 
 
+def test_the_client_takes_the_records_as_a_view_of_what_it_received():
+    from rmq_spark.consumer.pop_consumer import _PopAnswer
+    head = pb.PopResponse(receipt_handles=["a"], topic="t", counts=[1])
+    data = with_bytes_field(head, 10, [b"r" * 300])
+    response, records = _PopAnswer.parse(data)
+    assert response == head and isinstance(records, memoryview) and records.obj is data
+    assert bytes(records) == b"r" * 300
+    response, records = _PopAnswer.parse(pb.PopResponse(topic="t", records=b"xy").SerializeToString())
+    assert response.topic == "t" and bytes(records) == b"xy"  # any other writer's order
+
+
 def test_the_serializer_passes_bytes_through():
     serialize = serializer(pb.AckResponse)
     assert serialize(b"raw") == b"raw"
