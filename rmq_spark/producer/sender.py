@@ -78,7 +78,8 @@ class Sender:
         pending = []
         for batch in batches:
             try:
-                pending.append((batch, self._request(batch)))
+                request = self._request(batch)
+                pending.append((batch, request, request.SerializeToString()))
             except BaseException as error:  # e.g. the topic does not exist: this batch fails alone
                 _answer(batch, error, None, release)
         if pending:
@@ -87,11 +88,11 @@ class Sender:
             on_answered()
 
     def _call(self, pending: list, attempt: int, release, on_answered=None) -> None:
-        request = pb.SendManyRequest(sends=[request for _, request in pending])
+        request = join_sends([serialized for _, _, serialized in pending])
         try:
-            call = self.transport.messaging.SendMany.future(request, timeout=self.config.send_timeout_ms / 1000)
+            call = self.transport.send_many_serialized.future(request, timeout=self.config.send_timeout_ms / 1000)
         except BaseException as error:
-            for batch, _request in pending:
+            for batch, _request, _serialized in pending:
                 _answer(batch, error, None, release)
             if on_answered is not None:
                 on_answered()
@@ -115,11 +116,11 @@ class Sender:
             if error.retriable and not last:
                 self._retry(pending, attempt, release)
                 return
-            for batch, _request in pending:
+            for batch, _request, _serialized in pending:
                 _answer(batch, error, None, release)
             return
         retry = []
-        for (batch, request), outcome in zip(pending, outcomes):
+        for (batch, request, serialized), outcome in zip(pending, outcomes):
             if outcome.HasField("response"):
                 if self.transaction_id:
                     self._count_prepared(outcome.response)
@@ -127,7 +128,7 @@ class Sender:
                 continue
             error = error_for("", outcome.error, outcome.reason)
             if error.retriable and not last:
-                retry.append((batch, request))
+                retry.append((batch, request, serialized))
                 continue
             if isinstance(error, TopicNotFoundError):
                 self.router.forget(request.topic)
@@ -182,6 +183,30 @@ class Sender:
         else:
             request.early_batch.CopyFrom(pb.EarlyBatch(payload=payload, count=count))
         return request
+
+
+def join_sends(serialized: list[bytes]) -> bytes:
+    """A SendManyRequest of sends serialized one by one: field 1, length-delimited, each.
+
+    protobuf's upb encoder serializes a message of several large nested messages at about
+    0.4 GB/s (it grows its buffer as it goes); each SendRequest alone serializes at copy speed,
+    and joining them here is one more copy."""
+    parts = []
+    for send in serialized:
+        parts += [_SENDS_TAG, _varint(len(send)), send]
+    return b"".join(parts)
+
+
+_SENDS_TAG = b"\x0a"  # field 1 (sends), wire type 2
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _answer(batch: ProducerBatch, error, response, release) -> None:
