@@ -92,6 +92,7 @@ class Producer:
         # Every batch is answered within its attempts' deadlines and backoffs; a send waits that long.
         self._answer_timeout_s = (retries + 1) * (self.config.send_timeout_ms
                                                    + self._transport.config.retry_backoff_max_ms) / 1000 + 1
+        self._room_timeout_s = self.config.send_timeout_ms / 1000
         if background and self.config.auto_batch:
             self.timer.start()
 
@@ -121,10 +122,13 @@ class Producer:
                    callback: Callable[[SendResult | None, BaseException | None], None] | None = None) -> SendFuture:
         """Send one message without waiting; returns a future of its SendResult. ``callback``
         gets (result, None) or (None, error); the callbacks of one batch run in order."""
-        self._check_open()
+        if self._closed:
+            raise ClosedError("the producer is closed: create a new one to send")
+        if not isinstance(message.body, (bytes, bytearray, memoryview)):
+            raise ConfigError(f"the message body is {type(message.body).__name__}: give bytes (text.encode())")
         _route, queue_id = self._router.queue_for(message)
         if self._batched(message):
-            future, ready = self._accumulator.append(message, queue_id, self.config.send_timeout_ms / 1000)
+            future, ready = self._accumulator.append(message, queue_id, self._room_timeout_s)
             if ready:
                 self._sender.send_ready()
         else:

@@ -13,7 +13,7 @@ from typing import Callable
 import grpc
 
 from ..client.transport import Transport
-from ..codec import Codec, Compression, encode_messages
+from ..codec import Codec, Compression, compress, encode_messages, rmq
 from ..errors import TopicNotFoundError, error_for
 from ..protocol.v1 import broker_pb2 as pb
 from ..structs import QueueType
@@ -161,16 +161,17 @@ class Sender:
             request.single.CopyFrom(pb.SingleMessage(body=message.body, properties=message.properties,
                                                      tags=message.tags or "", keys=message.keys or ""))
             return request
-        rows = [(m.body, m.properties, m.keys, m.tags, None) for m in messages]
         if self.router.topic(topic).queue_type is QueueType.BATCH_CQ:
             tags = {m.tags for m in messages}
-            request.inner_batch.CopyFrom(pb.InnerBatch(
-                payload=encode_messages(rows, self.codec, self.compression), count=len(messages),
-                codec=PB_CODECS[self.codec], compression=PB_COMPRESSIONS[self.compression],
-                tags=(next(iter(tags)) or "") if len(tags) == 1 else ""))
+            batch_ = request.inner_batch
+            batch_.payload = _encode(messages, self.codec, self.compression)
+            batch_.count = len(messages)
+            batch_.codec = PB_CODECS[self.codec]
+            batch_.compression = PB_COMPRESSIONS[self.compression]
+            batch_.tags = (next(iter(tags)) or "") if len(tags) == 1 else ""
         else:  # the broker unpacks an early batch: RocketMQ's encoding, uncompressed
-            request.early_batch.CopyFrom(pb.EarlyBatch(
-                payload=encode_messages(rows, Codec.RMQ, Compression.NONE), count=len(messages)))
+            request.early_batch.payload = _encode(messages, Codec.RMQ, Compression.NONE)
+            request.early_batch.count = len(messages)
         return request
 
 
@@ -183,6 +184,13 @@ class Sender:
         else:
             request.early_batch.CopyFrom(pb.EarlyBatch(payload=payload, count=count))
         return request
+
+
+def _encode(messages: list, codec: Codec, compression: Compression) -> bytes:
+    if codec is Codec.RMQ:  # joined from the messages' own values: no column is built for tens of rows
+        return compress(rmq.encode_rows([(m.body, m.properties.items() if m.properties else None, m.keys, m.tags)
+                                         for m in messages]), compression)
+    return encode_messages([(m.body, m.properties, m.keys, m.tags, None) for m in messages], codec, compression)
 
 
 def join_sends(serialized: list[bytes]) -> bytes:
