@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench bench-store bench-read check-java setup clean protos
+.PHONY: demo test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
 
 demo: $(STAMP) check-java  ## until the Spark demo exists: the store benchmark at a small size
 	$(PY) bench/store_bench.py --messages 200000 --queues 16,1000
@@ -12,10 +12,16 @@ demo: $(STAMP) check-java  ## until the Spark demo exists: the store benchmark a
 test: $(STAMP) check-java
 	$(PY) -m pytest -q tests
 
-bench: bench-store bench-read
+bench: bench-store bench-read bench-model
 
 bench-read: $(STAMP)
 	$(PY) bench/read_bench.py
+
+bench-model: $(STAMP)  ## the seed's model table: single sends, AutoBatch x serial / concurrent dispatch, BatchCQ
+	$(PY) bench/model_bench.py
+
+bench-pop: $(STAMP)
+	$(PY) bench/pop_bench.py
 
 bench-store: $(STAMP)
 	$(PY) bench/store_bench.py

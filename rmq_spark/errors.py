@@ -83,6 +83,49 @@ class BufferFullError(RmqError):
     retriable = True
 
 
+class GroupNotFoundError(RmqError, LookupError):
+    """The consumer group has popped nothing on this broker (acks need a group that popped)."""
+
+
+class ReceiptHandleError(RmqError):
+    """Receipt handles that could not be acked or changed. ``failed`` maps each such handle to
+    the broker's sentence; in an ack, the other handles were acked."""
+
+    def __init__(self, message: str, *, failed: dict | None = None, code=None, reason: str | None = None):
+        super().__init__(message, code=code, reason=reason)
+        self.failed = dict(failed or {})
+
+
+class ReceiptHandleExpiredError(ReceiptHandleError):
+    """The message was acked already, came back after its invisible time (it is delivered again
+    with a new handle), or its invisible time was changed (use the new handle)."""
+
+
+class InvalidReceiptHandleError(ReceiptHandleError, InvalidRequestError):
+    """A handle the broker did not issue, a damaged one, or one issued to another group."""
+
+
+class SendInProgressError(RmqError):
+    """An earlier attempt of this idempotent send is still being stored; retrying gets its answer."""
+
+    retriable = True
+
+
+class TransactionNotFoundError(RmqError, LookupError):
+    """The broker knows no transaction of that id (nothing was prepared under it, or it ended
+    longer ago than the broker remembers)."""
+
+
+class TransactionStateError(RmqError):
+    """The transaction's state forbids the call: sending under an ended transaction,
+    committing a rolled back one, rolling back a committed one."""
+
+
+class TransactionIncompleteError(TransactionStateError):
+    """A commit found another number of prepared messages than the writer sent, or a
+    prepared batch damaged on disk; nothing was committed: roll back and write again."""
+
+
 class BrokerError(RmqError):
     """Any other broker failure."""
 
@@ -98,7 +141,14 @@ _BY_REASON = {
     "INVALID_ARGUMENT": InvalidRequestError,
     "WRONG_QUEUE_TYPE": WrongQueueTypeError,
     "BAD_OFFSET_RANGE": OffsetOutOfRangeError,
+    "TRANSACTION_NOT_FOUND": TransactionNotFoundError,
+    "TRANSACTION_ENDED": TransactionStateError,
+    "TRANSACTION_INCOMPLETE": TransactionIncompleteError,
     "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
+    "GROUP_NOT_FOUND": GroupNotFoundError,
+    "RECEIPT_HANDLE_INVALID": InvalidReceiptHandleError,
+    "RECEIPT_HANDLE_EXPIRED": ReceiptHandleExpiredError,
+    "SEND_IN_PROGRESS": SendInProgressError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.
 _BY_CODE = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import ConfigError
 
@@ -22,12 +23,14 @@ class QueueType(str, enum.Enum):
         raise ConfigError(f"unknown queue type {value!r}; use BatchCQ or SimpleCQ")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Message:
     """A message to send.
 
     ``keys``: space-separated keys, as RocketMQ's KEYS (the default queue selector hashes them).
     ``queue_id``: send to this queue (otherwise the producer's selector chooses).
+    A message is not copied when sent: do not change it until its send is answered. (Not
+    frozen: a frozen dataclass costs four times as much to create, on the hottest path.)
     """
 
     topic: str
@@ -38,7 +41,7 @@ class Message:
     queue_id: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SendResult:
     """Where one message was stored."""
 
@@ -104,3 +107,105 @@ class BrokerStats:
     resident_memory_bytes: int
     data_dir: str
     flush_mode: str
+    dispatch_lag_ms: int = 0  # age of the oldest record not indexed yet (0: everything is indexed)
+
+
+class TransactionState(str, enum.Enum):
+    """Where a transaction stands on the broker."""
+
+    OPEN = "open"  # batches prepared, nothing visible
+    COMMITTING = "committing"  # decided; being made visible (completed after a broker crash)
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+    UNKNOWN = "unknown"  # never prepared, or ended longer ago than the broker remembers
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """What a writer prepared under one transaction: what it hands to the committer.
+
+    ``message_count`` travels with the commit, and the broker refuses a commit whose
+    transaction holds another number of messages (batches lost or added).
+    """
+
+    transaction_id: str
+    batch_count: int  # sends
+    message_count: int
+
+
+@dataclass(frozen=True)
+class TransactionOutcome:
+    """What a commit or rollback did to one transaction; ``changed`` False: it was in that
+    state already (a repeated call)."""
+
+    transaction_id: str
+    state: TransactionState
+    changed: bool
+    batch_count: int  # records prepared (an early batch prepares one per message)
+    message_count: int
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The outcome of a commit.
+
+    ``sink_batch_replayed``: the sink batch named was committed before this call, by
+    ``sink_batch_transaction_ids``; nothing was made visible, and the call's open transactions
+    were rolled back.
+    """
+
+    transactions: tuple
+    sink_batch_replayed: bool = False
+    sink_batch_transaction_ids: tuple = ()
+
+    @property
+    def messages_made_visible(self) -> int:
+        return sum(t.message_count for t in self.transactions
+                   if t.changed and t.state is TransactionState.COMMITTED)
+
+
+@dataclass(frozen=True)
+class SinkBatchStatus:
+    """Whether a sink's batch was committed, and the sink's highest committed batch id
+    (-1: none)."""
+
+    sink_id: str
+    batch_id: int
+    committed: bool
+    transaction_ids: tuple = ()
+    committed_ms: int = 0
+    latest_batch_id: int = -1
+
+
+@dataclass(frozen=True)
+class TransactionInfo:
+    """A transaction as the broker holds it (``expires_ms``: when the timeout rolls an open
+    one back, else 0)."""
+
+    transaction_id: str
+    state: TransactionState
+    batch_count: int = 0
+    message_count: int = 0
+    created_ms: int = 0
+    last_prepared_ms: int = 0
+    expires_ms: int = 0
+    ended_ms: int = 0
+    expired: bool = False  # rolled back by the timeout
+
+
+class ReceivedMessage(NamedTuple):
+    """A message handed out by a PopConsumer; ack it through its ``receipt_handle`` (shared by
+    the messages of one BatchCQ unit: they are acked together). (A tuple: a pop hands out
+    hundreds at a time, and a tuple is quick to make.)"""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    tags: str | None
+    keys: str | None
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    reconsume_times: int
+    receipt_handle: str
+    properties: dict

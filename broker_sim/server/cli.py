@@ -1,6 +1,7 @@
 """`rmq-broker-sim`: run a broker until SIGTERM or SIGINT, then stop cleanly.
 
     rmq-broker-sim --data-dir ./rmq-data --host 127.0.0.1 --port 10911 [--flush async|sync]
+                   [--dispatch serial|concurrent]
 
 It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
 (``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
@@ -19,6 +20,7 @@ import threading
 from pathlib import Path
 
 from broker_sim.store import DataDirInUseError, StoreConfig, StoreError
+from broker_sim.txn.service import TransactionConfig
 
 PROG = "rmq-broker-sim"
 _SIZE = re.compile(r"^(\d+)\s*([kmg]i?b?|b)?$", re.IGNORECASE)
@@ -52,8 +54,13 @@ def parser() -> argparse.ArgumentParser:
                    help="port to listen on (default: 10911; 0: any free port, printed at start)")
     p.add_argument("--flush", choices=["async", "sync"], default="async",
                    help="async: flush on an interval (default); sync: acknowledge writes once on disk")
+    p.add_argument("--dispatch", choices=["serial", "concurrent"], default="serial",
+                   help="how the indexes are built: serial, one thread (default); concurrent, chunks parsed by "
+                        "worker processes and written in order (RocketMQ's RIP-52)")
     p.add_argument("--segment-bytes", type=byte_size, default=StoreConfig.segment_bytes,
                    help="size of a commitlog segment file (default: 1g)")
+    p.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms,
+                   help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     return p
@@ -63,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
-        config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush)
+        config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch)
+        transaction_config = TransactionConfig(timeout_ms=args.transaction_timeout_ms)
     except ValueError as err:
         p.error(str(err))
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
@@ -84,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from .broker import BindError, Broker  # after the arguments are checked: grpc takes a moment to import
 
     data_dir = args.data_dir.resolve()
-    broker = Broker(data_dir, args.host, args.port, config)
+    broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config)
     try:
         broker.start()
     except (DataDirInUseError, BindError, StoreError) as err:

@@ -32,8 +32,28 @@ BAD_OFFSET_RANGE           INVALID_ARGUMENT     an offset or range that cannot b
                                                 byte budget. Offsets that are well formed but
                                                 outside the stored data are no error: ReadRanges
                                                 answers them with a RangeStatus
+TRANSACTION_NOT_FOUND      NOT_FOUND            an end or query names a transaction id the
+                                                broker does not know (no batch was prepared
+                                                under it, or it ended before the retention)
+TRANSACTION_ENDED          FAILED_PRECONDITION  the transaction's state forbids the call: a
+                                                batch sent under an ended transaction, a
+                                                commit of a rolled back one, a rollback of a
+                                                committed one
+TRANSACTION_INCOMPLETE     FAILED_PRECONDITION  a commit whose transaction holds another
+                                                number of messages than the client says it
+                                                sent, or a prepared batch damaged on disk;
+                                                nothing was committed
+GROUP_NOT_FOUND            NOT_FOUND            an ack or change of invisible time for a group
+                                                that never popped on this broker
+RECEIPT_HANDLE_INVALID     INVALID_ARGUMENT     a receipt handle this broker did not issue
+                                                (forged, damaged) or issued to another group
+RECEIPT_HANDLE_EXPIRED     FAILED_PRECONDITION  ChangeInvisibleDuration on a handle whose message
+                                                was acked, revived, or moved by an earlier change
+                                                (acks answer per handle with an AckStatus instead)
 SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
                                                 retry against a running broker
+SEND_IN_PROGRESS           ABORTED              an idempotent send whose earlier attempt is
+                                                still being stored: retry to get its answer
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================
@@ -50,7 +70,9 @@ import logging
 
 import grpc
 
+from broker_sim.pop import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
+from broker_sim.txn import Refusal, TransactionRefused
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +89,14 @@ class Reason(str, enum.Enum):
     TOPIC_CONFLICT = "TOPIC_CONFLICT"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     BAD_OFFSET_RANGE = "BAD_OFFSET_RANGE"
+    TRANSACTION_NOT_FOUND = "TRANSACTION_NOT_FOUND"
+    TRANSACTION_ENDED = "TRANSACTION_ENDED"
+    TRANSACTION_INCOMPLETE = "TRANSACTION_INCOMPLETE"
+    GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+    RECEIPT_HANDLE_INVALID = "RECEIPT_HANDLE_INVALID"
+    RECEIPT_HANDLE_EXPIRED = "RECEIPT_HANDLE_EXPIRED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     INTERNAL = "INTERNAL"
 
 
@@ -81,7 +110,14 @@ CODES = {
     Reason.TOPIC_CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
     Reason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.BAD_OFFSET_RANGE: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.TRANSACTION_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.TRANSACTION_ENDED: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.TRANSACTION_INCOMPLETE: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.GROUP_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.RECEIPT_HANDLE_INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.RECEIPT_HANDLE_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -93,7 +129,22 @@ _PUT_REASONS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: Reason.PROPERTIES_SIZE_EXCEEDED,
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
+    PutStatus.SEND_IN_PROGRESS: Reason.SEND_IN_PROGRESS,
 }
+
+_REFUSAL_REASONS = {
+    Refusal.INVALID: Reason.INVALID_ARGUMENT,
+    Refusal.NOT_FOUND: Reason.TRANSACTION_NOT_FOUND,
+    Refusal.ENDED: Reason.TRANSACTION_ENDED,
+    Refusal.INCOMPLETE: Reason.TRANSACTION_INCOMPLETE,
+}
+
+_POP_REASONS = (
+    (GroupNotFound, Reason.GROUP_NOT_FOUND),
+    (InvalidReceiptHandle, Reason.RECEIPT_HANDLE_INVALID),
+    (ReceiptHandleExpired, Reason.RECEIPT_HANDLE_EXPIRED),
+    (InvalidPopRequest, Reason.INVALID_ARGUMENT),
+)
 
 STOPPING = "the broker is stopping; retry against a running broker"
 
@@ -148,6 +199,11 @@ def from_exception(err: BaseException) -> BrokerError:
     """The refusal for an exception raised while serving a call."""
     if isinstance(err, BrokerError):
         return err
+    if isinstance(err, TransactionRefused):
+        return BrokerError(_REFUSAL_REASONS[err.refusal], err.message)
+    for pop_error, reason in _POP_REASONS:
+        if isinstance(err, pop_error):
+            return BrokerError(reason, str(err))
     if isinstance(err, StoreClosedError):
         return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
     if isinstance(err, UnknownTopicError):

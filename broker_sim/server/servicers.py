@@ -32,7 +32,7 @@ _COMPRESSIONS = {pb.COMPRESSION_NONE: fmt.Compression.NONE, pb.COMPRESSION_LZ4: 
                  pb.COMPRESSION_ZSTD: fmt.Compression.ZSTD}
 # Properties the store writes itself, and the two that have fields of their own.
 _RESERVED_PROPERTIES = {fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC,
-                        fmt.PROPERTY_RECORD_CRC}
+                        fmt.PROPERTY_RECORD_CRC, fmt.PROPERTY_PRODUCER}
 _FIELD_PROPERTIES = {fmt.PROPERTY_TAGS: "tags", fmt.PROPERTY_KEYS: "keys"}
 _SEPARATORS = re.compile("[\x01\x02]")
 _GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")  # RocketMQ's group characters
@@ -85,11 +85,13 @@ class Counters:
 class _Shared:
     """What both servicers use: the store, the gate, and the lookups that refuse with a reason."""
 
-    def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate, counters: Counters):
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate, counters: Counters,
+                 transactions=None):
         self.store = store
         self.offsets = offsets
         self.gate = gate
         self.counters = counters
+        self.transactions = transactions  # broker_sim.txn.TransactionService
 
     def topic(self, name: str) -> TopicConfig:
         if not name:
@@ -194,11 +196,12 @@ class AdminServicer(pb_grpc.AdminServicer):
             topics = store.topics.all()
             log_max = store.commitlog.max_offset
             dispatched = store.dispatcher.position
+            lag_bytes, lag_ms = store.dispatch_lag()
             return pb.BrokerStatsResponse(
                 topics=len(topics), queues=sum(t.queue_count for t in topics),
                 commitlog_min_offset=store.commitlog.min_offset, commitlog_max_offset=log_max,
                 commitlog_flushed_offset=store.commitlog.flushed_offset, dispatched_offset=dispatched,
-                dispatch_lag_bytes=max(0, log_max - dispatched), messages_put=self._s.counters.messages_put,
+                dispatch_lag_bytes=lag_bytes, dispatch_lag_ms=lag_ms, messages_put=self._s.counters.messages_put,
                 messages_read=self._s.counters.messages_read, resident_memory_bytes=_resident_bytes(),
                 data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value)
 
@@ -240,28 +243,46 @@ class MessagingServicer(pb_grpc.MessagingServicer):
 
     @translated
     def Send(self, request, context):
+        return self._send(request, _peer_host(context.peer()))
+
+    @translated
+    def SendMany(self, request, context):
+        born_host = _peer_host(context.peer())
+        outcomes = []
+        for send in request.sends:
+            try:
+                outcomes.append(pb.SendOutcome(response=self._send(send, born_host)))
+            except Exception as err:  # each send has its own outcome; faults are logged there
+                error = errors.from_exception(err)
+                outcomes.append(pb.SendOutcome(reason=error.reason.value, error=error.message))
+        return pb.SendManyResponse(outcomes=outcomes)
+
+    def _send(self, request, born_host: bytes) -> pb.SendResponse:
         if not request.topic:
             raise invalid("the topic name is empty; name the topic to send to")
         if request.born_timestamp_ms < 0:
             raise invalid(f"born_timestamp_ms {request.born_timestamp_ms} is negative: give milliseconds since the "
                           "epoch, or 0 for the broker's time")
         born = request.born_timestamp_ms or None
-        born_host = _peer_host(context.peer())
+        producer = (request.producer_id, request.sequence) if request.producer_id else None
         kind = request.WhichOneof("payload")
         store = self._s.store
+        # A prepared send is checked as a plain one, then kept aside by the transaction service.
+        target = self._s.transactions.prepared(request.transaction_id) if request.transaction_id else store
         if kind == "single":
             message = request.single
             properties = _user_properties(message.properties, "the message")
             properties.update(_field_properties(message.tags, message.keys))
             with self._s.gate:
-                result = store.put_message(request.topic, request.queue_id, message.body, properties=properties,
-                                           flag=message.flag, born_timestamp_ms=born, born_host=born_host)
+                result = target.put_message(request.topic, request.queue_id, message.body, properties=properties,
+                                            flag=message.flag, born_timestamp_ms=born, born_host=born_host,
+                                            producer=producer)
         elif kind == "early_batch":
             batch = request.early_batch
             _check_early_batch_count(batch.payload, batch.count)
             with self._s.gate:
-                result = store.put_early_batch(request.topic, request.queue_id, batch.payload,
-                                               born_timestamp_ms=born, born_host=born_host)
+                result = target.put_early_batch(request.topic, request.queue_id, batch.payload,
+                                                born_timestamp_ms=born, born_host=born_host, producer=producer)
         elif kind == "inner_batch":
             batch = request.inner_batch
             if batch.count < 1:
@@ -277,22 +298,26 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             properties = _user_properties(batch.properties, "the batch")
             properties.update(_field_properties(batch.tags, ""))
             with self._s.gate:
-                result = store.put_inner_batch(request.topic, request.queue_id, batch.payload, batch.count,
-                                               codec=codec, compression=compression, properties=properties,
-                                               born_timestamp_ms=born, born_host=born_host)
+                result = target.put_inner_batch(request.topic, request.queue_id, batch.payload, batch.count,
+                                                codec=codec, compression=compression, properties=properties,
+                                                born_timestamp_ms=born, born_host=born_host, producer=producer)
         else:
             raise invalid("the request carries no message: set one of single, early_batch or inner_batch")
         if not result.ok:
             raise errors.from_put(result)
-        self._s.counters.add(put=result.count)
+        if not result.duplicate:
+            self._s.counters.add(put=result.count)
         host = store.config.store_host_bytes
-        if kind == "inner_batch":
+        if request.transaction_id:
+            ids = []  # offsets and ids are given at commit
+        elif kind == "inner_batch":
             record_id = message_id(host, result.physical_offsets[0])
             ids = [f"{record_id}-{i}" for i in range(result.count)]
         else:
             ids = [message_id(host, p) for p in result.physical_offsets]
         return pb.SendResponse(queue_id=result.queue_id, base_offset=result.queue_offset, count=result.count,
-                               message_ids=ids, store_timestamp_ms=result.store_timestamp)
+                               message_ids=ids, store_timestamp_ms=result.store_timestamp,
+                               duplicate=result.duplicate)
 
     @translated_stream
     def ReadRanges(self, request, context):
@@ -591,6 +616,6 @@ def _resident_bytes() -> int:
 
 
 def make_servicers(store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate,
-                   counters: Counters) -> tuple[AdminServicer, MessagingServicer]:
-    shared = _Shared(store, offsets, gate, counters)
+                   counters: Counters, transactions=None) -> tuple[AdminServicer, MessagingServicer]:
+    shared = _Shared(store, offsets, gate, counters, transactions)
     return AdminServicer(shared), MessagingServicer(shared)

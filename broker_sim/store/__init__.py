@@ -8,12 +8,12 @@ from .errors import DataDirInUseError, StoreClosedError, StoreError, UnknownTopi
 from .format import Compression, SysFlag, decode_record, encode_message_batch
 from .message_store import MessageStore
 from .recovery import RecoveryReport
-from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
+from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
 from .topics import QueueType, TopicConfig
 
 __all__ = [
     "Compression", "ConsumerOffsetTable", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult",
-    "GetStatus", "IndexUnit", "MessageStore", "PutResult", "PutStatus", "QueueType", "RecoveryReport",
+    "GetStatus", "IndexUnit", "MessageStore", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
     "StoreClosedError", "StoreConfig", "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError",
     "decode_record", "encode_message_batch",
 ]

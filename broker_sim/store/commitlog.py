@@ -181,14 +181,31 @@ class CommitLog:
             if segment.start < self.max_offset:
                 segment.release_pages()
 
+    def headers(self, start: int):
+        """The records appended from ``start`` (a record boundary) on, as (physical offset,
+        header fields in ``fmt.HEADER`` order); BLANK markers are skipped."""
+        position = max(start, self.min_offset)
+        while position < self.max_offset:
+            segment = self.segments.find(position)
+            if segment is None:
+                return
+            pos = position - segment.start
+            if segment.size - pos < fmt.HEADER.size or fmt.BLANK.unpack_from(segment.map, pos)[1] == fmt.BLANK_MAGIC:
+                position = segment.end
+                continue
+            header = fmt.HEADER.unpack_from(segment.map, pos)
+            yield position, header
+            position += header[0]
+
     def segment_at(self, physical_offset: int) -> MappedFile | None:
         return self.segments.find(physical_offset)
 
     # --- recovery --------------------------------------------------------------------------
 
-    def scan_valid_tail(self, start: int) -> tuple[int, str]:
+    def scan_valid_tail(self, start: int, visit: Callable | None = None) -> tuple[int, str]:
         """Check records forward from ``start`` (a record boundary); return the valid tail and
-        why the scan stopped there."""
+        why the scan stopped there. ``visit(buffer, position, physical offset)`` sees every
+        valid record."""
         offset = start
         while True:
             segment = self.segments.find(offset)
@@ -196,6 +213,8 @@ class CommitLog:
                 return offset, "end of the last segment"
             check, size, reason = fmt.check_record(segment.map, offset - segment.start, segment.size)
             if check is fmt.Check.OK:
+                if visit is not None:
+                    visit(segment.map, offset - segment.start, offset)
                 offset += size
             elif check is fmt.Check.BLANK:
                 offset = segment.end

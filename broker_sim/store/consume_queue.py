@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from .config import StoreConfig
 from .errors import IndexGapError
 from .mapped_file import MappedFileQueue, fsync_dir
@@ -43,6 +45,7 @@ class ConsumeQueue:
         self.units_per_file = units_per_file
         self.unit_count = 0  # units written, counted from the series' start
         self.max_offset = 0  # the next message offset of the queue
+        self.indexed_end = 0  # set here too: a flush may read it before the first unit is put
         self._load()
         self.flushed_units = self.unit_count  # units known to be on disk
 
@@ -110,6 +113,47 @@ class ConsumeQueue:
         self.indexed_end = physical_offset + size
         return True
 
+    def put_many(self, physical_offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
+                 store_timestamps: np.ndarray, queue_offsets: np.ndarray, counts: np.ndarray) -> int:
+        """Index a run of this queue's records, in log order, as ``put`` does one by one (the
+        concurrent dispatcher's write); returns how many units were written."""
+        ends = queue_offsets + counts
+        if len(ends) > 1 and not np.array_equal(queue_offsets[1:], ends[:-1]):
+            # Not one contiguous run of offsets: put them one by one, with put's checks.
+            rows = zip(physical_offsets.tolist(), sizes.tolist(), tags_codes.tolist(), store_timestamps.tolist(),
+                       queue_offsets.tolist(), counts.tolist())
+            return sum(self.put(*row) for row in rows)
+        first = int(np.searchsorted(queue_offsets, self.max_offset))  # those before are indexed already
+        if first == len(ends):
+            return 0
+        if queue_offsets[first] > self.max_offset:
+            raise IndexGapError(f"{self.files.directory}: a unit for offset {int(queue_offsets[first])} would leave "
+                                f"a gap after {self.max_offset}", self.topic, self.queue_id)
+        units = self._units(physical_offsets[first:], sizes[first:], tags_codes[first:], store_timestamps[first:],
+                            queue_offsets[first:], counts[first:])
+        self._append_units(units, queue_offsets[first:])
+        self.max_offset = int(ends[-1])
+        self.indexed_end = int(physical_offsets[-1] + sizes[-1])
+        return len(units)
+
+    def _append_units(self, units: np.ndarray, queue_offsets: np.ndarray) -> None:
+        """Write packed units after the last one, file by file."""
+        raw = memoryview(units.tobytes())
+        size = self.UNIT.size
+        done = 0
+        while done < len(units):
+            position = self.unit_count * size
+            mapped = self.files.find(position) or self.files.create_file(position)
+            if position == mapped.start:
+                self._file_started(int(queue_offsets[done]))
+            take = min(len(units) - done, (mapped.end - position) // size)
+            mapped.map[position - mapped.start : position - mapped.start + take * size] = raw[done * size : (done + take) * size]
+            self.unit_count += take
+            done += take
+
+    def _file_started(self, base_offset: int) -> None:
+        """A unit file's first unit, for ``base_offset``, is being written."""
+
     def append_unit(self, values: tuple) -> None:
         position = self.unit_count * self.UNIT.size
         mapped = self.files.find(position) or self.files.create_file(position)
@@ -155,6 +199,11 @@ class ConsumeQueue:
         raise NotImplementedError
 
     @staticmethod
+    def _units(physical_offsets, sizes, tags_codes, store_timestamps, queue_offsets, counts) -> np.ndarray:
+        """Units of records as a packed array of ``UNIT``'s layout."""
+        raise NotImplementedError
+
+    @staticmethod
     def _decode(index: int, values: tuple) -> IndexUnit:
         raise NotImplementedError
 
@@ -163,6 +212,7 @@ class SimpleConsumeQueue(ConsumeQueue):
     """20-byte units, one per message: commitLogOffset 8, size 4, tagsCode 8. O(1) lookup."""
 
     UNIT = struct.Struct(">qiq")
+    DTYPE = np.dtype([("physical_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
     queue_type = QueueType.SIMPLE_CQ
 
     @property
@@ -173,6 +223,14 @@ class SimpleConsumeQueue(ConsumeQueue):
         if count != 1:
             raise ValueError("a SimpleCQ unit indexes one message")
         self.append_unit((physical_offset, size, tags_code))
+
+    @classmethod
+    def _units(cls, physical_offsets, sizes, tags_codes, store_timestamps, queue_offsets, counts) -> np.ndarray:
+        if (counts != 1).any():
+            raise ValueError("a SimpleCQ unit indexes one message")
+        units = np.empty(len(sizes), dtype=cls.DTYPE)
+        units["physical_offset"], units["size"], units["tags_code"] = physical_offsets, sizes, tags_codes
+        return units
 
     def unit_index(self, offset: int) -> int:
         return offset
@@ -191,6 +249,8 @@ class BatchConsumeQueue(ConsumeQueue):
     """
 
     UNIT = struct.Struct(">qiqqqhii")
+    DTYPE = np.dtype([("physical_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8"), ("store_timestamp", ">i8"),
+                      ("base_offset", ">i8"), ("count", ">i2"), ("compacted_offset", ">i4"), ("reserved", ">i4")])
     queue_type = QueueType.BATCH_CQ
 
     def __init__(self, directory: Path, units_per_file: int, topic: str = "", queue_id: int = 0):
@@ -205,6 +265,19 @@ class BatchConsumeQueue(ConsumeQueue):
         if self.unit_count % self.units_per_file == 0:
             self._file_bases.append(queue_offset)
         self.append_unit((physical_offset, size, tags_code, store_ts, queue_offset, count, -1, 0))
+
+    @classmethod
+    def _units(cls, physical_offsets, sizes, tags_codes, store_timestamps, queue_offsets, counts) -> np.ndarray:
+        if (counts > 32767).any() or (counts < -32768).any():
+            raise ValueError("a BatchCQ unit's batchSize is a short: at most 32767 messages")
+        units = np.empty(len(sizes), dtype=cls.DTYPE)
+        units["physical_offset"], units["size"], units["tags_code"] = physical_offsets, sizes, tags_codes
+        units["store_timestamp"], units["base_offset"], units["count"] = store_timestamps, queue_offsets, counts
+        units["compacted_offset"], units["reserved"] = -1, 0
+        return units
+
+    def _file_started(self, base_offset: int) -> None:
+        self._file_bases.append(base_offset)
 
     def unit_index(self, offset: int) -> int:
         """The index of the unit holding ``offset``: the greatest msgBaseOffset <= offset."""

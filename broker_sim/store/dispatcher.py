@@ -1,5 +1,8 @@
 """The dispatcher (RocketMQ's ReputMessageService): builds the indexes from the commitlog.
 
+This is the serial mode, one record at a time on one thread; ``concurrent_dispatcher`` holds
+the concurrent mode (RIP-52), which writes the same index files.
+
 It reads forward from its own position, parses each record's header and appends one index
 unit per record to the record's queue: one per message on a SimpleCQ topic, one per inner
 batch on a BatchCQ topic. A message is readable only once dispatched; waiters are woken after
@@ -18,6 +21,7 @@ import threading
 from typing import Callable
 
 from . import format as fmt
+from .chunk_index import tags_code
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueTable
 from .topics import QueueType, TopicTable
@@ -38,7 +42,6 @@ class Dispatcher:
         self.limit = limit  # how far records may be dispatched (written, or flushed in sync mode)
         self.on_progress = on_progress
         self.position = commitlog.min_offset  # the next record to dispatch
-        self._tags_codes: dict[bytes, int] = {}
         self.lock = threading.Lock()  # held while a record is indexed
         self._warned: set = set()  # topics already warned about: one warning each, not one per record
         self._wake = threading.Event()
@@ -47,26 +50,28 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
 
     def dispatch(self, limit: int | None = None) -> int:
-        """Index every record from ``position`` to ``limit``; returns how many were read."""
+        """Index every record from ``position`` to ``limit``; returns how many records were
+        read (indexed or skipped; BLANK markers are not records)."""
         limit = self.limit() if limit is None else limit
         count = 0
-        position = self.position
+        start = position = self.position
         while position < limit:
             segment = self.commitlog.segment_at(position)
             if segment is None:
                 break
             with self.lock:
+                if fmt.BLANK.unpack_from(segment.map, position - segment.start)[1] == fmt.BLANK_MAGIC:
+                    position = self.position = segment.end  # the segment's end: the next record opens the next one
+                    continue
                 position = self.position = self._dispatch_record(segment, position)
             count += 1
-        if count:
+        if position != start:
             self.on_progress()
         return count
 
     def _dispatch_record(self, segment, position: int) -> int:
         buf = segment.map
         pos = position - segment.start
-        if fmt.BLANK.unpack_from(buf, pos)[1] == fmt.BLANK_MAGIC:  # may be shorter than a header
-            return segment.end
         (total, magic, _crc, queue_id, _flag, queue_offset, _phys, sys_flag, _born, _born_host, store_ts,
          _store_host, _reconsume, _prepared, body_len) = fmt.HEADER.unpack_from(buf, pos)
         at = pos + fmt.HEADER.size + body_len
@@ -86,7 +91,7 @@ class Dispatcher:
         if sys_flag & fmt.SysFlag.INNER_BATCH:
             count = int(fmt.find_property(properties, _INNER_NUM_KEY))
         queue = self.queues.get(topic.name, queue_id, topic.queue_type)
-        queue.put(position, total, self._tags_code(properties), store_ts, queue_offset, count)
+        queue.put(position, total, tags_code(fmt.find_property(properties, _TAGS_KEY)), store_ts, queue_offset, count)
         return position + total
 
     def _warn_once(self, topic: bytes, message: str, *args) -> None:
@@ -96,17 +101,6 @@ class Dispatcher:
                 self._warned.clear()
             self._warned.add(key)
             log.warning(message + " (said once per topic)", *args)
-
-    def _tags_code(self, properties: bytes) -> int:
-        tags = fmt.find_property(properties, _TAGS_KEY)
-        if not tags:
-            return 0
-        code = self._tags_codes.get(tags)
-        if code is None:
-            if len(self._tags_codes) > 65536:
-                self._tags_codes.clear()
-            code = self._tags_codes[tags] = fmt.java_string_hash(tags.decode())
-        return code
 
     # --- the background thread ---------------------------------------------------------------
 
@@ -134,9 +128,13 @@ class Dispatcher:
                 self._wake.wait(1.0)
 
     def stop(self) -> None:
+        """Stop the background thread; ``dispatch()`` still works (the store's last pass)."""
         self._running = False
         self._idle = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def close(self) -> None:
+        """Release what dispatching holds (nothing, in serial mode)."""

@@ -10,6 +10,7 @@ Data directory::
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -22,13 +23,15 @@ from typing import Callable
 from . import format as fmt
 from .checkpoint import Checkpoint, load_queue_table, save_queue_table
 from .commitlog import CommitLog, PendingRecord, wall_clock_ms
-from .config import FlushMode, StoreConfig
+from .concurrent_dispatcher import ConcurrentDispatcher
+from .config import DispatchMode, FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
 from .mapped_file import fsync_dir, raise_open_file_limit
+from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
-from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, StoredBatch
+from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
 from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
 
 log = logging.getLogger(__name__)
@@ -58,7 +61,7 @@ class MessageStore:
         try:
             self._open()
         except BaseException:
-            for part in ("queues", "commitlog"):
+            for part in ("dispatcher", "queues", "commitlog"):
                 if hasattr(self, part):
                     getattr(self, part).close()
             os.close(self._lock_fd)
@@ -73,11 +76,13 @@ class MessageStore:
         self.queues = ConsumeQueueTable(self.data_dir, self.config)
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
-        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
+        self.dispatcher = self._make_dispatcher(limit)
+        self.producers = ProducerState()
         abort = self.data_dir / "abort"
         self.recovery: RecoveryReport = recover(
             self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
             load_queue_table(self._queue_table_path), self.topics, clean=not abort.exists(),
+            producers=self.producers,
         )
         self._index_flushed = 0
         self._opened_at = time.monotonic()
@@ -88,6 +93,14 @@ class MessageStore:
         self._stop_flusher = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, name="rmq-flusher", daemon=True)
         self._flusher.start()
+
+    def _make_dispatcher(self, limit: Callable[[], int]) -> Dispatcher:
+        config = self.config
+        if config.dispatch_mode is DispatchMode.CONCURRENT:
+            return ConcurrentDispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched,
+                                        workers=config.dispatch_workers, pool=config.dispatch_pool,
+                                        chunk_bytes=config.dispatch_chunk_bytes, ring_slots=config.dispatch_ring_slots)
+        return Dispatcher(self.commitlog, self.queues, self.topics, limit, self._notify_dispatched)
 
     @property
     def _sync(self) -> bool:
@@ -142,20 +155,61 @@ class MessageStore:
     # --- writing ---------------------------------------------------------------------------
 
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
-                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST) -> PutResult:
-        """Store one message."""
+                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
+                    producer: tuple[str, int] | None = None, reconsume_times: int = 0) -> PutResult:
+        """Store one message (``reconsume_times``: RECONSUMETIMES, set by retries).
+
+        Every put takes ``producer=(producer id, sequence)`` to be idempotent: a stamp stored
+        before gets its first answer back (``duplicate`` set) and nothing is stored (see
+        ``producer_state``)."""
+        return self._put(self.build_message(topic, queue_id, body, properties=properties, flag=flag,
+                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host,
+                                            reconsume_times=reconsume_times), producer)
+
+    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
+        """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
+        with consecutive offsets."""
+        return self._put(self.build_early_batch(topic, queue_id, payload, born_timestamp_ms=born_timestamp_ms,
+                                                born_host=born_host), producer)
+
+    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
+                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
+                        flag: int = 0, born_timestamp_ms: int | None = None,
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None,
+                        reconsume_times: int = 0) -> PutResult:
+        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
+        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+        return self._put(self.build_inner_batch(topic, queue_id, payload, count, codec=codec, compression=compression,
+                                                properties=properties, flag=flag, born_timestamp_ms=born_timestamp_ms,
+                                                born_host=born_host, reconsume_times=reconsume_times), producer)
+
+    def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
+        transaction batches are), checked again against the topic as it is now."""
+        config, failed = self._check_queue(topic, queue_id)
+        if not failed and config.queue_type is not QueueType.BATCH_CQ and any(
+                r.sys_flag & fmt.SysFlag.INNER_BATCH for r in records):
+            failed = _wrong_queue_type(topic)
+        return failed or self._append(config, queue_id, records)
+
+    # The build_* calls check a message as its put_* call does and return the records that
+    # put_records appends, or the failed PutResult.
+
+    def build_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
+                      flag: int = 0, born_timestamp_ms: int | None = None,
+                      born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
             return failed
         props = fmt.encode_properties(properties)
-        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag)
-        return self._append(config, queue_id, [record])
+        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag,
+                               reconsume_times=reconsume_times)
+        return self._checked(config, queue_id, [record])
 
-    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
-        """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
-        with consecutive offsets."""
+    def build_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
+                          born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
@@ -174,22 +228,18 @@ class MessageStore:
                 records.append(PendingRecord(body, zlib.crc32(body), props, born, born_host, flag))
         except fmt.BatchFormatError as err:
             return _illegal(f"malformed batch payload: {err}")
-        return self._append(config, queue_id, records)
+        return self._checked(config, queue_id, records)
 
-    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
-                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
-                        flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST) -> PutResult:
-        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
-        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+    def build_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
+                          compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
+                          flag: int = 0, born_timestamp_ms: int | None = None,
+                          born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
             return failed
         if config.queue_type is not QueueType.BATCH_CQ:
-            return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches "
-                             "need a BatchCQ topic; send an early batch instead, or create the topic with type "
-                             "BatchCQ")
+            return _wrong_queue_type(topic)
         if not isinstance(count, int) or not 1 <= count <= self.config.max_batch_messages:
             return _illegal(f"batch count {count!r}: use 1 to {self.config.max_batch_messages}")
         if codec not in fmt.BATCH_CODECS:
@@ -204,10 +254,41 @@ class MessageStore:
                                        fmt.PROPERTY_BATCH_CODEC: codec})
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
-                               sys_flag, count)
-        return self._append(config, queue_id, [record])
+                               sys_flag, count, reconsume_times)
+        return self._checked(config, queue_id, [record])
 
-    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+    def _checked(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> "QueueRecords | PutResult":
+        return self._check_sizes(config, records) or QueueRecords(config, queue_id, records)
+
+    def _put(self, built: "QueueRecords | PutResult", producer: tuple[str, int] | None) -> PutResult:
+        if isinstance(built, PutResult):
+            return built
+        return self._append(built.config, built.queue_id, built.records, producer)
+
+    def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord],
+                producer: tuple[str, int] | None = None) -> PutResult:
+        if producer is not None:
+            problem = stamp_problem(*producer)
+            if problem:
+                return _illegal(problem)
+            first = records[0]
+            records[0] = dataclasses.replace(first, properties=first.properties + stamp_property(*producer, len(records)))
+        failed = self._check_sizes(config, records)
+        if failed:
+            return failed
+        if producer is None:
+            return self._store(config, queue_id, records)
+        known = self.producers.begin(*producer)
+        if known is not None:
+            return known
+        result = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store failed while storing the message")
+        try:
+            result = self._store(config, queue_id, records)
+            return result
+        finally:
+            self.producers.end(*producer, result)
+
+    def _check_sizes(self, config: TopicConfig, records: list[PendingRecord]) -> PutResult | None:
         topic = config.name
         topic_len = len(topic.encode())
         for index, record in enumerate(records):
@@ -223,6 +304,10 @@ class MessageStore:
                 return PutResult(PutStatus.MESSAGE_TOO_LARGE,
                                  f"message {index}: a record of {total} bytes does not fit a commitlog segment of "
                                  f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
+        return None
+
+    def _store(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+        topic = config.name
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
         appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
@@ -332,6 +417,31 @@ class MessageStore:
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.max_offset(topic, queue_id) > offset, timeout_s)
 
+    def dispatch_lag(self) -> tuple[int, int]:
+        """How far the indexes are behind the commitlog's end, as (bytes, ms): the bytes
+        appended but not indexed yet, and how long ago the oldest of them was stored (0, 0
+        when everything is indexed). Consumers see a message only once it is indexed."""
+        indexed, end = self.dispatcher.position, self.commitlog.max_offset
+        if indexed >= end:
+            return 0, 0
+        segment = self.commitlog.segment_at(indexed)
+        at = indexed - segment.start
+        if fmt.BLANK.unpack_from(segment.map, at)[1] == fmt.BLANK_MAGIC:  # the next record opens the next segment
+            segment, at = self.commitlog.segment_at(segment.end), 0
+        store_ts = fmt.HEADER.unpack_from(segment.map, at)[10]  # STORETIMESTAMP
+        return end - indexed, max(0, self.now_ms() - store_ts)
+
+    @property
+    def indexed_position(self) -> int:
+        """The commitlog position up to which every record is indexed."""
+        return self.dispatcher.position
+
+    def wait_indexed_past(self, position: int, timeout_s: float) -> bool:
+        """Wait until records past commitlog ``position`` are indexed (new messages of any
+        queue are readable); False on timeout. Long polling over many queues waits here."""
+        with self._dispatched:
+            return self._dispatched.wait_for(lambda: self.dispatcher.position > position, timeout_s)
+
     def wait_dispatched(self, timeout_s: float) -> bool:
         """Wait until every record appended so far is indexed; False on timeout."""
         target = self.commitlog.max_offset
@@ -403,6 +513,7 @@ class MessageStore:
         self.dispatcher.stop()
         self.commitlog.flush()
         self.dispatcher.dispatch()
+        self.dispatcher.close()
         self._flush_indexes(thorough=True)
         self.queues.close()
         self.commitlog.close()
@@ -438,9 +549,15 @@ def _illegal(detail: str) -> PutResult:
     return PutResult(PutStatus.MESSAGE_ILLEGAL, detail)
 
 
+def _wrong_queue_type(topic: str) -> PutResult:
+    return PutResult(PutStatus.WRONG_QUEUE_TYPE, f"topic {topic!r} is a SimpleCQ topic: inner batches need a BatchCQ "
+                     "topic; send an early batch instead, or create the topic with type BatchCQ")
+
+
 _DELAY_KEYS = tuple(k.encode() for k in (fmt.PROPERTY_DELAY_TIME_LEVEL, *fmt.PROPERTY_TIMER_PROPERTIES))
 _TRANSACTION_KEY = fmt.PROPERTY_TRANSACTION_PREPARED.encode()
 _WAIT_KEY = fmt.PROPERTY_WAIT_STORE_MSG_OK.encode()
+_PRODUCER_KEY = fmt.PROPERTY_PRODUCER.encode()
 
 
 def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
@@ -450,6 +567,8 @@ def _early_batch_problem(properties: bytes, wait_values: set) -> str | None:
         return "is delayed: delayed messages cannot be batched; send it alone"
     if _TRANSACTION_KEY in properties and fmt.find_property(properties, _TRANSACTION_KEY) == b"true":
         return "is transactional: transactional messages cannot be batched; send it alone"
+    if _PRODUCER_KEY in properties and fmt.find_property(properties, _PRODUCER_KEY) is not None:
+        return f"sets {fmt.PROPERTY_PRODUCER}, which is reserved for the store: stamp the send instead"
     wait_values.add(_WAIT_KEY in properties and fmt.find_property(properties, _WAIT_KEY) or b"true")
     if len(wait_values) > 1:
         return "has another waitStoreMsgOK (WAIT) than the messages before it: a batch needs one value"

@@ -2,7 +2,8 @@
 the indexes back in line with the log.
 
 1. Scan forward with CRC checks from a safe point (the segment before the checkpoint's) to the
-   first record that is short, has an unknown magic, a wrong CRC or a wrong length.
+   first record that is short, has an unknown magic, a wrong CRC or a wrong length; rebuild
+   the idempotent producers' recent stamps from the records scanned.
 2. Truncate the log there: a torn or corrupted tail is never served. A topic created at an
    offset past the new tail gets the tail as its creation offset, so that the records it is
    sent from now on (written from the tail) are indexed.
@@ -25,6 +26,7 @@ from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue, ConsumeQueueTable
 from .dispatcher import Dispatcher
 from .errors import IndexGapError
+from .producer_state import ProducerState, StampCollector
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,13 @@ class RecoveryReport:
 
 
 def recover(commitlog: CommitLog, queues: ConsumeQueueTable, dispatcher: Dispatcher,
-            checkpoint: Checkpoint, queue_table: list, topics, clean: bool) -> RecoveryReport:
+            checkpoint: Checkpoint, queue_table: list, topics, clean: bool,
+            producers: ProducerState) -> RecoveryReport:
     start = _scan_start(commitlog, checkpoint.commitlog_flushed_offset)
-    tail, reason = commitlog.scan_valid_tail(start)
+    stamps = StampCollector(producers)
+    tail, reason = commitlog.scan_valid_tail(start, stamps.visit)
+    if stamps.incomplete_at is not None:  # an early batch cut short: none of it was acknowledged
+        tail, reason = stamps.incomplete_at, f"a stamped early batch is cut short by the end ({reason})"
     commitlog.truncate(tail)
     commitlog.flush()  # what the scan accepted is on disk before anything is built on it
     clamped = topics.clamp_created_at(tail)

@@ -16,6 +16,7 @@ class PutStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     WRONG_QUEUE_TYPE = "WRONG_QUEUE_TYPE"  # an inner batch sent to a SimpleCQ topic
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is closed
+    SEND_IN_PROGRESS = "SEND_IN_PROGRESS"  # an earlier attempt of this idempotent send is being stored
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,25 @@ class PutResult:
     count: int = 0  # messages stored (offsets queue_offset .. queue_offset + count - 1)
     physical_offsets: tuple = ()  # one per commitlog record written
     store_timestamp: int = 0
+    duplicate: bool = False  # an idempotent send stored before: this is its first answer
 
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+@dataclass(frozen=True)
+class QueueRecords:
+    """Records checked and built for one queue of a topic (``MessageStore.build_*``), not yet
+    appended: ``records`` are commitlog ``PendingRecord``s."""
+
+    config: object  # TopicConfig
+    queue_id: int
+    records: list
+
+    @property
+    def count(self) -> int:
+        return sum(r.count for r in self.records)
 
 
 class GetStatus(enum.Enum):

@@ -77,7 +77,8 @@ class Admin:
         r = self._call(self._admin.BrokerStats, pb.BrokerStatsRequest())
         return BrokerStats(r.topics, r.queues, r.commitlog_min_offset, r.commitlog_max_offset,
                            r.commitlog_flushed_offset, r.dispatched_offset, r.dispatch_lag_bytes, r.messages_put,
-                           r.messages_read, r.resident_memory_bytes, r.data_dir, r.flush_mode)
+                           r.messages_read, r.resident_memory_bytes, r.data_dir, r.flush_mode,
+                           r.dispatch_lag_ms)
 
     def _call(self, method, request):
         return self._transport.call(method, request)

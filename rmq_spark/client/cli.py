@@ -2,6 +2,7 @@
 
     rmq-admin --endpoint 127.0.0.1:10911 topic create orders --queues 16 --type BatchCQ
     rmq-admin topic list | topic describe orders | group offsets my-group [--json]
+    rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from ..errors import RmqError
 from .admin import Admin
+from .transactions import Transactions
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
@@ -57,6 +59,19 @@ def _parser() -> argparse.ArgumentParser:
     offsets = group.add_parser("offsets", help="committed offsets and lag of a group")
     offsets.add_argument("group")
     offsets.set_defaults(run=_group_offsets)
+
+    txn = commands.add_parser("transaction", help="prepared transactions and sink batches").add_subparsers(
+        dest="verb", required=True)
+    listing = txn.add_parser("list", help="open transactions, or the ones named")
+    listing.add_argument("ids", nargs="*")
+    listing.set_defaults(run=_transactions)
+    rollback = txn.add_parser("rollback", help="roll transactions back")
+    rollback.add_argument("ids", nargs="+")
+    rollback.set_defaults(run=_rollback)
+    sink = txn.add_parser("sink", help="whether a sink batch was committed")
+    sink.add_argument("sink_id")
+    sink.add_argument("batch_id", type=int)
+    sink.set_defaults(run=_sink_batch)
     return parser
 
 
@@ -87,6 +102,32 @@ def _group_offsets(admin: Admin, args):
     rows = [{**dataclasses.asdict(o), "max_offset": latest.get((o.topic, o.queue_id), o.offset),
              "lag": max(0, latest.get((o.topic, o.queue_id), o.offset) - o.offset)} for o in committed]
     return rows, ["group", "topic", "queue_id", "offset", "max_offset", "lag"]
+
+
+_TXN_COLUMNS = ["transaction_id", "state", "batch_count", "message_count", "created_ms", "last_prepared_ms",
+                "expires_ms", "ended_ms", "expired"]
+
+
+def _transactions(admin: Admin, args):
+    with Transactions(args.endpoint) as txns:
+        return [_txn_row(t) for t in txns.list(args.ids)], _TXN_COLUMNS
+
+
+def _rollback(admin: Admin, args):
+    with Transactions(args.endpoint) as txns:
+        outcomes = txns.rollback(args.ids)
+    return [_txn_row(o) for o in outcomes], ["transaction_id", "state", "changed", "message_count"]
+
+
+def _sink_batch(admin: Admin, args):
+    with Transactions(args.endpoint) as txns:
+        status = txns.sink_batch(args.sink_id, args.batch_id)
+    row = {**dataclasses.asdict(status), "transaction_ids": " ".join(status.transaction_ids)}
+    return [row], ["sink_id", "batch_id", "committed", "transaction_ids", "committed_ms", "latest_batch_id"]
+
+
+def _txn_row(item) -> dict:
+    return {**dataclasses.asdict(item), "state": item.state.value}
 
 
 def _topic_row(topic) -> dict:

@@ -73,7 +73,7 @@ class Transport:
                 error = self.error(err)
                 if not error.retriable or attempt + 1 == attempts:
                     raise error from None
-                self._sleep(self._backoff_s(attempt))
+                self._sleep(self.backoff_s(attempt))
         raise AssertionError("unreachable")
 
     def stream(self, method, request, *, timeout_ms: int | None = None) -> Iterator:
@@ -101,6 +101,7 @@ class Transport:
     def _timeout_s(self, timeout_ms: int | None) -> float:
         return (timeout_ms or self.config.timeout_ms) / 1000
 
-    def _backoff_s(self, attempt: int) -> float:
+    def backoff_s(self, attempt: int) -> float:
+        """The wait before retry ``attempt + 1``: exponential, capped, with jitter."""
         ceiling = min(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms * 2 ** attempt)
         return ceiling * random.uniform(0.5, 1.0) / 1000

@@ -22,7 +22,7 @@ from .properties import SYSTEM_PROPERTIES
 
 __all__ = [
     "BATCH_SCHEMA", "PROPERTIES_TYPE", "SYSTEM_PROPERTIES", "Codec", "Compression", "compress", "decode_batch",
-    "decompress", "encode_batch", "encode_messages",
+    "decompress", "encode_batch", "encode_messages", "encode_pieces",
 ]
 
 
@@ -79,6 +79,20 @@ def encode_batch(columns: "pa.Table | pa.RecordBatch", codec: "Codec | str", com
     codec, compression = Codec.parse(codec), Compression.parse(compression)
     encoded = _ENCODERS[codec](to_batch_columns(columns))
     return compress(encoded, compression)
+
+
+def encode_pieces(columns: pa.RecordBatch, bounds, codec: "Codec | str", compression: "Compression | str") -> list:
+    """The payloads of runs of rows of ``columns`` (in ``BATCH_SCHEMA``, see
+    ``to_batch_columns``): one per ``(start, stop)`` of ``bounds``, each as ``encode_batch``
+    of those rows would make it. The rows are encoded once (rmq) or sliced without copying
+    (arrow), so cutting a large batch into many small ones costs no per-piece pass over it.
+    """
+    codec, compression = Codec.parse(codec), Compression.parse(compression)
+    if codec is Codec.RMQ:
+        data, offsets = rmq.encode_with_offsets(columns)
+        view = memoryview(data)
+        return [compress(view[int(offsets[a]):int(offsets[b])], compression) for a, b in bounds]
+    return [compress(arrow.encode(columns.slice(a, b - a)), compression) for a, b in bounds]
 
 
 def encode_messages(messages, codec: "Codec | str", compression: "Compression | str") -> bytes:

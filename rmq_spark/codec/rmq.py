@@ -89,6 +89,13 @@ def encode(batch: pa.RecordBatch) -> pa.Buffer:
     Each row is built as header, body and properties joined by Arrow (one C++ pass), so the
     rows' bytes, one after another, are the payload.
     """
+    data, offsets = encode_with_offsets(batch)
+    return data[int(offsets[0]):int(offsets[-1])] if batch.num_rows else pa.py_buffer(b"")
+
+
+def encode_with_offsets(batch: pa.RecordBatch) -> tuple[pa.Buffer, np.ndarray]:
+    """``encode``'s rows, with where each starts: row ``i`` is ``data[offsets[i]:offsets[i + 1]]``,
+    so the payload of any run of rows is a slice (``rows + 1`` offsets)."""
     rows = batch.num_rows
     body = batch.column(0)
     properties = encode_property_column(batch.column(2), batch.column(1), batch.column(3))
@@ -105,8 +112,8 @@ def encode(batch: pa.RecordBatch) -> pa.Buffer:
         _fixed_width(header.tobytes(), HEADER_BYTES, rows), body,
         _fixed_width(props_length.tobytes(), 2, rows), properties, b"")
     _, offsets, data = joined.buffers()
-    first, last = np.frombuffer(offsets, dtype=np.int32)[[joined.offset, joined.offset + rows]]
-    return data[int(first):int(last)] if data is not None else pa.py_buffer(b"")
+    return (data if data is not None else pa.py_buffer(b"")), \
+        np.frombuffer(offsets, dtype=np.int32)[joined.offset:joined.offset + rows + 1]
 
 
 def _fixed_width(raw: bytes, width: int, rows: int) -> pa.Array:

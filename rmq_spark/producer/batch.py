@@ -1,15 +1,21 @@
-"""A batch being filled: its messages, their futures, and how it is encoded for sending."""
+"""A batch being filled: its messages, the futures of their results, and its one answer.
+
+A batch holds one answer for all its messages; each message's future is a small view of it
+(the batch and the message's index), so a message costs no lock, event or future of its own.
+"""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+import logging
+import threading
+from typing import Callable, NamedTuple
 
 from ..structs import Message, SendResult
 
+log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class BatchKey:
+
+class BatchKey(NamedTuple):
     """Messages are grouped by topic, queue and tag (RocketMQ's ProduceAccumulator key)."""
 
     topic: str
@@ -17,32 +23,124 @@ class BatchKey:
     tags: str | None
 
 
-@dataclass
 class ProducerBatch:
-    key: BatchKey
-    created_ms: float
-    messages: list[Message] = field(default_factory=list)
-    futures: list[Future] = field(default_factory=list)
-    body_bytes: int = 0
+    """Messages of one key that go out together, and their shared answer.
 
-    def append(self, message: Message) -> Future:
-        future: Future = Future()
-        future.set_running_or_notify_cancel()
+    ``alone``: one message sent as a single message (not as a batch of one). ``encoded``:
+    a payload made from columns, sent as it is (``messages`` is then empty). ``sequence`` is
+    the producer's stamp, given when the batch is first encoded; retries reuse it, so the
+    broker stores the batch once.
+    """
+
+    __slots__ = ("key", "created_ms", "messages", "body_bytes", "alone", "encoded", "sequence", "response",
+                 "error", "_finished", "_callbacks", "_lock")
+
+    def __init__(self, key: BatchKey, created_ms: float = 0.0, alone: bool = False):
+        self.key = key
+        self.created_ms = created_ms
+        self.messages: list[Message] = []
+        self.body_bytes = 0
+        self.alone = alone
+        self.encoded = None  # (payload, count, codec, compression): rows encoded by columns.py
+        self.sequence = -1
+        self.response = None  # the broker's SendResponse
+        self.error: BaseException | None = None
+        self._finished = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, key: BatchKey, messages: list[Message], alone: bool = False) -> "ProducerBatch":
+        batch = cls(key, alone=alone)
+        for message in messages:
+            batch.append(message)
+        return batch
+
+    def append(self, message: Message) -> "SendFuture":
         self.messages.append(message)
-        self.futures.append(future)
         self.body_bytes += len(message.body)
-        return future
+        return SendFuture(self, len(self.messages) - 1)
 
     def age_ms(self, now_ms: float) -> float:
         return now_ms - self.created_ms
 
-    def complete(self, base_offset: int, message_ids, store_timestamp_ms: int, queue_id: int) -> None:
-        """Every message gets its own result; callbacks run in message order."""
-        for index, future in enumerate(self.futures):
-            future.set_result(SendResult(self.key.topic, queue_id, base_offset + index, message_ids[index],
-                                         store_timestamp_ms))
+    # --- the answer ------------------------------------------------------------------------
+
+    def complete(self, response) -> None:
+        self.response = response
+        self._finish()
 
     def fail(self, error: BaseException) -> None:
         """Every message of the batch fails with the same error."""
-        for future in self.futures:
-            future.set_exception(error)
+        self.error = error
+        self._finish()
+
+    @property
+    def finished(self) -> bool:
+        return self._finished.is_set()
+
+    def wait(self, timeout_s: float | None) -> bool:
+        return self._finished.wait(timeout_s)
+
+    def result_of(self, index: int) -> SendResult:
+        response = self.response
+        if not response.message_ids:  # prepared under a transaction: offsets come at the commit
+            return SendResult(self.key.topic, response.queue_id, -1, "", response.store_timestamp_ms)
+        return SendResult(self.key.topic, response.queue_id, response.base_offset + index,
+                          response.message_ids[index], response.store_timestamp_ms)
+
+    def results(self) -> list[SendResult]:
+        """Every message's result; raises the batch's error if it failed."""
+        if self.error is not None:
+            raise self.error
+        return [self.result_of(index) for index in range(len(self.messages))]
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the batch is answered (now, if it is); in the order added."""
+        with self._lock:
+            if not self._finished.is_set():
+                self._callbacks.append(callback)
+                return
+        _run(callback)
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._finished.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            _run(callback)
+
+
+def _run(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # a user's callback must not stop the others, nor the sender
+        log.exception("a send callback failed")
+
+
+class SendFuture:
+    """The future of one message's ``SendResult``: ``result(timeout)``, ``exception(timeout)``,
+    ``done()`` and ``add_done_callback(fn)`` as ``concurrent.futures.Future``'s."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int):
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        return self._batch.finished
+
+    def result(self, timeout: float | None = None) -> SendResult:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        return self._batch.result_of(self._index)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._batch.wait(timeout):
+            raise TimeoutError(f"no answer for the message's batch within {timeout} s")
+        return self._batch.error
+
+    def add_done_callback(self, fn: Callable[["SendFuture"], None]) -> None:
+        self._batch.add_callback(lambda: fn(self))

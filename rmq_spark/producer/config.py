@@ -20,7 +20,16 @@ class ProducerConfig:
     total_batch_max_bytes : int
         Bytes of bodies held in batches not yet acknowledged; a send waits for room (32 MiB).
     send_timeout_ms : int
-        How long a blocking send waits: for room, and for its batch's answer (3 s).
+        How long a send waits for room, and the deadline of each attempt to send (3 s).
+    request_max_bytes : int
+        Ready batches go to the broker together, in one call of at most this many bytes of
+        bodies (4 MiB; a larger batch goes alone).
+    max_in_flight_requests : int
+        Calls of ready batches sent and not yet answered (5, as Kafka's producer); while that
+        many are out, batches that become ready wait and go together in the next call.
+
+    Sends that fail retriably (the broker unavailable or slow) are retried with the
+    transport's ``retries`` and backoff; retries are safe, as every send is idempotent.
     """
 
     auto_batch: bool = True
@@ -28,9 +37,12 @@ class ProducerConfig:
     batch_max_delay_ms: int = 10
     total_batch_max_bytes: int = 32 * 1024 * 1024
     send_timeout_ms: int = 3_000
+    request_max_bytes: int = 4 * 1024 * 1024
+    max_in_flight_requests: int = 5
 
     def __post_init__(self):
-        for name in ("batch_max_bytes", "batch_max_delay_ms", "total_batch_max_bytes", "send_timeout_ms"):
+        for name in ("batch_max_bytes", "batch_max_delay_ms", "total_batch_max_bytes", "send_timeout_ms",
+                     "request_max_bytes", "max_in_flight_requests"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}={value!r}: must be a positive integer")

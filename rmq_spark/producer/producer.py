@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
 from typing import Callable
 
+from ..client.transactions import check_id
 from ..client.transport import Transport, TransportConfig
 from ..codec import Codec, Compression
 from ..errors import ClosedError, ConfigError, RequestTimeoutError
-from ..structs import Message, SendResult
+from ..structs import Message, PreparedTransaction, SendResult
 from .accumulator import RecordAccumulator
+from .batch import BatchKey, ProducerBatch, SendFuture
+from .columns import ArrowSend, as_record_batch, batch_columns, plan_batches, queue_id_column, split_by_topic
 from .config import ProducerConfig
 from .routing import Router
 from .sender import BatchTimer, Sender
@@ -30,11 +32,16 @@ class Producer:
     """Sends messages to one broker; safe to share between threads.
 
     With ``auto_batch`` (the default), ``send`` and ``send_async`` put each message into a
-    batch of its (topic, queue, tag); a batch goes out when its bodies pass
-    ``batch_max_bytes`` (sent by the thread whose message filled it) or when it is
-    ``batch_max_delay_ms`` old (sent by one background timer). On a BatchCQ topic a batch is
-    one inner batch (one stored record); on a SimpleCQ topic an early batch. Delayed,
-    transactional and retry-topic messages go out alone.
+    batch of its (topic, queue, tag); a batch is ready when its bodies pass
+    ``batch_max_bytes`` (then the thread whose message filled it sends it, with any other
+    ready batches, in one call) or when it is ``batch_max_delay_ms`` old (then one background
+    timer sends it). On a BatchCQ topic a batch is one inner batch (one stored record); on a
+    SimpleCQ topic an early batch. Delayed, transactional and retry-topic messages go out
+    alone.
+
+    Every send is idempotent: it carries the producer's id and a sequence number, and the
+    broker stores it once. Retriable failures (the broker unavailable, restarting or slow) are
+    therefore retried (``transport.retries``, with backoff) without duplicates.
 
     Parameters
     ----------
@@ -46,11 +53,14 @@ class Producer:
         Compression of those batches, over the whole payload (default "none").
     queue_selector : {"hash", "round_robin"}
         How a queue is chosen when a message names none (see ``Router``).
-    auto_batch, batch_max_bytes, batch_max_delay_ms, total_batch_max_bytes, send_timeout_ms
+    auto_batch, batch_max_bytes, batch_max_delay_ms, total_batch_max_bytes, send_timeout_ms, request_max_bytes
         See ``ProducerConfig`` (RocketMQ's defaults: 32 KiB, 10 ms, 32 MiB, 3 s).
     transport : TransportConfig, optional
-        Deadlines and retries of metadata calls. Sends are not retried: a retry after a lost
-        answer would store the messages twice.
+        Deadlines, retries and backoff of calls.
+    transaction_id : str, optional
+        Prepare every send under this transaction (``rmq_spark.client.transactions``): stored,
+        invisible until the transaction is committed; results then have queue_offset -1.
+        ``prepared()`` says what was prepared, for the committer. One id per writer attempt.
     now_ms : callable, optional
         The clock of batch ages, for tests; ``background=False`` leaves the timer to
         ``producer.timer.tick()``.
@@ -58,58 +68,71 @@ class Producer:
 
     def __init__(self, endpoint: str, *, codec: str = "rmq", compression: str = "none",
                  queue_selector: str = "hash", transport: TransportConfig | None = None,
-                 now_ms: Callable[[], float] = _monotonic_ms, background: bool = True, **batching):
+                 transaction_id: str | None = None, now_ms: Callable[[], float] = _monotonic_ms,
+                 background: bool = True, **batching):
         unknown = sorted(set(batching) - set(ProducerConfig.__dataclass_fields__))
         if unknown:
             raise ConfigError(f"unknown producer option(s) {', '.join(unknown)}; the batching options are: "
                               f"{', '.join(ProducerConfig.__dataclass_fields__)}")
         try:
-            self.codec = Codec.parse(codec)
-            self.compression = Compression.parse(compression)
+            codec, compression = Codec.parse(codec), Compression.parse(compression)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         self.config = ProducerConfig(**batching)
         self._transport = Transport(endpoint, transport)
         self._router = Router(self._transport, queue_selector)
-        self._sender = Sender(self._transport, self._router, self.codec, self.compression)
         self._accumulator = RecordAccumulator(self.config, now_ms)
+        self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
+        if transaction_id is not None:
+            self._sender.transaction_id = check_id(transaction_id)
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
         self._closed = False
         self._close_lock = threading.Lock()
+        retries = self._transport.config.retries
+        # Every batch is answered within its attempts' deadlines and backoffs; a send waits that long.
+        self._answer_timeout_s = (retries + 1) * (self.config.send_timeout_ms
+                                                   + self._transport.config.retry_backoff_max_ms) / 1000 + 1
         if background and self.config.auto_batch:
             self.timer.start()
 
+    @property
+    def producer_id(self) -> str:
+        """The id that stamps this producer's sends (random, one per Producer)."""
+        return self._sender.producer_id
+
+    def prepared(self) -> PreparedTransaction:
+        """What this producer prepared under its transaction and the broker acknowledged (call
+        after ``flush``), to hand to the committer."""
+        if not self._sender.transaction_id:
+            raise ConfigError("this producer sends no transaction: create it with transaction_id=...")
+        return PreparedTransaction(self._sender.transaction_id, self._sender.prepared_batches,
+                                   self._sender.prepared_messages)
+
     def send(self, message: Message) -> SendResult:
         """Send one message and wait for its own result (with AutoBatch, its batch's answer)."""
-        if not self._batched(message):
-            self._check_open()
-            return self._send_alone(message)
         future = self.send_async(message)
         try:
-            return future.result(self.config.send_timeout_ms / 1000)
+            return future.result(self._answer_timeout_s)
         except TimeoutError:
-            raise RequestTimeoutError(f"no answer for the batch of this message within send_timeout_ms="
-                                      f"{self.config.send_timeout_ms}") from None
+            raise RequestTimeoutError(f"no answer for the batch of this message within "
+                                      f"{self._answer_timeout_s:.0f} s") from None
 
     def send_async(self, message: Message,
-                   callback: Callable[[SendResult | None, BaseException | None], None] | None = None) -> Future:
+                   callback: Callable[[SendResult | None, BaseException | None], None] | None = None) -> SendFuture:
         """Send one message without waiting; returns a future of its SendResult. ``callback``
         gets (result, None) or (None, error); the callbacks of one batch run in order."""
         self._check_open()
-        if not self._batched(message):
-            future: Future = Future()
-            try:
-                future.set_result(self._send_alone(message))
-            except BaseException as error:
-                future.set_exception(error)
+        _route, queue_id = self._router.queue_for(message)
+        if self._batched(message):
+            future, ready = self._accumulator.append(message, queue_id, self.config.send_timeout_ms / 1000)
+            if ready:
+                self._sender.send_ready()
         else:
-            _route, queue_id = self._router.queue_for(message)
-            future, full = self._accumulator.append(message, queue_id, self.config.send_timeout_ms / 1000)
-            if full is not None:
-                self._sender.send_batch(full, self._accumulator)
+            batch = ProducerBatch(BatchKey(message.topic, queue_id, message.tags), alone=True)
+            future = batch.append(message)
+            self._sender.send([batch])
         if callback is not None:
-            future.add_done_callback(lambda f: callback(None, f.exception()) if f.exception()
-                                     else callback(f.result(), None))
+            future.add_done_callback(lambda f: _call_back(callback, f))
         return future
 
     def send_batch(self, messages: list[Message]) -> list[SendResult]:
@@ -123,14 +146,57 @@ class Producer:
         if any(m.topic != topic for m in messages):
             raise ConfigError(f"a batch goes to one topic; got {sorted({m.topic for m in messages})}")
         _route, queue_id = self._router.queue_for(messages[0])
-        response = self._sender.send_messages(topic, queue_id, messages)
-        return [SendResult(topic, response.queue_id, response.base_offset + i, message_id,
-                           response.store_timestamp_ms) for i, message_id in enumerate(response.message_ids)]
+        batch = ProducerBatch.of(BatchKey(topic, queue_id, None), messages)
+        self._sender.send([batch])
+        if not batch.wait(self._answer_timeout_s):
+            raise RequestTimeoutError(f"no answer for the batch within {self._answer_timeout_s:.0f} s")
+        return batch.results()
+
+    def send_arrow(self, columns, topic: str | None = None) -> ArrowSend:
+        """Send the rows of an Arrow record batch or table without a Python object per row;
+        returns an ``ArrowSend`` whose ``wait()`` gives the rows stored or raises.
+
+        Columns: ``body`` (binary or string, required), and optionally ``topic`` (string; rows
+        without one go to ``topic``), ``tags``, ``keys`` (strings), ``properties``
+        (map<string, string>), ``queue_id`` (integer; otherwise the queue selector chooses,
+        hashing keys, or taking the queues in turn a batch at a time), ``born_timestamp``.
+        Rows are grouped by (topic, queue, tag) and cut into batches of about
+        ``batch_max_bytes``, each encoded once with the producer's codec and compression
+        (an early batch on a SimpleCQ topic), and sent many per call.
+        """
+        self._check_open()
+        record_batch = as_record_batch(columns)
+        planned = []
+        for name, rows in split_by_topic(record_batch, topic):
+            route = self._router.topic(name)
+            planned += plan_batches(batch_columns(rows), route, by_keys=self._router.by_keys,
+                                    first_turn=self._router.next_turn(), batch_max_bytes=self.config.batch_max_bytes,
+                                    codec=self._sender.codec, compression=self._sender.compression,
+                                    queue_ids=queue_id_column(rows))
+        chunk, chunk_bytes = [], 0
+        for index, batch in enumerate(planned):
+            if chunk and chunk_bytes + batch.body_bytes > self.config.request_max_bytes:
+                self._sender.send(chunk, self._accumulator.release)
+                chunk, chunk_bytes = [], 0
+            try:
+                self._accumulator.hold(batch, self.config.send_timeout_ms / 1000)
+            except BaseException as error:  # no room: what was not sent fails, and is not held
+                for unsent in chunk:
+                    unsent.fail(error)
+                    self._accumulator.release(unsent)
+                for unsent in planned[index:]:
+                    unsent.fail(error)
+                raise
+            chunk.append(batch)
+            chunk_bytes += batch.body_bytes
+        if chunk:
+            self._sender.send(chunk, self._accumulator.release)
+        return ArrowSend(planned, record_batch.num_rows)
 
     def flush(self) -> None:
         """Send every batch held now and wait until all sent batches are answered."""
         self.timer.tick(flush_all=True)
-        self._accumulator.wait_empty(self.config.send_timeout_ms / 1000)
+        self._accumulator.wait_empty(self._answer_timeout_s)
 
     def close(self) -> None:
         """Flush, then refuse new sends."""
@@ -146,13 +212,7 @@ class Producer:
 
     def _batched(self, message: Message) -> bool:
         return (self.config.auto_batch and not message.topic.startswith(_RETRY_TOPIC_PREFIX)
-                and not any(name in message.properties for name in _UNBATCHABLE_PROPERTIES))
-
-    def _send_alone(self, message: Message) -> SendResult:
-        _route, queue_id = self._router.queue_for(message)
-        response = self._sender.send_single(message, queue_id)
-        return SendResult(message.topic, response.queue_id, response.base_offset, response.message_ids[0],
-                          response.store_timestamp_ms)
+                and not (message.properties and any(name in message.properties for name in _UNBATCHABLE_PROPERTIES)))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -163,3 +223,11 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _call_back(callback, future: SendFuture) -> None:
+    error = future.exception(0)
+    if error is not None:
+        callback(None, error)
+    else:
+        callback(future.result(0), None)

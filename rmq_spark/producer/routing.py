@@ -27,7 +27,7 @@ class Router:
         if selector not in QUEUE_SELECTORS:
             raise ConfigError(f"queue_selector={selector!r}: use one of {', '.join(QUEUE_SELECTORS)}")
         self._transport = transport
-        self._by_keys = selector == "hash"
+        self.by_keys = selector == "hash"
         self._routes: dict[str, TopicInfo] = {}
         self._turns = itertools.count()
         self._lock = threading.Lock()
@@ -47,9 +47,13 @@ class Router:
                 raise QueueNotFoundError(f"topic {route.name!r} has queues 0 to {route.queue_count - 1}; "
                                          f"there is no queue {message.queue_id}")
             return route, message.queue_id
-        if self._by_keys and message.keys:
+        if self.by_keys and message.keys:
             return route, zlib.crc32(message.keys.encode()) % route.queue_count
         return route, next(self._turns) % route.queue_count
+
+    def next_turn(self) -> int:
+        """The next turn of the round robin (a count; take it modulo the queue count)."""
+        return next(self._turns)
 
     def forget(self, topic: str) -> None:
         """Drop a cached route (the topic was deleted or re-created)."""

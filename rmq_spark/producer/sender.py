@@ -1,18 +1,25 @@
-"""The sender: turns messages into Send requests (an inner batch on a BatchCQ topic, an early
-batch on a SimpleCQ topic), sends them, and completes batches; and the batch timer."""
+"""The sender: encodes batches (an inner batch on a BatchCQ topic, an early batch on a SimpleCQ
+topic, a single message when alone), sends many in one SendMany call without waiting for it,
+retries what failed retriably, and answers every batch; and the batch timer."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
+from itertools import count
+from typing import Callable
+
+import grpc
 
 from ..client.transport import Transport
 from ..codec import Codec, Compression, encode_messages
-from ..errors import TopicNotFoundError
+from ..errors import TopicNotFoundError, error_for
 from ..protocol.v1 import broker_pb2 as pb
-from ..structs import Message, QueueType
+from ..structs import QueueType
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
+from .config import ProducerConfig
 from .routing import Router
 
 log = logging.getLogger(__name__)
@@ -23,23 +30,138 @@ PB_COMPRESSIONS = {Compression.NONE: pb.COMPRESSION_NONE, Compression.LZ4: pb.CO
 
 
 class Sender:
-    def __init__(self, transport: Transport, router: Router, codec: Codec, compression: Compression):
+    """Sends batches; every send is stamped with the producer's id and a sequence, so a retry
+    after a lost answer is stored once (the broker answers it with the first answer)."""
+
+    def __init__(self, transport: Transport, router: Router, accumulator: RecordAccumulator,
+                 config: ProducerConfig, codec: Codec, compression: Compression):
         self.transport = transport
+        self.accumulator = accumulator
         self.router = router
+        self.config = config
         self.codec = codec
         self.compression = compression
+        self.producer_id = uuid.uuid4().hex
+        self._sequences = count()
+        self._in_flight = 0  # SendMany calls of ready batches not yet answered
+        self._lock = threading.Lock()
+        self.transaction_id = ""  # set: every send is prepared under this transaction
+        self.prepared_batches = 0
+        self.prepared_messages = 0
 
-    def send_single(self, message: Message, queue_id: int) -> pb.SendResponse:
-        single = pb.SingleMessage(body=message.body, properties=message.properties, tags=message.tags or "",
-                                  keys=message.keys or "")
-        return self._send(pb.SendRequest(topic=message.topic, queue_id=queue_id, single=single))
+    def send_ready(self) -> int:
+        """Send the accumulator's ready batches, many per call, while fewer than
+        ``max_in_flight_requests`` calls are unanswered; returns how many batches went. When a
+        call is answered, the batches that became ready meanwhile go in the next one."""
+        sent = 0
+        while True:
+            with self._lock:
+                if self._in_flight >= self.config.max_in_flight_requests:
+                    return sent
+                batches = self.accumulator.drain(self.config.request_max_bytes)
+                if not batches:
+                    return sent
+                self._in_flight += 1
+            self.send(batches, self.accumulator.release, on_answered=self._call_answered)
+            sent += len(batches)
 
-    def send_messages(self, topic: str, queue_id: int, messages: list[Message]) -> pb.SendResponse:
-        """Send messages of one topic and queue as one batch."""
-        route = self.router.topic(topic)
+    def _call_answered(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+        self.send_ready()
+
+    def send(self, batches: list[ProducerBatch], release: Callable[[ProducerBatch], None] | None = None,
+             on_answered: Callable[[], None] | None = None) -> None:
+        """Send batches in one call without waiting. Each batch is answered (completed or
+        failed) when the broker answers, then ``release(batch)`` is called, failures
+        included; ``on_answered()`` once the call is answered (before retries, if any)."""
+        pending = []
+        for batch in batches:
+            try:
+                pending.append((batch, self._request(batch)))
+            except BaseException as error:  # e.g. the topic does not exist: this batch fails alone
+                _answer(batch, error, None, release)
+        if pending:
+            self._call(pending, 0, release, on_answered)
+        elif on_answered is not None:
+            on_answered()
+
+    def _call(self, pending: list, attempt: int, release, on_answered=None) -> None:
+        request = pb.SendManyRequest(sends=[request for _, request in pending])
+        try:
+            call = self.transport.messaging.SendMany.future(request, timeout=self.config.send_timeout_ms / 1000)
+        except BaseException as error:
+            for batch, _request in pending:
+                _answer(batch, error, None, release)
+            if on_answered is not None:
+                on_answered()
+            raise
+        call.add_done_callback(lambda done: self._on_answer(done, pending, attempt, release, on_answered))
+
+    def _on_answer(self, call, pending: list, attempt: int, release, on_answered) -> None:
+        try:
+            self._answer_call(call, pending, attempt, release)
+        finally:
+            if on_answered is not None:
+                on_answered()
+
+    def _answer_call(self, call, pending: list, attempt: int, release) -> None:
+        """Answer the batches of a call (on gRPC's thread); retry the retriable failures."""
+        last = attempt == self.transport.config.retries
+        try:
+            outcomes = call.result().outcomes
+        except grpc.RpcError as err:
+            error = self.transport.error(err)
+            if error.retriable and not last:
+                self._retry(pending, attempt, release)
+                return
+            for batch, _request in pending:
+                _answer(batch, error, None, release)
+            return
+        retry = []
+        for (batch, request), outcome in zip(pending, outcomes):
+            if outcome.HasField("response"):
+                if self.transaction_id:
+                    self._count_prepared(outcome.response)
+                _answer(batch, None, outcome.response, release)
+                continue
+            error = error_for("", outcome.error, outcome.reason)
+            if error.retriable and not last:
+                retry.append((batch, request))
+                continue
+            if isinstance(error, TopicNotFoundError):
+                self.router.forget(request.topic)
+            _answer(batch, error, None, release)
+        if retry:
+            self._retry(retry, attempt, release)
+
+    def _retry(self, pending: list, attempt: int, release) -> None:
+        """Send again after the backoff, from a timer thread (retries are rare)."""
+        timer = threading.Timer(self.transport.backoff_s(attempt), self._call, (pending, attempt + 1, release))
+        timer.daemon = True
+        timer.start()
+
+    def _count_prepared(self, response) -> None:
+        with self._lock:  # answers arrive on gRPC's threads
+            self.prepared_batches += 1
+            self.prepared_messages += response.count
+
+    def _request(self, batch: ProducerBatch) -> pb.SendRequest:
+        if batch.sequence < 0:
+            batch.sequence = next(self._sequences)
+        topic, queue_id = batch.key.topic, batch.key.queue_id
+        request = pb.SendRequest(topic=topic, queue_id=queue_id, producer_id=self.producer_id,
+                                 sequence=batch.sequence, transaction_id=self.transaction_id)
+        if batch.encoded is not None:
+            return self._encoded_request(request, batch)
+        messages = batch.messages
+        if batch.alone:
+            message = messages[0]
+            request.single.CopyFrom(pb.SingleMessage(body=message.body, properties=message.properties,
+                                                     tags=message.tags or "", keys=message.keys or ""))
+            return request
         rows = [(m.body, m.properties, m.keys, m.tags, None) for m in messages]
-        request = pb.SendRequest(topic=topic, queue_id=queue_id)
-        if route.queue_type is QueueType.BATCH_CQ:
+        if self.router.topic(topic).queue_type is QueueType.BATCH_CQ:
             tags = {m.tags for m in messages}
             request.inner_batch.CopyFrom(pb.InnerBatch(
                 payload=encode_messages(rows, self.codec, self.compression), count=len(messages),
@@ -48,27 +170,29 @@ class Sender:
         else:  # the broker unpacks an early batch: RocketMQ's encoding, uncompressed
             request.early_batch.CopyFrom(pb.EarlyBatch(
                 payload=encode_messages(rows, Codec.RMQ, Compression.NONE), count=len(messages)))
-        return self._send(request)
+        return request
 
-    def send_batch(self, batch: ProducerBatch, accumulator: RecordAccumulator) -> None:
-        """Send an accumulated batch and complete its futures; its bytes are released on every
-        path, failures included."""
-        try:
-            response = self.send_messages(batch.key.topic, batch.key.queue_id, batch.messages)
-        except BaseException as error:  # every message of the batch fails with the same error
+
+    def _encoded_request(self, request: pb.SendRequest, batch: ProducerBatch) -> pb.SendRequest:
+        payload, count, codec, compression = batch.encoded
+        if self.router.topic(batch.key.topic).queue_type is QueueType.BATCH_CQ:
+            request.inner_batch.CopyFrom(pb.InnerBatch(payload=payload, count=count, codec=PB_CODECS[codec],
+                                                       compression=PB_COMPRESSIONS[compression],
+                                                       tags=batch.key.tags or ""))
+        else:
+            request.early_batch.CopyFrom(pb.EarlyBatch(payload=payload, count=count))
+        return request
+
+
+def _answer(batch: ProducerBatch, error, response, release) -> None:
+    try:
+        if error is not None:
             batch.fail(error)
         else:
-            batch.complete(response.base_offset, response.message_ids, response.store_timestamp_ms,
-                           response.queue_id)
-        finally:
-            accumulator.release(batch)
-
-    def _send(self, request: pb.SendRequest) -> pb.SendResponse:
-        try:  # not retried: a retry after a lost answer would store the messages twice
-            return self.transport.call(self.transport.messaging.Send, request, retry=False)
-        except TopicNotFoundError:
-            self.router.forget(request.topic)
-            raise
+            batch.complete(response)
+    finally:
+        if release is not None:
+            release(batch)
 
 
 class BatchTimer:
@@ -86,17 +210,16 @@ class BatchTimer:
         self._thread.start()
 
     def tick(self, flush_all: bool = False) -> int:
-        """Send the batches that are ready now; returns how many."""
-        batches = self.accumulator.ready(flush_all)
-        for batch in batches:
-            self.sender.send_batch(batch, self.accumulator)
-        return len(batches)
+        """Send the batches that are ready now (every open one with ``flush_all``); returns
+        how many batches were sent."""
+        self.accumulator.seal_aged(flush_all)
+        return self.sender.send_ready()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
                 self.tick()
-            except Exception:  # send_batch fails futures itself; this is a bug guard
+            except Exception:  # the sender answers batches itself; this is a bug guard
                 log.exception("producer timer failed")
 
     def stop(self) -> None:

@@ -2,9 +2,13 @@
 
 import threading
 
+import grpc
 import pytest
 
-from rmq_spark import Admin, BufferFullError, ClosedError, ConfigError, Message, Producer, TopicNotFoundError
+from rmq_spark import (Admin, BrokerUnavailableError, BufferFullError, ClosedError, ConfigError, Message, OffsetRange,
+                       Producer, RangeReader, TopicNotFoundError, TransportConfig)
+
+from sdk_helpers import wait_indexed
 
 
 class StepClock:
@@ -38,8 +42,8 @@ def record_id(result):
 def test_a_full_batch_is_sent_by_the_appending_thread(endpoint, clock, topic):
     producer = stepped(endpoint, clock, batch_max_bytes=4000)
     futures = [producer.send_async(Message(topic, b"x" * 1000, queue_id=0)) for _ in range(4)]
-    assert all(f.done() for f in futures)  # the fourth passed 4000 bytes: sent in place, no timer
-    results = [f.result() for f in futures]
+    # The fourth passed 4000 bytes: sent in place by this thread (no timer runs here).
+    results = [f.result(10) for f in futures]
     assert [r.queue_offset for r in results] == [0, 1, 2, 3]
     assert len({record_id(r) for r in results}) == 1  # one stored record
     producer.close()
@@ -106,7 +110,7 @@ def test_memory_bound_waits_then_fails_clearly(endpoint, clock, topic):
 def test_unbatchable_messages_go_alone(endpoint, clock, topic):
     producer = stepped(endpoint, clock)
     future = producer.send_async(Message(topic, b"later", queue_id=0, properties={"DELAY": "3"}))
-    assert future.done()  # sent at once, not held for a batch
+    assert future.result(10).queue_offset == 0  # sent at once, not held for a batch (no timer runs here)
     producer.close()
 
 
@@ -147,3 +151,109 @@ def test_blocking_sends_from_many_threads(endpoint, topic):
     for queue_id in (0, 1):
         offsets = sorted(r.queue_offset for r in results if r.queue_id == queue_id)
         assert offsets == list(range(len(offsets)))
+
+
+class CallSpy:
+    """Wraps the producer's SendMany stub: counts calls, and can lose the first answers (the
+    broker stores the batches, the client hears UNAVAILABLE), as a dropped connection would."""
+
+    def __init__(self, producer, lose_answers=0):
+        self.real = producer._transport.messaging.SendMany
+        self.calls = []
+        self.lose_answers = lose_answers
+        producer._transport.messaging.SendMany = self
+
+    def future(self, request, timeout=None):
+        self.calls.append(len(request.sends))
+        response = self.real(request, timeout=timeout)
+        if self.lose_answers:
+            self.lose_answers -= 1
+            return Answered(error=LostAnswer())
+        return Answered(response)
+
+
+class Answered:
+    """A call that has its answer (the shape of a gRPC future the sender uses)."""
+
+    def __init__(self, response=None, error=None):
+        self.response, self.error = response, error
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+    def add_done_callback(self, fn):
+        fn(self)
+
+
+class LostAnswer(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "connection reset (the answer was lost)"
+
+    def trailing_metadata(self):
+        return ()
+
+
+def test_ready_batches_go_together_in_one_call(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    spy = CallSpy(producer)
+    futures = [producer.send_async(Message(topic, b"x", queue_id=q, tags=t)) for q in (0, 1) for t in "ABC"]
+    clock.now += 10
+    assert producer.timer.tick() == 6 and spy.calls == [6]
+    assert {(f.result().queue_id, f.result().queue_offset) for f in futures} == {(q, o) for q in (0, 1) for o in range(3)}
+    producer.close()
+
+
+def test_a_call_carries_at_most_request_max_bytes(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, batch_max_bytes=1000, request_max_bytes=2500)
+    spy = CallSpy(producer)
+    for t in "ABCDE":
+        producer.send_async(Message(topic, b"x" * 900, queue_id=0, tags=t))
+    producer.flush()
+    assert spy.calls == [2, 2, 1]
+    producer.close()
+
+
+def test_a_lost_answer_is_retried_and_stored_once(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, transport=TransportConfig(retry_backoff_ms=1))
+    spy = CallSpy(producer, lose_answers=2)
+    futures = [producer.send_async(Message(topic, b"m%d" % i, queue_id=1)) for i in range(10)]
+    producer.flush()
+    assert spy.calls == [1, 1, 1]  # the batch went three times
+    assert [f.result().queue_offset for f in futures] == list(range(10))
+    wait_indexed(endpoint, topic, 10)
+    with RangeReader(endpoint) as reader:
+        table = reader.read_table([OffsetRange(topic, 1, 0, 100)])
+    assert table.column("body").to_pylist() == [b"m%d" % i for i in range(10)]  # stored once
+    producer.close()
+
+
+def test_retries_end_with_the_last_error(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, transport=TransportConfig(retries=2, retry_backoff_ms=1))
+    spy = CallSpy(producer, lose_answers=3)
+    future = producer.send_async(Message(topic, b"x", queue_id=0))
+    producer.flush()
+    assert spy.calls == [1, 1, 1]
+    assert isinstance(future.exception(), BrokerUnavailableError) and "answer was lost" in str(future.exception())
+    assert producer._accumulator.held_bytes == 0
+    producer.close()
+
+
+def test_a_failing_batch_does_not_fail_the_others_of_its_call(endpoint, clock, topic):
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic + "-gone", 1, "BatchCQ")
+    producer = stepped(endpoint, clock)
+    producer.send_batch([Message(topic + "-gone", b"r")])  # caches the route
+    with Admin(endpoint) as admin:
+        admin.delete_topic(topic + "-gone")
+    spy = CallSpy(producer)
+    gone = producer.send_async(Message(topic + "-gone", b"x", queue_id=0))
+    kept = producer.send_async(Message(topic, b"x", queue_id=0))
+    producer.flush()
+    assert spy.calls == [2]
+    assert isinstance(gone.exception(), TopicNotFoundError) and kept.result().queue_offset == 0
+    producer.close()

@@ -119,6 +119,22 @@ def test_broker_stats(client, broker):
     assert 0 <= stats.commitlog_flushed_offset <= stats.commitlog_max_offset
     assert stats.resident_memory_bytes > 10 << 20
     assert stats.data_dir == str(broker.data_dir.resolve()) and stats.flush_mode == "async"
+    assert stats.dispatch_lag_ms == 0
+
+
+def test_broker_stats_report_dispatch_lag(client, broker):
+    client.create("s", 1)
+    broker.store.dispatcher.stop()  # nothing is indexed from here on
+    try:
+        client.send_single("s", 0)
+        stats = client.stats()
+        assert stats.dispatch_lag_bytes == stats.commitlog_max_offset - stats.dispatched_offset > 0
+        assert stats.dispatch_lag_ms >= 0
+    finally:
+        broker.store.dispatcher.start()
+    client.wait_readable("s", 0, 1)
+    stats = client.stats()
+    assert (stats.dispatch_lag_bytes, stats.dispatch_lag_ms) == (0, 0)
 
 
 def test_commit_and_query_group_offsets(client):

@@ -146,12 +146,12 @@ def cli_command() -> list[str]:
 
 
 class BrokerProcess:
-    def __init__(self, tmp_path: Path, data_dir: Path, *args: str, name: str = "broker"):
+    def __init__(self, tmp_path: Path, data_dir: Path, *args: str, name: str = "broker", own_group: bool = False):
         self.stderr_path = tmp_path / f"{name}-{time.monotonic_ns()}.stderr"
         self._stderr = open(self.stderr_path, "w")
         self.process = subprocess.Popen(
             cli_command() + ["--port", "0", "--data-dir", str(data_dir), "--segment-bytes", "1m", *args],
-            stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True, start_new_session=own_group)
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -222,6 +222,42 @@ def test_cli_restart_between_write_and_read(tmp_path, processes, signum):
     assert not (data / "abort").exists()
 
 
+def test_cli_concurrent_dispatch_then_serial_after_a_restart(tmp_path, processes):
+    data = tmp_path / "data"
+    first = BrokerProcess(tmp_path, data, "--dispatch", "concurrent")
+    processes.append(first)
+    client = Client(first.wait_listening())
+    written = write_sample(client)
+    client.close()
+    assert first.stop() == 0, first.stderr()
+    assert "Traceback" not in first.stderr()
+    second = BrokerProcess(tmp_path, data, "--dispatch", "serial")
+    processes.append(second)
+    client = Client(second.wait_listening())
+    assert read_sample(client) == written
+    client.close()
+    assert second.stop() == 0
+
+
+def test_cli_ctrl_c_to_the_process_group_stops_concurrent_dispatch_cleanly(tmp_path, processes):
+    """Ctrl-C in a terminal reaches the dispatch workers too: they leave it to the broker."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(tmp_path, data, "--dispatch", "concurrent", own_group=True)
+    processes.append(broker)
+    client = Client(broker.wait_listening())
+    written = write_sample(client)
+    client.close()
+    os.killpg(broker.process.pid, signal.SIGINT)
+    assert broker.wait() == 0, broker.stderr()
+    assert "Traceback" not in broker.stderr() and not (data / "abort").exists()
+    again = BrokerProcess(tmp_path, data)
+    processes.append(again)
+    client = Client(again.wait_listening())
+    assert read_sample(client) == written
+    client.close()
+    assert again.stop() == 0
+
+
 def test_cli_data_dir_in_use(tmp_path, processes):
     data = tmp_path / "data"
     first = BrokerProcess(tmp_path, data)
@@ -251,6 +287,7 @@ def test_cli_port_in_use(tmp_path, processes):
 
 @pytest.mark.parametrize("args, expected", [
     (["--flush", "maybe"], "invalid choice: 'maybe'"),
+    (["--dispatch", "parallel"], "invalid choice: 'parallel'"),
     (["--port", "70000"], "'70000' is not a port"),
     (["--port", "x"], "'x' is not a port"),
     (["--segment-bytes", "12"], "segment_bytes=12: use at least 4096"),

@@ -179,3 +179,30 @@ def test_malformed_sends_are_refused(client, name, fields, expected_reason, text
     code, reason, details = refusal(client.messaging.Send, pb.SendRequest(**fields))
     assert (code, reason) == (INVALID, expected_reason) and text in details, details
     assert client.stats().commitlog_max_offset == before, "nothing is stored"
+
+
+def test_a_stamped_send_is_stored_once_and_answered_as_first_stored(client):
+    client.create("d", 1)
+    stamp = {"producer_id": "3f2a", "sequence": 7}
+    first = client.send("d", 0, single=pb.SingleMessage(body=b"once"), **stamp)
+    again = client.send("d", 0, single=pb.SingleMessage(body=b"once"), **stamp)
+    assert not first.duplicate and again.duplicate
+    assert (again.base_offset, list(again.message_ids)) == (first.base_offset, list(first.message_ids))
+    client.wait_readable("d", 0, 1)
+    assert client.offsets("d")[0] == (0, 1)
+    code, reason, sentence = refusal(lambda: client.send("d", 0, single=pb.SingleMessage(body=b"x"),
+                                                         producer_id="a:b", sequence=1))
+    assert (code, reason) == (INVALID, "MESSAGE_ILLEGAL") and "producer id" in sentence
+
+
+def test_send_many_answers_each_send_on_its_own(client):
+    client.create("m", 2)
+    sends = [pb.SendRequest(topic="m", queue_id=0, single=pb.SingleMessage(body=b"a")),
+             pb.SendRequest(topic="nope", queue_id=0, single=pb.SingleMessage(body=b"b")),
+             pb.SendRequest(topic="m", queue_id=9, single=pb.SingleMessage(body=b"c")),
+             pb.SendRequest(topic="m", queue_id=1, single=pb.SingleMessage(body=b"d"))]
+    outcomes = client.messaging.SendMany(pb.SendManyRequest(sends=sends), timeout=10).outcomes
+    assert [o.HasField("response") for o in outcomes] == [True, False, False, True]
+    assert [o.reason for o in outcomes] == ["", "TOPIC_NOT_FOUND", "QUEUE_NOT_FOUND", ""]
+    assert "'nope' does not exist" in outcomes[1].error and "queues 0 to 1" in outcomes[2].error
+    assert (outcomes[0].response.queue_id, outcomes[3].response.queue_id) == (0, 1)

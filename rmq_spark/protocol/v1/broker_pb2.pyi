@@ -168,7 +168,7 @@ class BrokerStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatsResponse(_message.Message):
-    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode")
+    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode", "dispatch_lag_ms")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,7 @@ class BrokerStatsResponse(_message.Message):
     RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     topics: int
     queues: int
     commitlog_min_offset: int
@@ -193,7 +194,8 @@ class BrokerStatsResponse(_message.Message):
     resident_memory_bytes: int
     data_dir: str
     flush_mode: str
-    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ...) -> None: ...
+    dispatch_lag_ms: int
+    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., dispatch_lag_ms: _Optional[int] = ...) -> None: ...
 
 class SingleMessage(_message.Message):
     __slots__ = ("body", "properties", "tags", "keys", "flag")
@@ -248,34 +250,64 @@ class InnerBatch(_message.Message):
     def __init__(self, payload: _Optional[bytes] = ..., count: _Optional[int] = ..., codec: _Optional[_Union[Codec, str]] = ..., compression: _Optional[_Union[Compression, str]] = ..., tags: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "born_timestamp_ms", "single", "early_batch", "inner_batch")
+    __slots__ = ("topic", "queue_id", "born_timestamp_ms", "single", "early_batch", "inner_batch", "producer_id", "sequence", "transaction_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SINGLE_FIELD_NUMBER: _ClassVar[int]
     EARLY_BATCH_FIELD_NUMBER: _ClassVar[int]
     INNER_BATCH_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     born_timestamp_ms: int
     single: SingleMessage
     early_batch: EarlyBatch
     inner_batch: InnerBatch
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., single: _Optional[_Union[SingleMessage, _Mapping]] = ..., early_batch: _Optional[_Union[EarlyBatch, _Mapping]] = ..., inner_batch: _Optional[_Union[InnerBatch, _Mapping]] = ...) -> None: ...
+    producer_id: str
+    sequence: int
+    transaction_id: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., single: _Optional[_Union[SingleMessage, _Mapping]] = ..., early_batch: _Optional[_Union[EarlyBatch, _Mapping]] = ..., inner_batch: _Optional[_Union[InnerBatch, _Mapping]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
-    __slots__ = ("queue_id", "base_offset", "count", "message_ids", "store_timestamp_ms")
+    __slots__ = ("queue_id", "base_offset", "count", "message_ids", "store_timestamp_ms", "duplicate")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     base_offset: int
     count: int
     message_ids: _containers.RepeatedScalarFieldContainer[str]
     store_timestamp_ms: int
-    def __init__(self, queue_id: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ..., message_ids: _Optional[_Iterable[str]] = ..., store_timestamp_ms: _Optional[int] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, queue_id: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ..., message_ids: _Optional[_Iterable[str]] = ..., store_timestamp_ms: _Optional[int] = ..., duplicate: bool = ...) -> None: ...
+
+class SendManyRequest(_message.Message):
+    __slots__ = ("sends",)
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    sends: _containers.RepeatedCompositeFieldContainer[SendRequest]
+    def __init__(self, sends: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
+
+class SendOutcome(_message.Message):
+    __slots__ = ("response", "reason", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: SendResponse
+    reason: str
+    error: str
+    def __init__(self, response: _Optional[_Union[SendResponse, _Mapping]] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SendManyResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[SendOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
 
 class ReadRange(_message.Message):
     __slots__ = ("topic", "queue_id", "start_offset", "end_offset")

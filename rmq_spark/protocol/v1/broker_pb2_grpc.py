@@ -455,6 +455,11 @@ class MessagingStub(object):
                 request_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendRequest.SerializeToString,
                 response_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendResponse.FromString,
                 _registered_method=True)
+        self.SendMany = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Messaging/SendMany',
+                request_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendManyRequest.SerializeToString,
+                response_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendManyResponse.FromString,
+                _registered_method=True)
         self.ReadRanges = channel.unary_stream(
                 '/rmq_spark.protocol.v1.Messaging/ReadRanges',
                 request_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.ReadRangesRequest.SerializeToString,
@@ -466,6 +471,12 @@ class MessagingServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Send(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendMany(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -484,6 +495,11 @@ def add_MessagingServicer_to_server(servicer, server):
                     servicer.Send,
                     request_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendRequest.FromString,
                     response_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendResponse.SerializeToString,
+            ),
+            'SendMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendMany,
+                    request_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendManyRequest.FromString,
+                    response_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendManyResponse.SerializeToString,
             ),
             'ReadRanges': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadRanges,
@@ -518,6 +534,33 @@ class Messaging(object):
             '/rmq_spark.protocol.v1.Messaging/Send',
             rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendRequest.SerializeToString,
             rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Messaging/SendMany',
+            rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendManyRequest.SerializeToString,
+            rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.SendManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

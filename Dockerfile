@@ -1,0 +1,20 @@
+# One image for the broker and the Spark jobs: Python 3.11, Java 17 (PySpark 4.x needs 17+),
+# and this project installed with pip.
+FROM python:3.11-slim
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY setup.py README.md ./
+COPY broker_sim broker_sim
+COPY rmq_spark rmq_spark
+COPY pyspark_rocketmq_batch pyspark_rocketmq_batch
+COPY examples examples
+RUN pip install --no-cache-dir .
+
+# PySpark's Python workers must run the driver's interpreter.
+ENV PYSPARK_PYTHON=/usr/local/bin/python PYTHONUNBUFFERED=1
+EXPOSE 10911
+CMD ["rmq-broker-sim", "--data-dir", "/data", "--host", "0.0.0.0", "--port", "10911"]

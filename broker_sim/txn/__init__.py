@@ -1,0 +1,14 @@
+"""broker_sim.txn: transactions for exactly-once writers.
+
+Batches sent under a transaction id are stored prepared, in a half log of their own
+(half_log.py), invisible to every reader; a commit appends them to their queues as ordinary
+records, a rollback or the timeout discards them; state and sink batches live in RocksDB
+(state.py). The protocol and its crash safety are described in service.py.
+"""
+
+from .service import (EndResult, Outcome, PreparedPuts, Refusal, TransactionConfig, TransactionRefused,
+                      TransactionService)
+from .state import SinkRecord, Transaction, TxnState
+
+__all__ = ["EndResult", "Outcome", "PreparedPuts", "Refusal", "SinkRecord", "Transaction", "TransactionConfig",
+           "TransactionRefused", "TransactionService", "TxnState"]

@@ -1,0 +1,168 @@
+"""Sending Arrow columns: rows are routed to queues and cut into batches by column operations,
+and each batch is encoded once; no Python object is made per row.
+
+The Spark sink's path: a task's rows arrive as Arrow record batches, and leave as inner
+batches (BatchCQ) or early batches (SimpleCQ) of at most about ``batch_max_bytes`` of bodies,
+grouped by (topic, queue, tag) as AutoBatch groups messages.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..codec import Codec, Compression, encode_pieces
+from ..codec.columns import to_batch_columns
+from ..errors import ConfigError, QueueNotFoundError
+from ..structs import QueueType, TopicInfo
+from .batch import BatchKey, ProducerBatch
+
+MAX_BATCH_MESSAGES = 32767  # BatchCQ's batchSize is a Java short
+
+
+class ArrowSend:
+    """The batches of one ``Producer.send_arrow`` call, answered as the broker answers them."""
+
+    def __init__(self, batches: list[ProducerBatch], rows: int):
+        self.batches = batches
+        self.rows = rows
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """Wait for every batch's answer; returns the rows stored, or raises the first error
+        (``TimeoutError`` when answers are missing after ``timeout_s``)."""
+        for batch in self.batches:
+            if not batch.wait(timeout_s):
+                raise TimeoutError(f"a batch of {batch.encoded[1]} rows was not answered within {timeout_s} s")
+            if batch.error is not None:
+                raise batch.error
+        return self.rows
+
+    @property
+    def responses(self) -> list:
+        """The broker's answers (queue id, base offset, count) of the batches answered so far."""
+        return [batch.response for batch in self.batches if batch.response is not None]
+
+
+def plan_batches(columns: pa.RecordBatch, route: TopicInfo, *, by_keys: bool, first_turn: int,
+                 batch_max_bytes: int, codec: Codec, compression: Compression,
+                 queue_ids: np.ndarray | None = None) -> list[ProducerBatch]:
+    """The batches that carry ``columns`` (``BATCH_SCHEMA``, one topic) to ``route``'s queues.
+
+    A row goes to its ``queue_ids`` entry when given; else, with ``by_keys``, a row with keys
+    to ``crc32(keys) % queues`` (as ``Router`` sends messages); the other rows take the queues
+    in turn, a run of about ``batch_max_bytes`` per queue, from ``first_turn``.
+    """
+    rows = columns.num_rows
+    if rows == 0:
+        return []
+    lengths = np.asarray(pc.binary_length(columns.column("body")), dtype=np.int64)
+    queues = _queues(columns, route, by_keys, first_turn, lengths, batch_max_bytes, queue_ids)
+    batch_cq = route.queue_type is QueueType.BATCH_CQ
+    tags = columns.column("tags").dictionary_encode() if batch_cq else None
+    tag_ids = np.zeros(rows, dtype=np.int64) if tags is None else \
+        np.asarray(tags.indices.fill_null(-1), dtype=np.int64) + 1
+    group = queues * (1 + (0 if tags is None else len(tags.dictionary))) + tag_ids
+    order = np.argsort(group, kind="stable")
+    if not np.array_equal(order, np.arange(rows)):
+        columns, group, lengths, queues, tag_ids = (columns.take(pa.array(order)), group[order], lengths[order],
+                                                    queues[order], tag_ids[order])
+    bounds = _cut(group, lengths, batch_max_bytes)
+    payload_codec, payload_compression = (codec, compression) if batch_cq else (Codec.RMQ, Compression.NONE)
+    payloads = encode_pieces(columns, bounds, payload_codec, payload_compression)
+    batches = []
+    for (start, stop), payload in zip(bounds, payloads):
+        tag = None if tags is None or tag_ids[start] == 0 else tags.dictionary[tag_ids[start] - 1].as_py()
+        batch = ProducerBatch(BatchKey(route.name, int(queues[start]), tag))
+        batch.encoded = (payload, stop - start, payload_codec, payload_compression)
+        batch.body_bytes = len(payload)
+        batches.append(batch)
+    return batches
+
+
+def as_record_batch(columns) -> pa.RecordBatch:
+    if isinstance(columns, pa.Table):
+        return columns.combine_chunks().to_batches()[0] if columns.num_rows else \
+            pa.RecordBatch.from_pylist([], schema=columns.schema)
+    if isinstance(columns, pa.RecordBatch):
+        return columns
+    raise ConfigError(f"send_arrow takes a pyarrow RecordBatch or Table, not {type(columns).__name__}")
+
+
+def split_by_topic(columns: pa.RecordBatch, topic: str | None) -> list[tuple[str, pa.RecordBatch]]:
+    """The rows of each topic: the ``topic`` column's, or all rows to ``topic``."""
+    names = columns.schema.names
+    if "topic" not in names:
+        if not topic:
+            raise ConfigError("name the topic: pass topic=..., or give the rows a 'topic' column")
+        return [(topic, columns)]
+    column = columns.column("topic")
+    if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
+        raise ConfigError(f"column 'topic' is {column.type}; use string")
+    if column.null_count:
+        if not topic:
+            row = pc.index(pc.is_null(column), True).as_py()
+            raise ConfigError(f"column 'topic' is null at row {row} and no default topic was given")
+        column = column.fill_null(topic)
+    values = pc.unique(column).to_pylist()
+    if len(values) == 1:
+        return [(values[0], columns)]
+    return [(value, columns.filter(pc.equal(column, value))) for value in values]
+
+
+def queue_id_column(columns: pa.RecordBatch) -> np.ndarray | None:
+    if "queue_id" not in columns.schema.names:
+        return None
+    column = columns.column("queue_id")
+    if not pa.types.is_integer(column.type):
+        raise ConfigError(f"column 'queue_id' is {column.type}; use an integer type")
+    if column.null_count:
+        row = pc.index(pc.is_null(column), True).as_py()
+        raise ConfigError(f"column 'queue_id' is null at row {row}: give every row a queue, or drop the column")
+    return np.asarray(column, dtype=np.int64)
+
+
+def batch_columns(columns: pa.RecordBatch) -> pa.RecordBatch:
+    try:
+        return to_batch_columns(columns)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _queues(columns, route: TopicInfo, by_keys: bool, first_turn: int, lengths: np.ndarray,
+            batch_max_bytes: int, queue_ids: np.ndarray | None) -> np.ndarray:
+    count = route.queue_count
+    if queue_ids is not None:
+        bad = np.flatnonzero((queue_ids < 0) | (queue_ids >= count))
+        if len(bad):
+            raise QueueNotFoundError(f"row {int(bad[0])} names queue {int(queue_ids[bad[0]])}; topic {route.name!r} "
+                                     f"has queues 0 to {count - 1}")
+        return queue_ids
+    # Rows without a queue take the queues in turn, a run of about batch_max_bytes each.
+    before = np.cumsum(lengths) - lengths
+    queues = (first_turn + before // batch_max_bytes) % count
+    keys = columns.column("keys")
+    if by_keys and keys.null_count < len(keys):
+        with_keys = np.flatnonzero(np.asarray(keys.is_valid(), dtype=bool))
+        hashes = [zlib.crc32(key.encode()) for key in keys.take(pa.array(with_keys)).to_pylist()]
+        queues[with_keys] = np.asarray(hashes, dtype=np.int64) % count
+    return queues
+
+
+def _cut(group: np.ndarray, lengths: np.ndarray, batch_max_bytes: int) -> list[tuple[int, int]]:
+    """Runs of rows of one group each, cut where the bodies before a row (in its group) pass
+    a multiple of ``batch_max_bytes``, and at most MAX_BATCH_MESSAGES rows long."""
+    rows = len(group)
+    starts = np.flatnonzero(np.diff(group)) + 1
+    group_start = np.zeros(rows, dtype=np.int64)
+    group_start[starts] = starts
+    group_start = np.maximum.accumulate(group_start)
+    cumulative = np.cumsum(lengths)
+    before_in_group = cumulative - lengths - (cumulative - lengths)[group_start]
+    piece = before_in_group // batch_max_bytes
+    run = (np.arange(rows) - group_start) // MAX_BATCH_MESSAGES
+    cuts = np.flatnonzero((group[1:] != group[:-1]) | (piece[1:] != piece[:-1]) | (run[1:] != run[:-1])) + 1
+    edges = [0, *cuts.tolist(), rows]
+    return list(zip(edges[:-1], edges[1:]))

@@ -1,0 +1,119 @@
+"""Helpers of the transaction tests (a module of its own: conftest modules are not importable)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+
+from broker_sim.server import Broker
+from broker_sim.store import StoreConfig
+from broker_sim.txn import TransactionConfig
+from rmq_spark import Admin, OffsetRange, RangeReader
+
+STORE_CONFIG = StoreConfig(segment_bytes=16 << 20, max_message_bytes=256 << 10)
+# No background sweep: tests call expire() with the injected clock. Small half log segments.
+TXN_CONFIG = TransactionConfig(timeout_ms=60_000, check_interval_ms=3_600_000, half_segment_bytes=1)
+START_MS = 1_800_000_000_000
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+CRASHING_BROKER = Path(__file__).with_name("crashing_broker.py")
+
+
+class FakeClock:
+    def __init__(self, ms: int = START_MS):
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+def start_broker(data_dir: Path, clock=None, config: TransactionConfig = TXN_CONFIG) -> Broker:
+    broker = Broker(data_dir, "127.0.0.1", 0, STORE_CONFIG, transaction_config=config,
+                    transaction_clock_ms=clock or FakeClock())
+    broker.start()
+    return broker
+
+
+def bodies(n: int, tag: str = "m", size: int = 32) -> list[bytes]:
+    return [f"{tag}-{i:06d}".encode().ljust(size, b".") for i in range(n)]
+
+
+def table_of(bodies_: list[bytes]) -> pa.Table:
+    return pa.table({"body": pa.array(bodies_, pa.binary())})
+
+
+def offsets(endpoint: str, topic: str) -> list[int]:
+    """Max offset of each queue."""
+    with Admin(endpoint) as admin:
+        return [q.max_offset for q in admin.offsets([topic])[topic]]
+
+
+def wait_offsets(endpoint: str, topic: str, expected: list[int], timeout_s: float = 10.0) -> None:
+    """Sends return once stored; reads see messages once the broker indexed them."""
+    deadline = time.monotonic() + timeout_s
+    while offsets(endpoint, topic) != expected:
+        assert time.monotonic() < deadline, f"{topic}: offsets {offsets(endpoint, topic)}, expected {expected}"
+        time.sleep(0.01)
+
+
+def read_queue(endpoint: str, topic: str, queue_id: int) -> list[tuple[int, bytes]]:
+    """(offset, body) of every readable message of a queue."""
+    with RangeReader(endpoint) as reader:
+        table = reader.read_table([OffsetRange(topic, queue_id, 0)])
+    return list(zip(table.column("queue_offset").to_pylist(), table.column("body").to_pylist()))
+
+
+@contextmanager
+def broker_process(data_dir: Path, crash: str | None = None, timeout_s: float = 60):
+    """`rmq-broker-sim` in a process of its own; with ``crash`` (crashing_broker.py's modes) it
+    kills itself with SIGKILL at that point of a commit. Yields (endpoint, process, the lines it
+    printed before listening)."""
+    if crash is None:
+        command = [sys.executable, "-m", "broker_sim.server.cli"]
+    else:
+        command = [sys.executable, str(CRASHING_BROKER), crash]
+    command += ["--port", "0", "--data-dir", str(data_dir), "--segment-bytes", "16m"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        yield _wait_listening(process, timeout_s)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout_s)
+        process.stdout.close()
+
+
+def kill9(process: subprocess.Popen, timeout_s: float = 30) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout_s)
+    assert process.returncode == -signal.SIGKILL
+
+
+def _wait_listening(process: subprocess.Popen, timeout_s: float) -> tuple:
+    deadline = time.monotonic() + timeout_s
+    lines = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError("the broker exited before listening:\n" + "".join(lines))
+        lines.append(line)
+        match = LISTENING.search(line)
+        if match:
+            return f"{match.group(1)}:{match.group(2)}", process, "".join(lines)
+    raise RuntimeError(f"the broker did not listen within {timeout_s} s:\n" + "".join(lines))
