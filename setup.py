@@ -13,6 +13,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["rmq_spark", "rmq_spark.*", "broker_sim", "broker_sim.*"]),
+    # PySpark registers the DefaultSource of top-level pyspark_* modules: the format rocketmq-batch.
+    py_modules=["pyspark_rocketmq_batch"],
     install_requires=[
         # 4.2+ has the Python streaming source API with read limits; 4.3 is what we test.
         "pyspark>=4.3.0,<4.4",

@@ -24,8 +24,9 @@ _HOMES = {
         "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo",
         "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
-        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "GroupNotFoundError",
-        "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError", "ReceiptHandleExpiredError",
+        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "DataLossError",
+        "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
+        "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
         "TransactionNotFoundError", "TransactionStateError", "WrongQueueTypeError")},

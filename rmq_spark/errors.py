@@ -68,6 +68,11 @@ class OffsetOutOfRangeError(RmqError):
     """An offset range is invalid, or its data is no longer stored (deleted below it)."""
 
 
+class DataLossError(OffsetOutOfRangeError):
+    """Messages a query had yet to read are gone: deleted, their queue reset, or their topic
+    removed. The Spark source raises it when failOnDataLoss is true (the default)."""
+
+
 class ClosedError(RmqError):
     """The producer or reader was closed."""
 

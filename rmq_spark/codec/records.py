@@ -220,16 +220,18 @@ def _where(record: int, headers: RecordHeaders) -> str:
     return f"record {record} at byte {headers.start[record]}"
 
 
-def decode_records(buf, start: int, end: int | None = None, include_properties: bool = False) -> pa.RecordBatch:
+def decode_records(buf, start, end=None, include_properties: bool = False) -> pa.RecordBatch:
     """The messages of stored records with ``start <= queue_offset < end``, in the read schema.
 
     Parameters
     ----------
     buf : bytes-like
-        Concatenated stored records of one queue, as the broker streams them.
-    start, end : int
+        Concatenated stored records, as the broker streams them: of one queue, or of many
+        ranges' chunks joined so that they decode together.
+    start, end : int or numpy.ndarray
         The offsets to keep; ``end`` None keeps everything from ``start`` on. A range may start
-        or end inside an inner batch: exactly its offsets come out.
+        or end inside an inner batch: exactly its offsets come out. Arrays give each record
+        its own bounds (one element a record, in order), for records of many ranges.
     include_properties : bool
         Add the ``properties`` column (user properties only).
 
@@ -274,7 +276,10 @@ class _Cut:
     nrows: int
 
 
-def _cut(headers: RecordHeaders, inner: _InnerBatches, start: int, end: int | None) -> _Cut:
+def _cut(headers: RecordHeaders, inner: _InnerBatches, start, end) -> _Cut:
+    for name, bound in (("start", start), ("end", end)):
+        if isinstance(bound, np.ndarray) and bound.shape != (len(headers),):
+            raise ValueError(f"{name} gives bounds for {bound.size} records; the buffer holds {len(headers)}")
     count = np.ones(len(headers), dtype=np.int64)
     count[inner.record] = inner.count
     base = headers.queue_offset

@@ -6,17 +6,20 @@ import logging
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from ..client.transport import Transport, TransportConfig
 from ..codec.records import decode_records, read_schema
-from ..errors import ConfigError, OffsetOutOfRangeError
+from ..errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from ..protocol.v1 import broker_pb2 as pb
 from ..structs import OffsetRange
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES_PER_FETCH = 64 << 20
+DECODE_BYTES = 4 << 20  # small chunks of many ranges are decoded together, up to this many stored bytes
+_OPEN_END = np.iinfo(np.int64).max
 ON_DATA_LOSS = ("fail", "skip")
 
 
@@ -36,6 +39,8 @@ class RangeReader:
     streams the stored records; a range may start or end inside a stored batch, and the
     reader cuts it. A call reads at most ``max_bytes_per_fetch`` stored bytes; what is left
     is read by the next call, so the reader holds about one response's worth of batches.
+    The chunks of small ranges (many queues with a few batches each) are decoded together,
+    up to 4 MiB at a time, so that the cost of a decode is not paid per range.
 
     Parameters
     ----------
@@ -49,7 +54,7 @@ class RangeReader:
         Add the ``properties`` map column.
     on_data_loss : {"fail", "skip"}
         When a range starts below the queue's first stored offset (its data was deleted):
-        raise ``OffsetOutOfRangeError``, or log a warning and read from the first stored one.
+        raise ``DataLossError`` (an ``OffsetOutOfRangeError``), or log a warning and read from the first stored one.
     """
 
     def __init__(self, endpoint: str, *, max_bytes_per_fetch: int = DEFAULT_MAX_BYTES_PER_FETCH,
@@ -76,14 +81,14 @@ class RangeReader:
                                      end_offset=p.end or 0) for p in call],
                 max_bytes=self.max_bytes_per_fetch, tag_filter=self.tag_filter)
             progressed = False
+            chunks = _Chunks(min(DECODE_BYTES, self.max_bytes_per_fetch), self.include_properties)
             for response in self._transport.stream(self._transport.messaging.ReadRanges, request):
                 item = call[response.range_index]
-                if response.records:
-                    batch = decode_records(response.records, item.start, item.end, self.include_properties)
-                    if batch.num_rows:
-                        yield batch
+                if response.records and chunks.add(response, item.start, item.end):
+                    yield from chunks.decode()
                 if response.done:
                     progressed |= self._finish(item, response)
+            yield from chunks.decode()
             pending = [p for p in pending if p.start is not None]
             if pending and not progressed:
                 raise OffsetOutOfRangeError(f"no progress reading {pending[0]}: the broker returned nothing")
@@ -109,7 +114,7 @@ class RangeReader:
         if status == pb.OFFSET_TOO_SMALL:
             where = f"{item.topic} queue {item.queue_id}"
             if self.on_data_loss == "fail":
-                raise OffsetOutOfRangeError(
+                raise DataLossError(
                     f"{where}: offset {item.start} is no longer stored (the first stored is {response.min_offset}); "
                     "messages were lost. Read from the first stored offset, or pass on_data_loss='skip'")
             log.warning("%s: offsets %d to %d are no longer stored; skipped", where, item.start,
@@ -129,6 +134,38 @@ class RangeReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Chunks:
+    """Responses' records waiting to be decoded together, with each record's bounds."""
+
+    def __init__(self, decode_bytes: int, include_properties: bool):
+        self.decode_bytes = decode_bytes
+        self.include_properties = include_properties
+        self.parts: list = []
+        self.bounds: list = []  # (start, end, records) of each part
+        self.size = 0
+
+    def add(self, response: pb.ReadRangesResponse, start: int, end: int | None) -> bool:
+        """Keep a response's records; True when it is time to decode."""
+        self.parts.append(response.records)
+        self.bounds.append((start, _OPEN_END if end is None else end, response.record_count))
+        self.size += len(response.records)
+        return self.size >= self.decode_bytes
+
+    def decode(self) -> Iterator[pa.RecordBatch]:
+        if not self.parts:
+            return
+        if len(self.parts) == 1:
+            start, end, _ = self.bounds[0]
+            batch = decode_records(self.parts[0], start, None if end == _OPEN_END else end, self.include_properties)
+        else:
+            starts, ends, counts = (np.array(column, dtype=np.int64) for column in zip(*self.bounds))
+            batch = decode_records(b"".join(self.parts), np.repeat(starts, counts), np.repeat(ends, counts),
+                                   self.include_properties)
+        self.parts, self.bounds, self.size = [], [], 0
+        if batch.num_rows:
+            yield batch
 
 
 def _check_range(r: OffsetRange) -> bool:

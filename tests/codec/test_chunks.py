@@ -133,3 +133,19 @@ def test_a_count_mismatch_among_many_batches_is_named():
     with pytest.raises(RecordFormatError, match="record 25 at byte .*: the inner batch holds 2 messages but its "
                                                 "INNER_NUM says 3"):
         decode_records(b"".join(records), 0, None)
+
+
+def test_records_of_many_ranges_decode_together_with_bounds_of_their_own():
+    """Two ranges' chunks joined (as RangeReader joins small ones): each record keeps its range's cut."""
+    msgs = [(b"body-%d" % i, None, None, None, None) for i in range(4)]
+    first = [inner_record(base=4 * i, count=4, payload=encode_messages(msgs, "arrow", "lz4"), codec="arrow",
+                          compression="lz4", queue_id=0) for i in range(3)]  # offsets 0..11 of one queue
+    second = [inner_record(base=4 * i, count=4, payload=encode_messages(msgs, "rmq", "none"), queue_id=1)
+              for i in range(2)]  # offsets 0..7 of another
+    starts = np.array([2] * 3 + [5] * 2)
+    ends = np.array([9] * 3 + [np.iinfo(np.int64).max] * 2)
+    batch = decode_records(b"".join(first + second), starts, ends)
+    assert list(zip(batch.column("queue_id").to_pylist(), batch.column("queue_offset").to_pylist())) == (
+        [(0, o) for o in range(2, 9)] + [(1, o) for o in range(5, 8)])
+    with pytest.raises(ValueError, match="start gives bounds for 2 records; the buffer holds 5"):
+        decode_records(b"".join(first + second), np.array([0, 0]), None)

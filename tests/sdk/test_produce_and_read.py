@@ -59,13 +59,16 @@ def test_many_ranges_in_one_call_and_a_small_budget(endpoint, topic_name):
                 producer.send_batch(make_messages(topic_name, 10, start, queue_id))
     wait_indexed(endpoint, topic_name, 800)
     ranges = [OffsetRange(topic_name, q, q, 100 - q) for q in range(8)]
-    with RangeReader(endpoint, max_bytes_per_fetch=3000) as reader:  # a few records a call
-        table = reader.read_table(ranges)
-    assert len(table) == sum(100 - 2 * q for q in range(8))
-    by_queue = {}
-    for topic, queue_id, offset, *_ in rows(table):
-        by_queue.setdefault(queue_id, []).append(offset)
-    assert by_queue == {q: list(range(q, 100 - q)) for q in range(8)}
+    for budget in (3000, 64 << 20):  # a few records a call; every range in one call, decoded together
+        with RangeReader(endpoint, max_bytes_per_fetch=budget) as reader:
+            table = reader.read_table(ranges)
+        assert len(table) == sum(100 - 2 * q for q in range(8))
+        by_queue = {}
+        for topic, queue_id, offset, *_ in rows(table):
+            by_queue.setdefault(queue_id, []).append(offset)
+        assert by_queue == {q: list(range(q, 100 - q)) for q in range(8)}
+        if budget > 3000:
+            assert len(list(RangeReader(endpoint).read(ranges))) == 1  # one decode for all eight ranges
     with RangeReader(endpoint, max_bytes_per_fetch=3000) as reader:  # open ends: up to what is stored
         table = reader.read_table([OffsetRange(topic_name, q, 0) for q in range(8)])
     assert len(table) == 800 and table.column("queue_offset").to_pylist()[:100] == list(range(100))

@@ -1,0 +1,325 @@
+"""The options of the ``rocketmq-batch`` source: parsed and checked once, when the data source
+is created (``load()``), into a ``SourceOptions`` that the planner and the readers share.
+
+Every default lives in ``DEFAULTS``; every error names the option, what was given and what is
+accepted. Names follow Spark's Kafka source where the meaning is the same.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+
+from ..client.transport import check_endpoint
+from ..errors import ConfigError
+
+EARLIEST = -2  # in offset JSON, as Kafka's
+LATEST = -1
+
+DEFAULTS = {
+    "startingOffsets.stream": "latest",
+    "startingOffsets.batch": "earliest",
+    "endingOffsets": "latest",
+    "maxTriggerDelay_ms": 15 * 60 * 1000,
+    "maxPartitions": 32,
+    "maxBytesPerFetch": 64 << 20,
+    "fetchTimeout_ms": 5 * 60 * 1000,
+    "failOnDataLoss": True,
+    "includeProperties": False,
+}
+
+# Spark's option names are case-insensitive: PySpark hands them over lower-cased.
+OPTION_NAMES = (
+    "endpoint", "topic", "topics", "topicPattern", "assign", "startingOffsets", "startingTimestamp",
+    "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
+    "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch", "fetchTimeout", "failOnDataLoss", "tagFilter",
+    "includeProperties", "consumerGroup",
+)
+_BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
+# What users of Spark's Kafka source would type, and ours.
+_KAFKA_NAMES = {
+    "subscribe": "topics", "subscribepattern": "topicPattern", "maxoffsetspertrigger": "maxRecordsPerTrigger",
+    "minoffsetspertrigger": "minRecordsPerTrigger", "includeheaders": "includeProperties",
+    "kafka.bootstrap.servers": "endpoint", "kafka.group.id": "consumerGroup", "groupidprefix": "consumerGroup",
+}
+SUBSCRIPTIONS = ("topic", "topics", "topicPattern", "assign")
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                "d": 86_400_000}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_SIZE_BYTES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which queues to read: named topics (all their queues, new ones too), topics matching a
+    pattern (new topics too), or assigned queues (exactly those)."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: dict = field(default_factory=dict)  # topic -> tuple of queue ids
+
+    def describe(self) -> str:
+        if self.pattern is not None:
+            return f"topicPattern {self.pattern!r}"
+        if self.assign:
+            return f"assign {json.dumps({t: list(q) for t, q in self.assign.items()})}"
+        return "topics " + ", ".join(self.topics)
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in (self.assign or self.topics)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The checked options (see ``RocketMQBatchDataSource`` for what each means)."""
+
+    endpoint: str
+    subscription: Subscription
+    starting_offsets: object  # "earliest" | "latest" | {topic: {queue_id: offset or -2 / -1}} | None (the default)
+    starting_timestamp_ms: int | None
+    ending_offsets: object  # "latest" | {topic: {queue_id: offset or -1}} | None
+    ending_timestamp_ms: int | None
+    max_records_per_trigger: int | None
+    min_records_per_trigger: int | None
+    max_trigger_delay_ms: int
+    max_records_per_partition: int | None
+    min_partitions: int | None
+    max_partitions: int
+    max_bytes_per_fetch: int
+    fetch_timeout_ms: int
+    fail_on_data_loss: bool
+    tag_filter: str | None
+    include_properties: bool
+    consumer_group: str | None
+
+    def check_stream(self) -> None:
+        """What a streaming read does not accept."""
+        for name, value in (("endingOffsets", self.ending_offsets), ("endingTimestamp", self.ending_timestamp_ms)):
+            if value is not None:
+                raise ConfigError(f"option {name} is for batch reads (spark.read) only; a streaming query reads on "
+                                  f"as messages arrive: drop {name}, or read with spark.read")
+
+    def check_batch(self) -> None:
+        """What a batch read does not accept."""
+        if self.starting_offsets == "latest" or _names_offset(self.starting_offsets, LATEST):
+            raise ConfigError("option startingOffsets='latest' (or -1 in its JSON) reads nothing in a batch read: use "
+                              "'earliest', offsets, or startingTimestamp")
+        if self.ending_offsets == "earliest" or _names_offset(self.ending_offsets, EARLIEST):
+            raise ConfigError("option endingOffsets='earliest' (or -2 in its JSON) reads nothing: use 'latest' or "
+                              "offsets, or endingTimestamp")
+        for name, value in (("maxRecordsPerTrigger", self.max_records_per_trigger),
+                            ("minRecordsPerTrigger", self.min_records_per_trigger),
+                            ("consumerGroup", self.consumer_group)):
+            if value is not None:
+                raise ConfigError(f"option {name} applies to streaming queries (spark.readStream) only; drop it for "
+                                  "a batch read")
+
+
+def _names_offset(offsets, value: int) -> bool:
+    return isinstance(offsets, dict) and any(v == value for queues in offsets.values() for v in queues.values())
+
+
+def parse_options(options) -> SourceOptions:
+    """Check ``options`` (a mapping of option name -> string, any case) into SourceOptions.
+
+    Raises ConfigError naming the first unknown or malformed option and what it accepts.
+    """
+    given = {}
+    for key, value in dict(options).items():
+        name = _BY_LOWER.get(key.lower())
+        if name is None:
+            raise ConfigError(_unknown(key))
+        given[name] = value if isinstance(value, str) else str(value)
+    if "endpoint" not in given:
+        raise ConfigError("option endpoint is required: the broker's HOST:PORT, e.g. .option('endpoint', "
+                          "'127.0.0.1:10911')")
+    try:
+        endpoint = check_endpoint(given["endpoint"].strip())
+    except ConfigError as err:
+        raise ConfigError(f"option endpoint: {err}") from None
+    subscription = _subscription(given)
+    opts = SourceOptions(
+        endpoint=endpoint,
+        subscription=subscription,
+        starting_offsets=_offsets_option(given, "startingOffsets", subscription, ("earliest", "latest")),
+        starting_timestamp_ms=_whole(given, "startingTimestamp", "a time in milliseconds since the Unix epoch",
+                                     minimum=0),
+        ending_offsets=_offsets_option(given, "endingOffsets", subscription, ("earliest", "latest")),
+        ending_timestamp_ms=_whole(given, "endingTimestamp", "a time in milliseconds since the Unix epoch", minimum=0),
+        max_records_per_trigger=_whole(given, "maxRecordsPerTrigger", "a positive number of records"),
+        min_records_per_trigger=_whole(given, "minRecordsPerTrigger", "a positive number of records"),
+        max_trigger_delay_ms=_duration(given, "maxTriggerDelay"),
+        max_records_per_partition=_whole(given, "maxRecordsPerPartition", "a positive number of records"),
+        min_partitions=_whole(given, "minPartitions", "a positive number of partitions"),
+        max_partitions=_whole(given, "maxPartitions", "a positive number of partitions") or DEFAULTS["maxPartitions"],
+        max_bytes_per_fetch=_size(given, "maxBytesPerFetch"),
+        fetch_timeout_ms=_duration(given, "fetchTimeout"),
+        fail_on_data_loss=_bool(given, "failOnDataLoss"),
+        tag_filter=_tag_filter(given),
+        include_properties=_bool(given, "includeProperties"),
+        consumer_group=_name(given, "consumerGroup"),
+    )
+    if (opts.min_records_per_trigger and opts.max_records_per_trigger
+            and opts.min_records_per_trigger > opts.max_records_per_trigger):
+        raise ConfigError(f"option minRecordsPerTrigger={opts.min_records_per_trigger} is above "
+                          f"maxRecordsPerTrigger={opts.max_records_per_trigger}: a trigger could never run; lower it")
+    if opts.min_partitions and opts.min_partitions > opts.max_partitions:
+        raise ConfigError(f"option minPartitions={opts.min_partitions} is above maxPartitions={opts.max_partitions}: "
+                          "raise maxPartitions too")
+    if "maxTriggerDelay" in given and opts.min_records_per_trigger is None:
+        raise ConfigError("option maxTriggerDelay only bounds the wait of minRecordsPerTrigger: set "
+                          "minRecordsPerTrigger too, or drop maxTriggerDelay")
+    return opts
+
+
+def _unknown(key: str) -> str:
+    kafka = _KAFKA_NAMES.get(key.lower())
+    if kafka:
+        hint = f" (that is Spark's Kafka source's name; here it is {kafka})"
+    else:
+        close = difflib.get_close_matches(key.lower(), list(_BY_LOWER), n=1, cutoff=0.75)
+        hint = f" (did you mean {_BY_LOWER[close[0]]}?)" if close else ""
+    return f"unknown option {key!r} for rocketmq-batch{hint}; the options are: {', '.join(OPTION_NAMES)}"
+
+
+def _subscription(given: dict) -> Subscription:
+    named = [name for name in SUBSCRIPTIONS if name in given]
+    if len(named) != 1:
+        which = "none was given" if not named else f"got {', '.join(named)}"
+        raise ConfigError(f"give exactly one of the options {', '.join(SUBSCRIPTIONS)} ({which}): topic 'orders', "
+                          "topics 'a,b', topicPattern 'orders-.*' or assign '{\"orders\": [0, 1]}'")
+    name = named[0]
+    value = given[name].strip()
+    if name in ("topic", "topics"):
+        topics = tuple(t.strip() for t in value.split(",")) if name == "topics" else (value,)
+        if not all(topics) or (name == "topic" and "," in value):
+            raise ConfigError(f"option {name}={given[name]!r}: give " +
+                              ("one topic name (use topics for a comma list)" if name == "topic"
+                               else "topic names separated by commas, none empty"))
+        return Subscription(topics=tuple(dict.fromkeys(topics)))
+    if name == "topicPattern":
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ConfigError(f"option topicPattern={value!r} is not a regular expression ({err}); it must match "
+                              "whole topic names, e.g. 'orders-.*'") from None
+        if not value:
+            raise ConfigError("option topicPattern is empty: give a regular expression matching whole topic names")
+        return Subscription(pattern=value)
+    assign = _json(value, "assign", '{"orders": [0, 1]}')
+    if not isinstance(assign, dict) or not assign or not all(
+            isinstance(t, str) and t and isinstance(q, list) and q and all(_is_queue_id(i) for i in q)
+            for t, q in assign.items()):
+        raise ConfigError(f"option assign={value!r}: give a JSON object of topic -> list of queue ids, "
+                          'e.g. {"orders": [0, 1]}')
+    return Subscription(assign={t: tuple(sorted(set(q))) for t, q in sorted(assign.items())})
+
+
+def _is_queue_id(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _json(value: str, name: str, example: str):
+    try:
+        return json.loads(value)
+    except ValueError as err:
+        raise ConfigError(f"option {name}={value!r} is not valid JSON ({err}); e.g. {example}") from None
+
+
+def _offsets_option(given: dict, name: str, subscription: Subscription, words: tuple) -> object:
+    """'earliest' / 'latest', or JSON {topic: {queue id: offset}} with -2 earliest, -1 latest."""
+    if name not in given:
+        return None
+    value = given[name].strip()
+    if value.lower() in words:
+        return value.lower()
+    example = '{"orders": {"0": 23, "1": -2}}'
+    parsed = _json(value, name, example) if value.startswith("{") else None
+    accepted = (f"option {name}={value!r}: use {' or '.join(words)}, or JSON of topic -> queue id -> offset, "
+                f"with -2 for earliest and -1 for latest, e.g. {example}")
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(accepted)
+    offsets = {}
+    for topic, queues in parsed.items():
+        if not isinstance(queues, dict) or not queues:
+            raise ConfigError(accepted)
+        offsets[topic] = {}
+        for queue, offset in queues.items():
+            if not str(queue).isdigit() or not isinstance(offset, int) or isinstance(offset, bool) or offset < -2:
+                raise ConfigError(accepted)
+            offsets[topic][int(queue)] = offset
+        if not subscription.matches(topic):
+            raise ConfigError(f"option {name} names topic {topic!r}, which the subscription "
+                              f"({subscription.describe()}) does not read")
+        if subscription.assign and not set(offsets[topic]) <= set(subscription.assign[topic]):
+            extra = sorted(set(offsets[topic]) - set(subscription.assign[topic]))
+            raise ConfigError(f"option {name} names queues {extra} of {topic!r}, which assign does not read")
+    return offsets
+
+
+def _whole(given: dict, name: str, what: str, minimum: int = 1) -> int | None:
+    if name not in given:
+        return None
+    value = given[name].strip()
+    if not re.fullmatch(r"-?\d+", value) or int(value) < minimum:
+        raise ConfigError(f"option {name}={given[name]!r}: expected {what} (a whole number"
+                          f"{' >= ' + str(minimum) if minimum else ''})")
+    return int(value)
+
+
+def _duration(given: dict, name: str) -> int:
+    if name not in given:
+        return DEFAULTS[f"{name}_ms"]
+    match = _DURATION.match(given[name])
+    if not match or int(match.group(1)) <= 0:
+        raise ConfigError(f"option {name}={given[name]!r}: expected a duration such as 500ms, 30s, 15m, 1h or 1d "
+                          "(a bare number is milliseconds)")
+    return int(match.group(1)) * _DURATION_MS[(match.group(2) or "").lower() or None]
+
+
+def _size(given: dict, name: str) -> int:
+    if name not in given:
+        return DEFAULTS[name]
+    match = _SIZE.match(given[name])
+    size = int(match.group(1)) * _SIZE_BYTES[(match.group(2) or "").lower()[:1]] if match else 0
+    if size <= 0:
+        raise ConfigError(f"option {name}={given[name]!r}: expected a positive size in bytes, or with a unit: 512k, "
+                          "64m, 1g (binary units)")
+    return size
+
+
+def _bool(given: dict, name: str) -> bool:
+    if name not in given:
+        return DEFAULTS[name]
+    value = given[name].strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"option {name}={given[name]!r}: expected true or false")
+    return value == "true"
+
+
+def _tag_filter(given: dict) -> str | None:
+    if "tagFilter" not in given:
+        return None
+    value = given["tagFilter"].strip()
+    if value == "*":
+        return None
+    tags = [t.strip() for t in value.split("||")]
+    if not all(tags):
+        raise ConfigError(f"option tagFilter={given['tagFilter']!r}: expected tags separated by ||, e.g. "
+                          "'TagA || TagB', or * for every message")
+    return " || ".join(tags)
+
+
+def _name(given: dict, name: str) -> str | None:
+    if name not in given:
+        return None
+    value = given[name].strip()
+    if not value:
+        raise ConfigError(f"option {name} is empty: give a consumer group name, or drop the option")
+    return value

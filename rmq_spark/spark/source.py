@@ -1,0 +1,356 @@
+"""The ``rocketmq-batch`` data source: streaming and batch reads of broker_sim topics into
+Spark, as Arrow record batches, with replayable per-queue offsets."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import (
+    BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
+)
+
+from ..client.admin import Admin
+from ..client.transport import TransportConfig
+from ..consumer.range_reader import RangeReader
+from ..errors import ConfigError, DataLossError, RmqError
+from ..structs import OffsetRange
+from . import compat
+from .offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
+from .options import SourceOptions, parse_options
+from .planning import QueueRange, plan_partitions, rate_limit, should_delay
+
+log = logging.getLogger(__name__)
+
+NAME = "rocketmq-batch"
+
+
+def spark_schema(include_properties: bool = False) -> StructType:
+    """The read schema (DESIGN.md), as Spark types; ``read()`` yields exactly its Arrow form."""
+    fields = [
+        StructField("topic", StringType()), StructField("queue_id", IntegerType()),
+        StructField("queue_offset", LongType()), StructField("body", BinaryType()),
+        StructField("tags", StringType()), StructField("keys", StringType()),
+        StructField("born_timestamp", TimestampType()), StructField("store_timestamp", TimestampType()),
+    ]
+    if include_properties:
+        fields.append(StructField("properties", MapType(StringType(), StringType())))
+    return StructType(fields)
+
+
+class RocketMQBatchDataSource(DataSource):
+    """``spark.readStream.format("rocketmq-batch")`` and ``spark.read.format("rocketmq-batch")``:
+    topics of a broker_sim broker, read by offset ranges at the speed of the batch model.
+
+    Registered by itself on install (the top-level module ``pyspark_rocketmq_batch``), or with
+    ``rmq_spark.spark.register(spark)``. Rows have the schema topic string, queue_id int,
+    queue_offset long, body binary, tags string, keys string, born_timestamp timestamp,
+    store_timestamp timestamp, and with ``includeProperties`` properties map<string,string>.
+    A streaming query checkpoints ``{"topic": {"queueId": next_offset}}``; the same offsets
+    always give the same rows, so a query restarted from its checkpoint sees every message
+    exactly once. Unknown or malformed options fail at ``load()``.
+
+    Parameters
+    ----------
+    endpoint : str
+        Required. The broker's ``HOST:PORT``.
+    topic, topics, topicPattern, assign : str
+        Exactly one. ``topic``: one topic; ``topics``: a comma list; ``topicPattern``: a
+        regular expression matching whole topic names (topics created later are read too);
+        ``assign``: JSON of topic -> queue ids, ``{"orders": [0, 1]}`` (exactly those queues).
+        Queues a topic gains during a query are read from their first offset.
+    startingOffsets : str
+        ``earliest``, ``latest`` or JSON ``{"topic": {"queueId": offset}}`` with -2 for
+        earliest and -1 for latest; a topic named must have every queue named, a topic left
+        out starts at earliest. Default ``latest`` for streams, ``earliest`` for batch reads.
+        Applies when a query starts without a checkpoint only.
+    startingTimestamp : int
+        Milliseconds since the epoch: start each queue at its first message stored at or after
+        this time (the queue's end if none is). Wins over startingOffsets.
+    endingOffsets : str
+        Batch reads only: ``latest`` (default) or JSON as startingOffsets (-1 latest).
+    endingTimestamp : int
+        Batch reads only: end each queue before its first message stored at or after this time.
+    maxRecordsPerTrigger : int
+        Streams: at most this many records per micro-batch, split over the queues in
+        proportion to their backlog, none starved (round robin when there are more queues
+        with a backlog than records). Exact to the record. Default: no limit.
+    minRecordsPerTrigger : int
+        Streams: hold a trigger until this many records wait, or maxTriggerDelay has passed
+        since the last micro-batch. Not applied under Trigger.AvailableNow.
+    maxTriggerDelay : str
+        The longest a trigger is held by minRecordsPerTrigger: ``500ms``, ``30s``, ``15m``
+        (default), ``1h``; a bare number is milliseconds.
+    maxRecordsPerPartition : int
+        At most this many records per Spark task: larger ranges are split. Default: no limit.
+    minPartitions : int
+        At least this many tasks per micro-batch (or batch read), when there are enough
+        records: the largest ranges are split.
+    maxPartitions : int
+        At most this many tasks per micro-batch (default 32) unless maxRecordsPerPartition
+        needs more: the ranges of many queues are packed together, each task reading all its
+        ranges with one ReadRanges call.
+    maxBytesPerFetch : str
+        The stored bytes one ReadRanges call may return, so the most a task holds whatever
+        its range: bytes, or ``512k``, ``64m`` (default), ``1g``.
+    fetchTimeout : str
+        The deadline of one ReadRanges call, whose records stream to Spark as it takes them
+        (a slow sink holds the call open): a duration as maxTriggerDelay, default ``5m``.
+    failOnDataLoss : bool
+        ``true`` (default): fail the query when messages it had to read are gone (deleted
+        below the checkpointed offset, a queue reset, its topic deleted). ``false``: skip them
+        with a warning and read on.
+    tagFilter : str
+        ``TagA || TagB``: only messages with one of these tags (filtered by the broker);
+        ``*`` (default) for all. Offsets still advance past the others.
+    includeProperties : bool
+        Add the ``properties`` column of user properties (default ``false``).
+    consumerGroup : str
+        Streams: commit the end offsets of every finished micro-batch as this consumer group's
+        offsets on the broker, so its lag is visible outside Spark (``rmq-admin group
+        offsets``). The checkpoint stays the source of truth for the query itself.
+    """
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.source_options = parse_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return spark_schema(self.source_options.include_properties)
+
+    def reader(self, schema: StructType) -> "RocketMQBatchReader":
+        self._check_schema(schema)
+        self.source_options.check_batch()
+        return RocketMQBatchReader(self.source_options)
+
+    def streamReader(self, schema: StructType) -> "RocketMQBatchStreamReader":
+        self._check_schema(schema)
+        self.source_options.check_stream()
+        return RocketMQBatchStreamReader(self.source_options)
+
+    def _check_schema(self, schema: StructType) -> None:
+        expected = self.schema()
+        if schema != expected:
+            raise ConfigError(f"rocketmq-batch reads a fixed schema ({expected.simpleString()}); drop .schema(...) "
+                              "and select or cast columns after load()")
+
+
+class QueueRangesPartition(InputPartition):
+    """One Spark task: offset ranges of one or many queues, read with one ReadRanges call."""
+
+    def __init__(self, ranges: list):
+        super().__init__([(r.topic, r.queue_id, r.start, r.end) for r in ranges])
+
+    @property
+    def ranges(self) -> list:
+        return [OffsetRange(topic, queue_id, start, end) for topic, queue_id, start, end in self.value]
+
+    def __repr__(self) -> str:
+        return f"QueueRangesPartition({len(self.value)} ranges, {sum(e - s for _, _, s, e in self.value)} records)"
+
+
+def read_partition(options: SourceOptions, partition: QueueRangesPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of a partition as Arrow record batches (the read schema), holding at most
+    maxBytesPerFetch of fetched records at a time."""
+    reader = RangeReader(options.endpoint, max_bytes_per_fetch=options.max_bytes_per_fetch,
+                         tag_filter=options.tag_filter, include_properties=options.include_properties,
+                         on_data_loss="fail" if options.fail_on_data_loss else "skip",
+                         transport=TransportConfig(timeout_ms=options.fetch_timeout_ms))
+    try:
+        yield from reader.read(partition.ranges)
+    except DataLossError as err:
+        raise DataLossError(f"{err} (in Spark: set the option failOnDataLoss to false to skip lost messages)") from None
+    finally:
+        reader.close()
+
+
+def make_partitions(options: SourceOptions, ranges: list) -> list:
+    return [QueueRangesPartition(members) for members in plan_partitions(
+        ranges, max_records_per_partition=options.max_records_per_partition, min_partitions=options.min_partitions,
+        max_partitions=options.max_partitions)]
+
+
+class RocketMQBatchReader(DataSourceReader):
+    """``spark.read``: from startingOffsets / startingTimestamp (default earliest) to
+    endingOffsets / endingTimestamp (default latest), resolved once when the read is planned."""
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def partitions(self) -> list:
+        with Admin(self.options.endpoint) as admin:
+            view = snapshot(admin, self.options.subscription)
+            view.require_topics()
+            start = starting_positions(admin, self.options, view, "earliest")
+            end = ending_positions(admin, self.options, view)
+        backwards = [key for key in sorted(view.queues) if start[key] > end[key]]
+        if backwards:
+            topic, queue_id = backwards[0]
+            raise ConfigError(f"topic {topic!r} queue {queue_id}: the read would start at {start[backwards[0]]}, after "
+                              f"its end {end[backwards[0]]}; check startingOffsets / startingTimestamp against "
+                              "endingOffsets / endingTimestamp")
+        ranges = [QueueRange(*key, start[key], end[key]) for key in sorted(view.queues)]
+        return make_partitions(self.options, ranges)
+
+    def read(self, partition: QueueRangesPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.options, partition)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAvailableNow):
+    """``spark.readStream``. The engine runs one instance on the driver for the life of a
+    query (offsets, admission control, planning, commits); ``read`` runs in the tasks.
+
+    ``now_ms``: the clock of minRecordsPerTrigger / maxTriggerDelay (tests give their own).
+    """
+
+    def __init__(self, options: SourceOptions, now_ms=_wall_clock_ms):
+        self.options = options
+        self.now_ms = now_ms
+        self._admin: Admin | None = None  # opened on first use: the reader is pickled into the tasks
+        self._latest: dict | None = None  # max offsets seen by the last latestOffset, for query progress
+        self._target: Snapshot | None = None  # Trigger.AvailableNow: the queues' ends when the query started
+        self._last_trigger_ms = 0
+        self._group_committed: dict | None = None  # the consumer group's offsets last committed
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        view = snapshot(self._broker(), self.options.subscription)
+        view.require_topics()
+        return to_json(starting_positions(self._broker(), self.options, view, "latest"))
+
+    def getDefaultReadLimit(self):
+        return compat.default_read_limit(self.options.min_records_per_trigger, self.options.max_records_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = snapshot(self._broker(), self.options.subscription)
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        if start is not None:  # where a trigger starts, the micro-batch before it is done
+            self._commit_group(start)
+        view = self._target or snapshot(self._broker(), self.options.subscription)
+        self._latest = view.max_positions()
+        if start is None:  # an engine without read limits (PySpark < 4.2) asks for everything
+            return to_json(self._latest)
+        begin = self._reconcile(from_json(start), view)
+        available = {key: max(0, view.queues[key].max_offset - offset) for key, offset in begin.items()
+                     if key in view.queues}
+        take = self._admit(begin, available, compat.admission(limit, self.options.min_records_per_trigger,
+                                                              self.options.max_records_per_trigger))
+        if take is None:
+            return start
+        end = {key: offset + take.get(key, 0) for key, offset in begin.items()}
+        if end == from_json(start):
+            return start
+        self._last_trigger_ms = self.now_ms()
+        return to_json(end)
+
+    def _admit(self, begin: dict, available: dict, admit: compat.Admission) -> dict | None:
+        """Records to take per queue; None to hold the trigger (minRecordsPerTrigger)."""
+        if admit.all_available:
+            return available
+        total = sum(available.values())
+        if (admit.min_records and self._target is None and total
+                and should_delay(total, admit.min_records, self.now_ms(), self._last_trigger_ms,
+                                 self.options.max_trigger_delay_ms)):
+            return None
+        if admit.max_records is None:
+            return available
+        return rate_limit({key: (begin[key], available[key]) for key in available}, admit.max_records)
+
+    def _reconcile(self, start: dict, view: Snapshot) -> dict:
+        """Where each queue reads from now: the checkpointed offset, checked against what the
+        broker still has; new queues from their first offset (which must be 0, or data was lost)."""
+        begin = {}
+        for key, offset in start.items():
+            queue = view.queues.get(key)
+            topic, queue_id = key
+            if queue is None and not self.options.subscription.matches(topic):
+                log.warning("rocketmq-batch: topic %r is in the checkpoint but no longer in the subscription "
+                            "(%s); its offsets are dropped", topic, self.options.subscription.describe())
+            elif queue is None:
+                self._lost(f"topic {topic!r} queue {queue_id} is gone (deleted with its topic?) with offsets from "
+                           f"{offset} on not read", "dropping the queue")
+            elif offset > queue.max_offset:
+                self._lost(f"topic {topic!r} queue {queue_id} ends at {queue.max_offset}, before the checkpointed "
+                           f"offset {offset} (was the topic deleted and created again?)",
+                           f"reading it from its first offset {queue.min_offset}")
+                begin[key] = queue.min_offset
+            elif offset < queue.min_offset:
+                self._lost(f"topic {topic!r} queue {queue_id}: offsets {offset} to {queue.min_offset - 1} were "
+                           "deleted before they were read", "reading on from the first stored one")
+                begin[key] = queue.min_offset
+            else:
+                begin[key] = offset
+        for key, queue in view.queues.items():
+            if key not in start:
+                if queue.min_offset > 0:
+                    self._lost(f"new queue {key[1]} of topic {key[0]!r} starts at offset {queue.min_offset}, not 0: "
+                               "its first messages were deleted before they were read", "reading on from there")
+                begin[key] = queue.min_offset
+        return begin
+
+    def _lost(self, what: str, skipping: str) -> None:
+        """Data the query had to read is gone: fail (failOnDataLoss) or warn and skip it."""
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"data loss: {what}. To skip lost messages and go on, set the option "
+                                "failOnDataLoss to false")
+        log.warning("rocketmq-batch data loss: %s; %s", what, skipping)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else to_json(self._latest)
+
+    # -- micro-batches --------------------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> list:
+        begin, stop = from_json(start), from_json(end)
+        ranges = []
+        for key, end_offset in sorted(stop.items()):
+            start_offset = begin.get(key, 0)  # a new queue: from 0 (the reader reports what was deleted)
+            if start_offset > end_offset:  # a reset queue that latestOffset let through (failOnDataLoss=false)
+                self._lost(f"topic {key[0]!r} queue {key[1]} moved back from {start_offset} to {end_offset}",
+                           "reading it from its first offset")
+                start_offset = 0
+            ranges.append(QueueRange(key[0], key[1], start_offset, end_offset))
+        return make_partitions(self.options, ranges)
+
+    def read(self, partition: QueueRangesPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark finished every offset below ``end``; with consumerGroup, the broker learns it too."""
+        self._commit_group(end)
+
+    def _commit_group(self, done: dict) -> None:
+        """Commit ``done`` as the consumer group's offsets. Spark commits a micro-batch when it
+        starts the next one, so the start of every trigger is committed too: the group does not
+        trail by a micro-batch when a query stops (or an AvailableNow run ends)."""
+        if not self.options.consumer_group or done == self._group_committed:
+            return
+        try:
+            self._broker().commit_group_offsets(self.options.consumer_group, from_json(done))
+            self._group_committed = done
+        except RmqError as err:  # the group's offsets only show lag: the next commit brings them up to date
+            log.warning("rocketmq-batch: could not commit the offsets of consumer group %r (%s); the next "
+                        "micro-batch commits them again", self.options.consumer_group, err)
+
+    def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    def _broker(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(self.options.endpoint)
+        return self._admin
