@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
 
-demo: $(STAMP) check-java  ## until the Spark demo exists: the store benchmark at a small size
-	$(PY) bench/store_bench.py --messages 200000 --queues 16,1000
+demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
+	$(PY) examples/clickstream_etl.py
 
 test: $(STAMP) check-java
 	$(PY) -m pytest -q tests

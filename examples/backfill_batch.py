@@ -59,7 +59,8 @@ def spark_session(master: str):
             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false").getOrCreate())
 
 
-def main(argv=None) -> dict:
+def main(argv=None, spark=None) -> dict:
+    """Run the example; ``spark``: a session to use (and leave running) instead of a new one."""
     args = parse_args(argv)
     with broker(args.endpoint) as endpoint, tempfile.TemporaryDirectory(prefix="backfill-") as scratch:
         parquet = args.parquet or os.path.join(scratch, "orders.parquet")
@@ -75,16 +76,16 @@ def main(argv=None) -> dict:
             second_until_ms = int(time.time() * 1000) + 1
         print(f"produced two waves of {args.orders:,} orders; the second from {second_from_ms}")
 
-        spark = spark_session(args.master)
+        session = spark or spark_session(args.master)
         try:
-            source = (spark.read.format("rocketmq-batch").option("endpoint", endpoint).option("topic", "orders")
+            source = (session.read.format("rocketmq-batch").option("endpoint", endpoint).option("topic", "orders")
                       .option("startingTimestamp", second_from_ms).option("endingTimestamp", second_until_ms)
                       .load())
             started = time.perf_counter()
             source.select("queue_id", "queue_offset", "keys", "tags", "body", "store_timestamp") \
                 .write.mode("overwrite").parquet(parquet)
             read_s = time.perf_counter() - started
-            saved = spark.read.parquet(parquet)
+            saved = session.read.parquet(parquet)
             rows = saved.count()
             waves = {r["tags"]: r["count"] for r in saved.groupBy("tags").count().collect()}
             print(f"spark.read of the second wave by store time: {rows:,} rows into {parquet} in {read_s:.1f} s; "
@@ -95,7 +96,8 @@ def main(argv=None) -> dict:
                 .option("endpoint", endpoint).option("topic", "orders-replay").mode("append").save()
             write_s = time.perf_counter() - started
         finally:
-            spark.stop()
+            if spark is None:
+                session.stop()
         with Admin(endpoint) as admin:
             replayed = sum(q.max_offset - q.min_offset for q in admin.offsets(["orders-replay"])["orders-replay"])
         print(f"df.write of the Parquet rows into orders-replay: {replayed:,} messages in {write_s:.1f} s")

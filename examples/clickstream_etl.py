@@ -164,7 +164,8 @@ def read_aggregates(endpoint: str, expected: int, timeout_s: float = 60) -> list
     return rows
 
 
-def main(argv=None) -> dict:
+def main(argv=None, spark=None) -> dict:
+    """Run the example; ``spark``: a session to use (and leave running) instead of a new one."""
     args = parse_args(argv)
     start_ms = int(time.time() * 1000) // MINUTE_MS * MINUTE_MS - 30 * MINUTE_MS
     with broker(args.endpoint) as endpoint, tempfile.TemporaryDirectory(prefix="clickstream-") as scratch:
@@ -175,12 +176,13 @@ def main(argv=None) -> dict:
         truth = produce_clicks(endpoint, args.events, args.minutes, args.producers, start_ms)
         produced_s = time.perf_counter() - started
         step(f"produced in {produced_s:.1f} s ({args.events / produced_s:,.0f} msgs/s); starting Spark")
-        spark = spark_session(args.master)
+        session = spark or spark_session(args.master)
         try:
-            seconds = run_query(spark, endpoint, args.checkpoint or os.path.join(scratch, "checkpoint"),
+            seconds = run_query(session, endpoint, args.checkpoint or os.path.join(scratch, "checkpoint"),
                                 args.max_records_per_trigger)
         finally:
-            spark.stop()
+            if spark is None:
+                session.stop()
         step(f"the streaming query read {args.events:,} clicks in {seconds:.1f} s "
              f"({args.events / seconds:,.0f} rows/s, Spark's start included)")
         aggregates = read_aggregates(endpoint, len(truth))

@@ -6,7 +6,6 @@ import threading
 import time
 from typing import Callable
 
-from ..client.transactions import check_id
 from ..client.transport import Transport, TransportConfig
 from ..codec import Codec, Compression
 from ..errors import ClosedError, ConfigError, RequestTimeoutError
@@ -84,6 +83,8 @@ class Producer:
         self._accumulator = RecordAccumulator(self.config, now_ms)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
         if transaction_id is not None:
+            from ..client.transactions import check_id  # here: transactions.py builds on the producer
+
             self._sender.transaction_id = check_id(transaction_id)
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
         self._closed = False
