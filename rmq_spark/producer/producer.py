@@ -137,7 +137,7 @@ class Producer:
             future = batch.append(message)
             self._sender.send([batch])
         if callback is not None:
-            future.add_done_callback(lambda f: _call_back(callback, f))
+            future.add_result_callback(callback)
         return future
 
     def send_batch(self, messages: list[Message]) -> list[SendResult]:
@@ -228,11 +228,3 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _call_back(callback, future: SendFuture) -> None:
-    error = future.exception(0)
-    if error is not None:
-        callback(None, error)
-    else:
-        callback(future.result(0), None)

@@ -51,8 +51,8 @@ class Sender:
 
     def send_ready(self) -> int:
         """Send the accumulator's ready batches, many per call, while fewer than
-        ``max_in_flight_requests`` calls are unanswered; returns how many batches went. When a
-        call is answered, the batches that became ready meanwhile go in the next one."""
+        ``max_in_flight_requests`` calls are unanswered; returns how many batches went. Batches
+        that become ready while that many are out go together in a later call."""
         sent = 0
         while True:
             with self._lock:
@@ -66,9 +66,11 @@ class Sender:
             sent += len(batches)
 
     def _call_answered(self) -> None:
+        # Only the slot is freed here, on gRPC's thread: the batches ready meanwhile go with the
+        # next append that fills a batch, or the timer's next tick (within half a delay), so
+        # encoding never holds up the thread that answers calls.
         with self._lock:
             self._in_flight -= 1
-        self.send_ready()
 
     def send(self, batches: list[ProducerBatch], release: Callable[[ProducerBatch], None] | None = None,
              on_answered: Callable[[], None] | None = None) -> None:
