@@ -10,7 +10,7 @@ WORKDIR /app
 COPY setup.py README.md ./
 COPY broker_sim broker_sim
 COPY rmq_spark rmq_spark
-COPY pyspark_rocketmq_batch pyspark_rocketmq_batch
+COPY pyspark_rocketmq_batch.py ./
 COPY examples examples
 RUN pip install --no-cache-dir .
 

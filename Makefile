@@ -4,10 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench bench-store bench-read bench-model check-java setup clean protos
+.PHONY: demo test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
 
-demo: $(STAMP) check-java  ## until the Spark demo exists: the store benchmark at a small size
-	$(PY) bench/store_bench.py --messages 200000 --queues 16,1000
+demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
+	$(PY) examples/clickstream_etl.py
 
 test: $(STAMP) check-java
 	$(PY) -m pytest -q tests
@@ -19,6 +19,9 @@ bench-read: $(STAMP)
 
 bench-model: $(STAMP)  ## the seed's model table: single sends, AutoBatch x serial / concurrent dispatch, BatchCQ
 	$(PY) bench/model_bench.py
+
+bench-pop: $(STAMP)
+	$(PY) bench/pop_bench.py
 
 bench-store: $(STAMP)
 	$(PY) bench/store_bench.py

@@ -29,7 +29,7 @@ setup(
     ],
     extras_require={
         # grpcio-tools is pinned: the generated code must not change under the regeneration test.
-        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0"],
+        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "pyyaml>=6.0,<7"],
         "bench": ["matplotlib>=3.8,<4"],
     },
     entry_points={"console_scripts": [

@@ -10,6 +10,7 @@ Rows/s is the backlog over the micro-batches' trigger execution time (from query
 planning, the tasks and the sink; query start-up is left out for both).
 
     python bench/spark_read_bench.py [--messages 1000000] [--queues 16,10000] [--batch 32] [--repeat 2]
+                                     [--max-partitions N]
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--queues", default="16,10000", help="queue counts, comma-separated")
     parser.add_argument("--batch", type=int, default=32, help="messages per stored batch (AutoBatch's 32 KiB: 32)")
     parser.add_argument("--repeat", type=int, default=2, help="reads of each backlog; the best is reported")
+    parser.add_argument("--max-partitions", type=int, help="the source's maxPartitions (default: its default)")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -143,6 +145,8 @@ def main(argv=None) -> int:
                       f"batches of {args.batch} ...", flush=True)
                 fill(endpoint, f"spark{queues}", "BatchCQ", "arrow", "lz4", args.batch, queues, args.messages)
                 options = {"endpoint": endpoint, "topic": f"spark{queues}", "startingOffsets": "earliest"}
+                if args.max_partitions:
+                    options["maxPartitions"] = str(args.max_partitions)
                 rows_of[queues] = {"queues": queues, "options": options, "source": 0.0, "baseline": 0.0,
                                    "partitions": len(RocketMQBatchReader(parse_options(options)).partitions())}
             # Warm-up of rocketmq-batch: its imports and first connections in the Python workers.

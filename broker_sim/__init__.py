@@ -18,12 +18,14 @@ __all__ = ["embedded"]
 
 
 @contextlib.contextmanager
-def embedded(data_dir=None, **store_options):
+def embedded(data_dir=None, *, pop=None, transactions=None, **store_options):
     """Run a broker in this process on 127.0.0.1 and a free port; yields its endpoint
     "127.0.0.1:PORT" and stops it cleanly on exit.
 
     ``data_dir`` None: a temporary directory, removed afterwards. ``store_options`` are
-    ``broker_sim.store.StoreConfig`` fields (``flush_mode="sync"``, ``segment_bytes=...``).
+    ``broker_sim.store.StoreConfig`` fields (``flush_mode="sync"``, ``segment_bytes=...``);
+    ``pop`` a ``broker_sim.pop.PopConfig`` (``max_reconsume_times=...``), ``transactions`` a
+    ``broker_sim.txn.TransactionConfig`` (``timeout_ms=...``).
     """
     from broker_sim.server import Broker  # grpc only for those who run a broker
     from broker_sim.store import StoreConfig
@@ -31,7 +33,7 @@ def embedded(data_dir=None, **store_options):
     config = StoreConfig(**store_options)
     temporary = tempfile.mkdtemp(prefix="rmq-broker-sim-") if data_dir is None else None
     try:
-        broker = Broker(temporary or data_dir, "127.0.0.1", 0, config)
+        broker = Broker(temporary or data_dir, "127.0.0.1", 0, config, pop_config=pop, transaction_config=transactions)
         broker.start()
         try:
             yield broker.endpoint

@@ -1,6 +1,6 @@
 """rmq_spark: the client SDK of broker_sim and the PySpark data source 'rocketmq-batch'.
 
-    from rmq_spark import Admin, Producer, Message, RangeReader, OffsetRange
+    from rmq_spark import Admin, Producer, Message, RangeReader, OffsetRange, PopConsumer
 
 The names are imported on first use, so that importing a part of the package (the broker
 imports only ``rmq_spark.protocol``) does not load the whole SDK.
@@ -15,15 +15,18 @@ _HOMES = {
     "Transactions": "client.transactions",
     "new_transaction_id": "client.transactions",
     "RangeReader": "consumer",
+    "PopConsumer": "consumer",
+    "Delivery": "consumer",
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
         "BrokerStats", "CommitResult", "GroupOffset", "Message", "OffsetRange", "PreparedTransaction", "QueueOffsets",
-        "QueueType", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo", "TransactionOutcome",
-        "TransactionState")},
+        "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo",
+        "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "DataLossError",
-        "InvalidRequestError",
+        "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
+        "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
         "TransactionNotFoundError", "TransactionStateError", "WrongQueueTypeError")},

@@ -83,6 +83,28 @@ class BufferFullError(RmqError):
     retriable = True
 
 
+class GroupNotFoundError(RmqError, LookupError):
+    """The consumer group has popped nothing on this broker (acks need a group that popped)."""
+
+
+class ReceiptHandleError(RmqError):
+    """Receipt handles that could not be acked or changed. ``failed`` maps each such handle to
+    the broker's sentence; in an ack, the other handles were acked."""
+
+    def __init__(self, message: str, *, failed: dict | None = None, code=None, reason: str | None = None):
+        super().__init__(message, code=code, reason=reason)
+        self.failed = dict(failed or {})
+
+
+class ReceiptHandleExpiredError(ReceiptHandleError):
+    """The message was acked already, came back after its invisible time (it is delivered again
+    with a new handle), or its invisible time was changed (use the new handle)."""
+
+
+class InvalidReceiptHandleError(ReceiptHandleError, InvalidRequestError):
+    """A handle the broker did not issue, a damaged one, or one issued to another group."""
+
+
 class SendInProgressError(RmqError):
     """An earlier attempt of this idempotent send is still being stored; retrying gets its answer."""
 
@@ -123,6 +145,9 @@ _BY_REASON = {
     "TRANSACTION_ENDED": TransactionStateError,
     "TRANSACTION_INCOMPLETE": TransactionIncompleteError,
     "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
+    "GROUP_NOT_FOUND": GroupNotFoundError,
+    "RECEIPT_HANDLE_INVALID": InvalidReceiptHandleError,
+    "RECEIPT_HANDLE_EXPIRED": ReceiptHandleExpiredError,
     "SEND_IN_PROGRESS": SendInProgressError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.

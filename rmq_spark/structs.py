@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import ConfigError
 
@@ -40,9 +41,9 @@ class Message:
     queue_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    """Where one message was stored."""
+class SendResult(NamedTuple):
+    """Where one message was stored. (A tuple: one is made per message sent, and a tuple is
+    quick to make.)"""
 
     topic: str
     queue_id: int
@@ -190,3 +191,21 @@ class TransactionInfo:
     expires_ms: int = 0
     ended_ms: int = 0
     expired: bool = False  # rolled back by the timeout
+
+
+class ReceivedMessage(NamedTuple):
+    """A message handed out by a PopConsumer; ack it through its ``receipt_handle`` (shared by
+    the messages of one BatchCQ unit: they are acked together). (A tuple: a pop hands out
+    hundreds at a time, and a tuple is quick to make.)"""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    tags: str | None
+    keys: str | None
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    reconsume_times: int
+    receipt_handle: str
+    properties: dict

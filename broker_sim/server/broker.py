@@ -17,14 +17,17 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import DecodeError
 from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import txn_pb2
+from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 
-from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
+from broker_sim.pop import PopConfig, PopService, ReviveService
+from broker_sim.store import ConsumerOffsetTable, FlushMode, MessageStore, StoreConfig
 from broker_sim.store.commitlog import wall_clock_ms
 from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
 from broker_sim.txn import TransactionConfig, TransactionService
 
 from .errors import MalformedRequest
+from .pop_servicer import PopServicer
+from .serialized import serializer
 from .servicers import CallGate, Counters, make_servicers
 from .txn_servicer import TransactionsServicer
 
@@ -46,12 +49,14 @@ class Broker:
     ``start()`` opens the store (running recovery), binds and serves; it returns the bound
     port. ``stop(grace)`` stops serving (calls in flight get ``grace`` seconds), then closes
     the offsets and the store cleanly (no ``abort`` marker is left). ``transaction_config``
-    and ``transaction_clock_ms`` (tests inject a clock) set up the transaction service.
+    and ``transaction_clock_ms`` (tests inject a clock) set up the transaction service;
+    ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service.
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
                  *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS,
-                 transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms):
+                 transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
+                 pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms):
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -63,6 +68,11 @@ class Broker:
         self.transaction_config = transaction_config
         self.transaction_clock_ms = transaction_clock_ms
         self.transactions: TransactionService | None = None
+        # With --flush sync, pop state is synced too: nothing acknowledged is lost to a machine crash.
+        self.pop_config = pop_config or PopConfig(sync_writes=self.store_config.flush_mode is FlushMode.SYNC)
+        self.pop_now_ms = pop_now_ms
+        self.pop: PopService | None = None
+        self._revive: ReviveService | None = None
         self.counters = Counters()
         self._server: grpc.Server | None = None
         self._gate = CallGate()
@@ -116,14 +126,25 @@ class Broker:
                 store.close()
                 server.stop(None)
                 raise
+            try:
+                pop = PopService.open(self.data_dir, store, offsets, self.pop_config, now_ms=self.pop_now_ms)
+            except BaseException:
+                transactions.close()
+                offsets.close()
+                store.close()
+                server.stop(None)
+                raise
             admin, messaging = make_servicers(store, offsets, self._gate, self.counters, transactions)
             server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin),
                                              _service_handler(pb, "Messaging", messaging),
                                              _service_handler(txn_pb2, "Transactions",
-                                                              TransactionsServicer(transactions, self._gate))))
+                                                              TransactionsServicer(transactions, self._gate)),
+                                             _service_handler(pop_pb2, "Pop", PopServicer(pop, self._gate))))
+            self._revive = ReviveService(pop)
+            self._revive.start()
             server.start()
             self.store, self.offsets, self._server, self.port = store, offsets, server, port
-            self.transactions = transactions
+            self.transactions, self.pop = transactions, pop
             log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
             return port
 
@@ -134,10 +155,13 @@ class Broker:
             if self._server is None or self._stopped.is_set():
                 self._stopped.set()
                 return
+            self.pop.stop_waiting()  # long-polling pops answer now
             self._server.stop(grace).wait((grace or 0) + _DRAIN_TIMEOUT_S)
             if not self._gate.close(_DRAIN_TIMEOUT_S):
                 log.warning("calls still inside the store after %.0f s; closing it anyway", _DRAIN_TIMEOUT_S)
             try:
+                self._revive.stop()
+                self.pop.close()
                 self.transactions.close()
                 self.offsets.close()
             finally:
@@ -161,7 +185,8 @@ class Broker:
 def _service_handler(pb_module, name: str, servicer) -> grpc.GenericRpcHandler:
     """The service's handlers, as the generated add_*Servicer_to_server makes them, except that
     a request that does not parse reaches the servicer as a MalformedRequest (refused with
-    INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL."""
+    INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL, and that a handler may answer
+    with bytes it serialized itself (serialized.py)."""
     service = pb_module.DESCRIPTOR.services_by_name[name]
     handlers = {}
     for method in service.methods:
@@ -169,7 +194,7 @@ def _service_handler(pb_module, name: str, servicer) -> grpc.GenericRpcHandler:
         response_type = getattr(pb_module, method.output_type.name)
         make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
         handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_parser(request_type),
-                                     response_serializer=response_type.SerializeToString)
+                                     response_serializer=serializer(response_type))
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 

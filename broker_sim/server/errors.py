@@ -43,6 +43,13 @@ TRANSACTION_INCOMPLETE     FAILED_PRECONDITION  a commit whose transaction holds
                                                 number of messages than the client says it
                                                 sent, or a prepared batch damaged on disk;
                                                 nothing was committed
+GROUP_NOT_FOUND            NOT_FOUND            an ack or change of invisible time for a group
+                                                that never popped on this broker
+RECEIPT_HANDLE_INVALID     INVALID_ARGUMENT     a receipt handle this broker did not issue
+                                                (forged, damaged) or issued to another group
+RECEIPT_HANDLE_EXPIRED     FAILED_PRECONDITION  ChangeInvisibleDuration on a handle whose message
+                                                was acked, revived, or moved by an earlier change
+                                                (acks answer per handle with an AckStatus instead)
 SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its store is closed;
                                                 retry against a running broker
 SEND_IN_PROGRESS           ABORTED              an idempotent send whose earlier attempt is
@@ -63,6 +70,7 @@ import logging
 
 import grpc
 
+from broker_sim.pop import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
 from broker_sim.txn import Refusal, TransactionRefused
 
@@ -84,6 +92,9 @@ class Reason(str, enum.Enum):
     TRANSACTION_NOT_FOUND = "TRANSACTION_NOT_FOUND"
     TRANSACTION_ENDED = "TRANSACTION_ENDED"
     TRANSACTION_INCOMPLETE = "TRANSACTION_INCOMPLETE"
+    GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+    RECEIPT_HANDLE_INVALID = "RECEIPT_HANDLE_INVALID"
+    RECEIPT_HANDLE_EXPIRED = "RECEIPT_HANDLE_EXPIRED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     INTERNAL = "INTERNAL"
@@ -102,6 +113,9 @@ CODES = {
     Reason.TRANSACTION_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     Reason.TRANSACTION_ENDED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.TRANSACTION_INCOMPLETE: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.GROUP_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.RECEIPT_HANDLE_INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.RECEIPT_HANDLE_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
@@ -124,6 +138,13 @@ _REFUSAL_REASONS = {
     Refusal.ENDED: Reason.TRANSACTION_ENDED,
     Refusal.INCOMPLETE: Reason.TRANSACTION_INCOMPLETE,
 }
+
+_POP_REASONS = (
+    (GroupNotFound, Reason.GROUP_NOT_FOUND),
+    (InvalidReceiptHandle, Reason.RECEIPT_HANDLE_INVALID),
+    (ReceiptHandleExpired, Reason.RECEIPT_HANDLE_EXPIRED),
+    (InvalidPopRequest, Reason.INVALID_ARGUMENT),
+)
 
 STOPPING = "the broker is stopping; retry against a running broker"
 
@@ -180,6 +201,9 @@ def from_exception(err: BaseException) -> BrokerError:
         return err
     if isinstance(err, TransactionRefused):
         return BrokerError(_REFUSAL_REASONS[err.refusal], err.message)
+    for pop_error, reason in _POP_REASONS:
+        if isinstance(err, pop_error):
+            return BrokerError(reason, str(err))
     if isinstance(err, StoreClosedError):
         return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
     if isinstance(err, UnknownTopicError):

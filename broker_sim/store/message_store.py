@@ -156,14 +156,15 @@ class MessageStore:
 
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
                     flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
-                    producer: tuple[str, int] | None = None) -> PutResult:
-        """Store one message.
+                    producer: tuple[str, int] | None = None, reconsume_times: int = 0) -> PutResult:
+        """Store one message (``reconsume_times``: RECONSUMETIMES, set by retries).
 
         Every put takes ``producer=(producer id, sequence)`` to be idempotent: a stamp stored
         before gets its first answer back (``duplicate`` set) and nothing is stored (see
         ``producer_state``)."""
         return self._put(self.build_message(topic, queue_id, body, properties=properties, flag=flag,
-                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host), producer)
+                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host,
+                                            reconsume_times=reconsume_times), producer)
 
     def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
                         born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
@@ -175,12 +176,13 @@ class MessageStore:
     def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
                         compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
                         flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
+                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None,
+                        reconsume_times: int = 0) -> PutResult:
         """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
         BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
         return self._put(self.build_inner_batch(topic, queue_id, payload, count, codec=codec, compression=compression,
                                                 properties=properties, flag=flag, born_timestamp_ms=born_timestamp_ms,
-                                                born_host=born_host), producer)
+                                                born_host=born_host, reconsume_times=reconsume_times), producer)
 
     def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
         """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
@@ -196,13 +198,14 @@ class MessageStore:
 
     def build_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
                       flag: int = 0, born_timestamp_ms: int | None = None,
-                      born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
+                      born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
             return failed
         props = fmt.encode_properties(properties)
-        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag)
+        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag,
+                               reconsume_times=reconsume_times)
         return self._checked(config, queue_id, [record])
 
     def build_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
@@ -230,7 +233,7 @@ class MessageStore:
     def build_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
                           compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
                           flag: int = 0, born_timestamp_ms: int | None = None,
-                          born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
+                          born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
@@ -251,7 +254,7 @@ class MessageStore:
                                        fmt.PROPERTY_BATCH_CODEC: codec})
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
         record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
-                               sys_flag, count)
+                               sys_flag, count, reconsume_times)
         return self._checked(config, queue_id, [record])
 
     def _checked(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> "QueueRecords | PutResult":
@@ -427,6 +430,17 @@ class MessageStore:
             segment, at = self.commitlog.segment_at(segment.end), 0
         store_ts = fmt.HEADER.unpack_from(segment.map, at)[10]  # STORETIMESTAMP
         return end - indexed, max(0, self.now_ms() - store_ts)
+
+    @property
+    def indexed_position(self) -> int:
+        """The commitlog position up to which every record is indexed."""
+        return self.dispatcher.position
+
+    def wait_indexed_past(self, position: int, timeout_s: float) -> bool:
+        """Wait until records past commitlog ``position`` are indexed (new messages of any
+        queue are readable); False on timeout. Long polling over many queues waits here."""
+        with self._dispatched:
+            return self._dispatched.wait_for(lambda: self.dispatcher.position > position, timeout_s)
 
     def wait_dispatched(self, timeout_s: float) -> bool:
         """Wait until every record appended so far is indexed; False on timeout."""

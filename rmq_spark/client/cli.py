@@ -20,7 +20,7 @@ DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         with Admin(args.endpoint) as admin:
             rows, columns = args.run(admin, args)
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rmq-admin", description="Administer a broker_sim broker.")
     parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help=f"HOST:PORT (default {DEFAULT_ENDPOINT})")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")

@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 import grpc
 
 from ..errors import ConfigError, RmqError, error_for
-from ..protocol.v1 import broker_pb2_grpc
+from ..protocol.v1 import broker_pb2, broker_pb2_grpc
 
 MAX_MESSAGE_BYTES = 64 << 20
 
@@ -62,6 +62,10 @@ class Transport:
         ])
         self.admin = broker_pb2_grpc.AdminStub(self.channel)
         self.messaging = broker_pb2_grpc.MessagingStub(self.channel)
+        # SendMany of a request serialized by the caller (see producer/sender.py: join_sends).
+        self.send_many_serialized = self.channel.unary_unary(
+            "/rmq_spark.protocol.v1.Messaging/SendMany", request_serializer=None,
+            response_deserializer=broker_pb2.SendManyResponse.FromString)
 
     def call(self, method, request, *, timeout_ms: int | None = None, retry: bool = True):
         """A unary call; retried on retriable errors when ``retry`` (the call is safe to repeat)."""

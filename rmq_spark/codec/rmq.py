@@ -59,6 +59,11 @@ def encode_rows(rows) -> bytes:
 
 
 def _encode_row_properties(index: int, properties, keys, tags) -> bytes:
+    if not properties and _plain(keys) and _plain(tags):  # most messages: tags and keys only
+        text = ("" if tags is None else f"{PROPERTY_TAGS}\x01{tags}\x02") + \
+            ("" if keys is None else f"{PROPERTY_KEYS}\x01{keys}\x02")
+        if len(text) <= MAX_PROPERTIES_BYTES // 4:  # fits whatever its UTF-8 length
+            return text.encode()
     entries = [(PROPERTY_TAGS, tags, "tags"), (PROPERTY_KEYS, keys, "keys")]
     for name, value in properties or ():
         if not name or name in SYSTEM_PROPERTIES:
@@ -81,6 +86,11 @@ def _encode_row_properties(index: int, properties, keys, tags) -> bytes:
         raise ValueError(f"message {index}: properties take {len(encoded)} bytes encoded; the limit is "
                          f"{MAX_PROPERTIES_BYTES}")
     return encoded
+
+
+def _plain(text) -> bool:
+    """None, or a string without the property separators."""
+    return text is None or (isinstance(text, str) and "\x01" not in text and "\x02" not in text)
 
 
 def encode(batch: pa.RecordBatch) -> pa.Buffer:

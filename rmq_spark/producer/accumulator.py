@@ -25,7 +25,8 @@ class RecordAccumulator:
     def __init__(self, config: ProducerConfig, now_ms: Callable[[], float]):
         self.config = config
         self.now_ms = now_ms
-        self._open: dict[BatchKey, ProducerBatch] = {}
+        self._total_bytes = config.total_batch_max_bytes
+        self._open: dict[tuple, ProducerBatch] = {}
         self._ready: collections.deque[ProducerBatch] = collections.deque()
         self._held_bytes = 0
         self._in_flight = 0  # batches drained and not yet released
@@ -39,15 +40,15 @@ class RecordAccumulator:
     def append(self, message: Message, queue_id: int, timeout_s: float) -> tuple[SendFuture, bool]:
         """The message's future, and whether a batch became ready."""
         size = len(message.body)
-        key = BatchKey(message.topic, queue_id, message.tags)
+        key = (message.topic, queue_id, message.tags)  # a plain tuple: the hottest line of sending
         with self._lock:  # the condition's lock; the condition only when there is no room
-            if self._held_bytes + size > self._limit(size) and not self._room.wait_for(
-                    lambda: self._held_bytes + size <= self._limit(size), timeout_s):
+            if self._held_bytes + size > self._total_bytes and size <= self._total_bytes and \
+                    not self._room.wait_for(lambda: self._held_bytes + size <= self._limit(size), timeout_s):
                 raise self._full(timeout_s)
             self._held_bytes += size
             batch = self._open.get(key)
             if batch is None:
-                batch = self._open[key] = ProducerBatch(key, self.now_ms())
+                batch = self._open[key] = ProducerBatch(BatchKey(*key), self.now_ms())
             future = batch.append(message)
             if batch.body_bytes < self.config.batch_max_bytes:
                 return future, False

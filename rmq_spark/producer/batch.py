@@ -144,3 +144,9 @@ class SendFuture:
 
     def add_done_callback(self, fn: Callable[["SendFuture"], None]) -> None:
         self._batch.add_callback(lambda: fn(self))
+
+    def add_result_callback(self, fn: Callable[[SendResult | None, BaseException | None], None]) -> None:
+        """Call ``fn(result, None)`` or ``fn(None, error)`` once answered (send_async's callback)."""
+        batch, index = self._batch, self._index
+        self._batch.add_callback(lambda: fn(None, batch.error) if batch.error is not None
+                                 else fn(batch.result_of(index), None))

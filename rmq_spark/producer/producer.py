@@ -6,7 +6,6 @@ import threading
 import time
 from typing import Callable
 
-from ..client import transactions  # the module: it imports the producer package itself
 from ..client.transport import Transport, TransportConfig
 from ..codec import Codec, Compression
 from ..errors import ClosedError, ConfigError, RequestTimeoutError
@@ -84,7 +83,9 @@ class Producer:
         self._accumulator = RecordAccumulator(self.config, now_ms)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
         if transaction_id is not None:
-            self._sender.transaction_id = transactions.check_id(transaction_id)
+            from ..client.transactions import check_id  # here: transactions.py builds on the producer
+
+            self._sender.transaction_id = check_id(transaction_id)
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
         self._closed = False
         self._close_lock = threading.Lock()
@@ -92,6 +93,7 @@ class Producer:
         # Every batch is answered within its attempts' deadlines and backoffs; a send waits that long.
         self._answer_timeout_s = (retries + 1) * (self.config.send_timeout_ms
                                                    + self._transport.config.retry_backoff_max_ms) / 1000 + 1
+        self._room_timeout_s = self.config.send_timeout_ms / 1000
         if background and self.config.auto_batch:
             self.timer.start()
 
@@ -121,10 +123,13 @@ class Producer:
                    callback: Callable[[SendResult | None, BaseException | None], None] | None = None) -> SendFuture:
         """Send one message without waiting; returns a future of its SendResult. ``callback``
         gets (result, None) or (None, error); the callbacks of one batch run in order."""
-        self._check_open()
+        if self._closed:
+            raise ClosedError("the producer is closed: create a new one to send")
+        if not isinstance(message.body, (bytes, bytearray, memoryview)):
+            raise ConfigError(f"the message body is {type(message.body).__name__}: give bytes (text.encode())")
         _route, queue_id = self._router.queue_for(message)
         if self._batched(message):
-            future, ready = self._accumulator.append(message, queue_id, self.config.send_timeout_ms / 1000)
+            future, ready = self._accumulator.append(message, queue_id, self._room_timeout_s)
             if ready:
                 self._sender.send_ready()
         else:
@@ -132,7 +137,7 @@ class Producer:
             future = batch.append(message)
             self._sender.send([batch])
         if callback is not None:
-            future.add_done_callback(lambda f: _call_back(callback, f))
+            future.add_result_callback(callback)
         return future
 
     def send_batch(self, messages: list[Message]) -> list[SendResult]:
@@ -223,11 +228,3 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _call_back(callback, future: SendFuture) -> None:
-    error = future.exception(0)
-    if error is not None:
-        callback(None, error)
-    else:
-        callback(future.result(0), None)

@@ -11,8 +11,6 @@ import heapq
 import math
 from dataclasses import dataclass
 
-QueueKey = tuple  # (topic, queue_id)
-
 
 @dataclass(frozen=True)
 class QueueRange:

@@ -345,7 +345,10 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         for key, offset in start.items():
             queue = view.queues.get(key)
             topic, queue_id = key
-            if queue is None:
+            if queue is None and not self.options.subscription.matches(topic):
+                log.warning("rocketmq-batch: topic %r is in the checkpoint but no longer in the subscription "
+                            "(%s); its offsets are dropped", topic, self.options.subscription.describe())
+            elif queue is None:
                 self._lost(f"topic {topic!r} queue {queue_id} is gone (deleted with its topic?) with offsets from "
                            f"{offset} on not read", "dropping the queue")
             elif offset > queue.max_offset:

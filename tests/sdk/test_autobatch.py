@@ -8,6 +8,8 @@ import pytest
 from rmq_spark import (Admin, BrokerUnavailableError, BufferFullError, ClosedError, ConfigError, Message, OffsetRange,
                        Producer, RangeReader, TopicNotFoundError, TransportConfig)
 
+from rmq_spark.producer.sender import join_sends
+from rmq_spark.protocol.v1.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
 from sdk_helpers import wait_indexed
 
 
@@ -158,13 +160,13 @@ class CallSpy:
     broker stores the batches, the client hears UNAVAILABLE), as a dropped connection would."""
 
     def __init__(self, producer, lose_answers=0):
-        self.real = producer._transport.messaging.SendMany
+        self.real = producer._transport.send_many_serialized
         self.calls = []
         self.lose_answers = lose_answers
-        producer._transport.messaging.SendMany = self
+        producer._transport.send_many_serialized = self
 
     def future(self, request, timeout=None):
-        self.calls.append(len(request.sends))
+        self.calls.append(len(SendManyRequest.FromString(request).sends))
         response = self.real(request, timeout=timeout)
         if self.lose_answers:
             self.lose_answers -= 1
@@ -257,3 +259,12 @@ def test_a_failing_batch_does_not_fail_the_others_of_its_call(endpoint, clock, t
     assert spy.calls == [2]
     assert isinstance(gone.exception(), TopicNotFoundError) and kept.result().queue_offset == 0
     producer.close()
+
+
+def test_sends_joined_by_hand_are_the_request_protobuf_would_make():
+    sends = [SendRequest(topic="t", queue_id=q, producer_id="p", sequence=q,
+                         inner_batch=InnerBatch(payload=b"x" * size, count=1))
+             for q, size in enumerate((0, 1, 127, 128, 300, 70_000))]
+    joined = join_sends([send.SerializeToString() for send in sends])
+    assert joined == SendManyRequest(sends=sends).SerializeToString()
+    assert list(SendManyRequest.FromString(joined).sends) == sends

@@ -118,3 +118,15 @@ def test_bad_options_fail_at_load_with_a_sentence(spark, endpoint, topic_name):
                endingOffsets=json.dumps({topic_name: {"0": 1}})).collect()
     with pytest.raises(Exception, match="reads nothing in a batch read"):
         source(spark, endpoint, topic=topic_name, startingOffsets="latest").collect()
+
+
+def test_many_queues_share_a_few_tasks(spark, endpoint, topic_name):
+    Admin(endpoint).create_topic(topic_name, 300, "BatchCQ")
+    with Producer(endpoint, codec="arrow") as producer:
+        for q in range(300):
+            producer.send_batch([Message(topic_name, b"%d-%d" % (q, i), queue_id=q) for i in range(1 + q % 3)])
+    wait_indexed(endpoint, topic_name, 600)
+    df = source(spark, endpoint, topic=topic_name, maxPartitions=4)
+    assert df.rdd.getNumPartitions() == 4  # not 300
+    rows = df.collect()
+    assert sorted((r.queue_id, r.queue_offset) for r in rows) == [(q, i) for q in range(300) for i in range(1 + q % 3)]

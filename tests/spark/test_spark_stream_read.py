@@ -205,6 +205,9 @@ def test_a_new_queue_whose_start_was_deleted_is_data_loss(endpoint, topic_name):
     reader, _ = stream_reader(endpoint, topic_name)
     try:
         assert reader.partitions({}, {topic_name: {"0": 4}})[0].value == [(topic_name, 0, 0, 4)]
+        # A topic the query no longer subscribes to (options changed on restart) is dropped, not lost.
+        assert reader.latestOffset({"unsubscribed": {"0": 7}, topic_name: {"0": 4}}, ReadAllAvailable()) == {
+            topic_name: {"0": 4}}
         with pytest.raises(DataLossError, match="moved back from 9 to 4"):
             reader.partitions({topic_name: {"0": 9}}, {topic_name: {"0": 4}})
     finally:

@@ -1,0 +1,52 @@
+"""The Pop service's servicer: protobuf <-> PopService calls, nothing more."""
+
+from __future__ import annotations
+
+from rmq_spark.protocol.v1 import pop_pb2 as pb
+from rmq_spark.protocol.v1 import pop_pb2_grpc as pb_grpc
+
+from broker_sim.pop import AckStatus, PopService
+
+from .errors import translated
+from .serialized import with_bytes_field
+from .servicers import CallGate, TagFilter
+
+_RECORDS_FIELD = pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number
+_ACK_STATUS = {AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVALID}
+
+
+class PopServicer(pb_grpc.PopServicer):
+    def __init__(self, service: PopService, gate: CallGate):
+        self._service = service
+        self._gate = gate
+
+    @translated
+    def Pop(self, request, context):
+        tags = TagFilter.parse(request.tag_filter)
+        with self._gate:  # the records are views of the store: copied into the answer inside
+            result = self._service.pop(request.group, request.topic, request.queue_id, request.max_messages,
+                                       request.invisible_time_ms, request.poll_time_ms, tags, request.orderly)
+            found = result.deliveries
+            checkpoints = [d.checkpoint for d in found]
+            head = pb.PopResponse(
+                receipt_handles=[d.receipt_handle for d in found], topic=request.topic,
+                queue_ids=[ck.queue_id for ck in checkpoints], offsets=[ck.offset for ck in checkpoints],
+                counts=[ck.count for ck in checkpoints], reconsume_times=[ck.reconsume_times for ck in checkpoints],
+                retry=[d.retry for d in found], record_bytes=[d.record_size for d in found],
+                invisible_until_ms=checkpoints[0].deadline_ms if checkpoints else 0,
+                polling_full=result.polling_full)
+            return with_bytes_field(head, _RECORDS_FIELD, result.parts)
+
+    @translated
+    def Ack(self, request, context):
+        with self._gate:
+            failures = self._service.ack(request.group, list(request.receipt_handles))
+        return pb.AckResponse(failures=[pb.AckFailure(index=f.index, status=_ACK_STATUS[f.status], detail=f.detail)
+                                        for f in failures])
+
+    @translated
+    def ChangeInvisibleDuration(self, request, context):
+        with self._gate:
+            handle, until = self._service.change_invisible_duration(request.group, request.receipt_handle,
+                                                                    request.invisible_time_ms)
+        return pb.ChangeInvisibleDurationResponse(receipt_handle=handle, invisible_until_ms=until)

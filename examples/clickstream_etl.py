@@ -1,0 +1,201 @@
+"""Clickstream ETL: producers -> a Structured Streaming query -> aggregates, exactly once.
+
+    python examples/clickstream_etl.py                      # an embedded broker, local Spark
+    python examples/clickstream_etl.py --endpoint HOST:PORT # a running rmq-broker-sim
+
+1. Producers write JSON click events with AutoBatch into the BatchCQ topic ``clicks``.
+2. A streaming query reads them with ``format("rocketmq-batch")``, parses the JSON, counts
+   clicks per page per minute of event time (a watermark closes the minutes) and writes each
+   closed minute once, exactly once, to the topic ``page-minute-counts``
+   (``writeStream.format("rocketmq-batch")``: each task prepares its rows under a transaction,
+   the driver commits them with the batch id).
+3. A pop consumer reads the aggregates and prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+
+import broker_sim
+from rmq_spark import Admin, Message, PopConsumer, Producer, TopicConflictError
+
+PAGES = ["/", "/search", "/product", "/cart", "/checkout", "/help"]
+MINUTE_MS = 60_000
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--endpoint", help="HOST:PORT of a running broker (default: start one in this process)")
+    parser.add_argument("--events", type=int, default=200_000, help="click events to produce")
+    parser.add_argument("--minutes", type=int, default=5, help="minutes of event time the clicks span")
+    parser.add_argument("--producers", type=int, default=2, help="producer threads")
+    parser.add_argument("--queues", type=int, default=8)
+    parser.add_argument("--max-records-per-trigger", type=int, default=50_000)
+    parser.add_argument("--checkpoint", help="checkpoint directory (default: a temporary one)")
+    parser.add_argument("--master", default="local[2]")
+    return parser.parse_args(argv)
+
+
+def step(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+@contextlib.contextmanager
+def broker(endpoint: str | None):
+    if endpoint:
+        yield endpoint
+    else:
+        with broker_sim.embedded() as started:
+            yield started
+
+
+def create_topics(endpoint: str, queues: int) -> None:
+    with Admin(endpoint) as admin:
+        for name, count in (("clicks", queues), ("page-minute-counts", 4)):
+            with contextlib.suppress(TopicConflictError):  # it exists: use it as it is
+                admin.create_topic(name, count, "BatchCQ")
+
+
+def produce_clicks(endpoint: str, events: int, minutes: int, producers: int, start_ms: int) -> dict:
+    """Click events spread over ``minutes`` of event time; returns the true counts per
+    (page, minute start), to check the query's output against."""
+    truth: dict = {}
+    lock = threading.Lock()
+    sent = [0]
+
+    def work(index: int, count: int) -> None:
+        rng = random.Random(index)
+        local: dict = {}
+        with Producer(endpoint, compression="lz4") as producer:
+            for i in range(count):
+                event_ms = start_ms + rng.randrange(minutes * MINUTE_MS)
+                page = rng.choice(PAGES)
+                user = f"user-{rng.randrange(10_000)}"
+                body = json.dumps({"user": user, "page": page, "ts": event_ms}).encode()
+                producer.send_async(Message("clicks", body, keys=user, tags="click"))
+                key = (page, event_ms // MINUTE_MS * MINUTE_MS)
+                local[key] = local.get(key, 0) + 1
+                if i % 20_000 == 19_999:
+                    with lock:
+                        sent[0] += 20_000
+                        step(f"  produced {sent[0]:,} / {events:,} clicks")
+        with lock:
+            for key, n in local.items():
+                truth[key] = truth.get(key, 0) + n
+
+    per = events // producers
+    threads = [threading.Thread(target=work, args=(i, per)) for i in range(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # One late click, minutes after the others: it moves the watermark past every minute above.
+    with Producer(endpoint) as producer:
+        producer.send(Message("clicks", json.dumps({"user": "late", "page": "/late",
+                                                    "ts": start_ms + (minutes + 5) * MINUTE_MS}).encode()))
+    return truth
+
+
+def spark_session(master: str):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers run this interpreter
+    from pyspark.sql import SparkSession
+
+    return (SparkSession.builder.master(master).appName("clickstream-etl")
+            .config("spark.pyspark.python", sys.executable)
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.ui.enabled", "false")
+            .getOrCreate())
+
+
+def run_query(spark, endpoint: str, checkpoint: str, max_records: int) -> float:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructType
+
+    event = StructType().add("user", StringType()).add("page", StringType()).add("ts", LongType())
+    clicks = (spark.readStream.format("rocketmq-batch")
+              .option("endpoint", endpoint).option("topic", "clicks")
+              .option("startingOffsets", "earliest")
+              .option("maxRecordsPerTrigger", max_records)
+              .load())
+    counts = (clicks
+              .select(F.from_json(F.col("body").cast("string"), event).alias("e"))
+              .select("e.page", (F.col("e.ts") / 1000).cast("timestamp").alias("event_time"))
+              .withWatermark("event_time", "1 minute")
+              .groupBy(F.window("event_time", "1 minute"), "page")
+              .count())
+    out = counts.select(
+        F.col("page").alias("keys"),
+        F.to_json(F.struct("page", (F.col("window.start").cast("long") * 1000).alias("minute_ms"),
+                           "count")).alias("body"))
+    started = time.perf_counter()
+    query = (out.writeStream.format("rocketmq-batch")
+             .option("endpoint", endpoint).option("topic", "page-minute-counts")
+             .option("checkpointLocation", checkpoint)
+             .outputMode("append")
+             .trigger(availableNow=True)
+             .start())
+    while query.isActive:
+        progress = query.lastProgress
+        if progress:
+            step(f"  micro-batch {progress['batchId']}: {progress['numInputRows']:,} clicks in, "
+                 f"{progress.get('processedRowsPerSecond') or 0:,.0f} rows/s")
+        query.awaitTermination(2)
+    if query.exception():
+        raise query.exception()
+    return time.perf_counter() - started
+
+
+def read_aggregates(endpoint: str, expected: int, timeout_s: float = 60) -> list[dict]:
+    rows: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    with PopConsumer(endpoint, "dashboard", "page-minute-counts", poll_ms=500, max_messages=256) as consumer:
+        while len(rows) < expected and time.monotonic() < deadline:
+            for delivery in consumer.receive():
+                rows += [json.loads(m.body) for m in delivery.messages()]
+                consumer.ack(delivery)
+    return rows
+
+
+def main(argv=None, spark=None) -> dict:
+    """Run the example; ``spark``: a session to use (and leave running) instead of a new one."""
+    args = parse_args(argv)
+    start_ms = int(time.time() * 1000) // MINUTE_MS * MINUTE_MS - 30 * MINUTE_MS
+    with broker(args.endpoint) as endpoint, tempfile.TemporaryDirectory(prefix="clickstream-") as scratch:
+        step(f"broker at {endpoint}; creating topics")
+        create_topics(endpoint, args.queues)
+        step(f"producing {args.events:,} click events with AutoBatch ({args.producers} producers)")
+        started = time.perf_counter()
+        truth = produce_clicks(endpoint, args.events, args.minutes, args.producers, start_ms)
+        produced_s = time.perf_counter() - started
+        step(f"produced in {produced_s:.1f} s ({args.events / produced_s:,.0f} msgs/s); starting Spark")
+        session = spark or spark_session(args.master)
+        try:
+            seconds = run_query(session, endpoint, args.checkpoint or os.path.join(scratch, "checkpoint"),
+                                args.max_records_per_trigger)
+        finally:
+            if spark is None:
+                session.stop()
+        step(f"the streaming query read {args.events:,} clicks in {seconds:.1f} s "
+             f"({args.events / seconds:,.0f} rows/s, Spark's start included)")
+        aggregates = read_aggregates(endpoint, len(truth))
+        step(f"a pop consumer read {len(aggregates)} aggregates (page, minute, count):")
+        for row in sorted(aggregates, key=lambda r: (r["minute_ms"], r["page"])):
+            minute = time.strftime("%H:%M", time.gmtime(row["minute_ms"] / 1000))
+            print(f"    {minute} UTC  {row['page']:<10} {row['count']:>7,}")
+        got = {(row["page"], row["minute_ms"]): row["count"] for row in aggregates}
+        exact = len(got) == len(aggregates) and got == truth
+        print(f"every click counted exactly once: {exact} ({sum(got.values()):,} of {sum(truth.values()):,})")
+        return {"aggregates": aggregates, "truth": truth, "exact": exact,
+                "produce_msgs_per_s": args.events / produced_s, "query_rows_per_s": args.events / seconds}
+
+
+if __name__ == "__main__":
+    main()

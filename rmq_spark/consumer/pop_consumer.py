@@ -1,0 +1,381 @@
+"""PopConsumer: RocketMQ's pop consumption. Stateless: the broker keeps what each group has
+popped, hides it until it is acked or its invisible time passes, and then delivers it again
+(through the group's retry topic, and after the maximum retries to ``%DLQ%{group}``)."""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from typing import Callable, Iterable
+
+import pyarrow as pa
+
+from ..client.transport import Transport, TransportConfig
+from ..codec.properties import SYSTEM_PROPERTIES, decode_properties
+from ..codec.records import decode_records
+from ..errors import (ConfigError, InvalidReceiptHandleError, ReceiptHandleError, ReceiptHandleExpiredError,
+                      RmqError)
+from ..protocol.v1 import pop_pb2 as pb
+from ..protocol.v1 import pop_pb2_grpc
+from ..structs import ReceivedMessage
+
+log = logging.getLogger(__name__)
+
+_POLLING_FULL_BACKOFF_S = 0.05
+
+
+class PopConsumer:
+    """Pops messages of ``topics`` for consumer group ``group``; safe to share between threads.
+
+    Parameters
+    ----------
+    endpoint : str
+        ``HOST:PORT`` of the broker.
+    group : str
+        The consumer group: consumers of one group share the messages.
+    topics : str or list of str
+        Popped in turn; each topic's retry queue of the group is popped along with its queues.
+    tag_filter : str
+        ``"TagA || TagB"``: only messages with one of these tags (default ``"*"``: all).
+    invisible_ms : int
+        How long popped messages stay invisible to the group unless acked (default 30 s).
+    max_messages : int
+        Deliveries per pop (default 32, RocketMQ's maximum; broker_sim's is 1024: a pop call
+        costs about as much as a few dozen SimpleCQ messages). A BatchCQ unit is one delivery
+        carrying its whole batch.
+    poll_ms : int
+        Long polling: with nothing to pop, how long a ``receive`` waits on the broker for new
+        messages (default 5 s; 0 answers at once).
+    orderly : bool
+        Orderly pop: a queue with invisible messages gives nothing else until they are acked
+        or expire; expired ones come again first, with one more reconsume.
+    queue_id : int
+        Pop this queue only (default -1: every queue of each topic, in turn).
+    include_properties : bool
+        Add the ``properties`` column to ``Delivery.records`` (``Delivery.messages()`` always
+        has them).
+    transport : TransportConfig, optional
+        Deadlines and retries.
+    """
+
+    def __init__(self, endpoint: str, group: str, topics, *, tag_filter: str = "*", invisible_ms: int = 30_000,
+                 max_messages: int = 32, poll_ms: int = 5_000, orderly: bool = False, queue_id: int = -1,
+                 include_properties: bool = False, transport: TransportConfig | None = None):
+        topics = [topics] if isinstance(topics, str) else list(topics or [])
+        if not topics or not all(isinstance(t, str) and t for t in topics):
+            raise ConfigError(f"topics={topics!r}: name one topic or a list of topics")
+        if not isinstance(group, str) or not group:
+            raise ConfigError("group is empty: name the consumer group")
+        for name, value in (("invisible_ms", invisible_ms), ("max_messages", max_messages)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r}: must be a positive integer")
+        if not isinstance(poll_ms, int) or poll_ms < 0:
+            raise ConfigError(f"poll_ms={poll_ms!r}: must be 0 or more milliseconds")
+        if len(topics) > 1 and queue_id != -1:
+            raise ConfigError(f"queue_id={queue_id} names one queue, but {len(topics)} topics are given: pop one "
+                              "topic, or every queue (-1)")
+        self.group = group
+        self.topics = topics
+        self.tag_filter = tag_filter or "*"
+        self.invisible_ms = invisible_ms
+        self.max_messages = max_messages
+        self.poll_ms = poll_ms
+        self.orderly = orderly
+        self.queue_id = queue_id
+        self.include_properties = include_properties
+        self._transport = Transport(endpoint, transport)
+        self._stub = pop_pb2_grpc.PopStub(self._transport.channel)
+        self._pop_call = self._transport.channel.unary_unary(  # as the stub's, but the records are not copied
+            f"/{pb.DESCRIPTOR.services_by_name['Pop'].full_name}/Pop",
+            request_serializer=pb.PopRequest.SerializeToString, response_deserializer=_PopAnswer.parse)
+        self._next_topic = 0
+        self._lock = threading.Lock()
+
+    # --- receiving ---------------------------------------------------------------------------
+
+    def receive(self, max_messages: int | None = None, poll_ms: int | None = None) -> list[Delivery]:
+        """Pop up to ``max_messages`` deliveries; with none ready, wait up to ``poll_ms`` for new
+        ones. Returns an empty list when nothing came."""
+        want = self.max_messages if max_messages is None else max_messages
+        poll = self.poll_ms if poll_ms is None else poll_ms
+        with self._lock:
+            start = self._next_topic
+            self._next_topic = (start + 1) % len(self.topics)
+        order = self.topics[start:] + self.topics[:start]
+        for topic in order[:-1]:  # the others without waiting, the last one with long polling
+            found = self._pop(topic, want, 0)
+            if found:
+                return found
+        return self._pop(order[-1], want, poll)
+
+    def _pop(self, topic: str, want: int, poll_ms: int) -> list[Delivery]:
+        request = pb.PopRequest(group=self.group, topic=topic, queue_id=self.queue_id, max_messages=want,
+                                invisible_time_ms=self.invisible_ms, poll_time_ms=poll_ms,
+                                tag_filter=self.tag_filter, orderly=self.orderly)
+        response, records = self._transport.call(self._pop_call, request,
+                                                 timeout_ms=self._transport.config.timeout_ms + poll_ms)
+        if response.polling_full:
+            time.sleep(_POLLING_FULL_BACKOFF_S)  # the broker has enough waiting pops; look again shortly
+        if not response.receipt_handles:
+            return []
+        return self._deliveries(response, records)
+
+    def _deliveries(self, response: pb.PopResponse, records: memoryview) -> list[Delivery]:
+        answer = _Answer(records, self.include_properties, response.topic)
+        topic, until, out, row, at = response.topic, response.invisible_until_ms, [], 0, 0
+        for handle, queue_id, offset, count, reconsume, retry, size in zip(
+                response.receipt_handles, response.queue_ids, response.offsets, response.counts,
+                response.reconsume_times, response.retry, response.record_bytes):
+            out.append(Delivery(handle, topic, queue_id, offset, count, reconsume, until, retry, answer, row, at, size))
+            row += count
+            at += size
+        if at != len(records):
+            raise RmqError(f"the pop answer holds {len(records)} bytes of records but its deliveries count "
+                           f"{at}: the broker and this client disagree on the protocol")
+        answer.rows = row
+        return out
+
+    # --- acking ------------------------------------------------------------------------------
+
+    def ack(self, deliveries: "Delivery | str | Iterable[Delivery | str]") -> None:
+        """Ack deliveries (or receipt handles), all in one call: they are not delivered again.
+
+        Raises ReceiptHandleExpiredError (or InvalidReceiptHandleError, for handles the broker
+        did not issue to this group) naming the handles that failed; the others were acked.
+        """
+        handles = _handles(deliveries)
+        if not handles:
+            return
+        response = self._transport.call(self._stub.Ack, pb.AckRequest(group=self.group, receipt_handles=handles),
+                                         retry=False)  # a repeat would find the first attempt's acks expired
+        failures = response.failures
+        if failures:
+            invalid = any(f.status == pb.ACK_INVALID for f in failures)
+            cls = InvalidReceiptHandleError if invalid else ReceiptHandleExpiredError
+            raise cls(f"{len(failures)} of {len(handles)} receipt handles were not acked (the rest were); the first: "
+                      f"{failures[0].detail}", failed={handles[f.index]: f.detail for f in failures})
+
+    def change_invisible_duration(self, delivery: "Delivery | str", invisible_ms: int) -> Delivery | str:
+        """Make a delivery invisible for ``invisible_ms`` from now (to extend the time to work
+        on it, or to see it again sooner). Returns it with its new receipt handle (a handle
+        given: the new handle); the old handle stops working."""
+        handle = delivery.receipt_handle if isinstance(delivery, Delivery) else delivery
+        if not isinstance(invisible_ms, int) or invisible_ms < 0:
+            raise ConfigError(f"invisible_ms={invisible_ms!r}: must be 0 or more milliseconds")
+        response = self._transport.call(self._stub.ChangeInvisibleDuration, pb.ChangeInvisibleDurationRequest(
+            group=self.group, receipt_handle=handle, invisible_time_ms=invisible_ms), retry=False)
+        if isinstance(delivery, Delivery):
+            return delivery._moved(response.receipt_handle, response.invisible_until_ms)
+        return response.receipt_handle
+
+    # --- a consume loop ----------------------------------------------------------------------
+
+    def consume(self, handler: Callable[[Delivery], object], *, max_deliveries: int | None = None,
+                timeout_s: float | None = None, stop: threading.Event | None = None,
+                retry_delay_ms: int | None = None) -> int:
+        """Receive and hand each delivery to ``handler``; ack what it finishes (returns from),
+        leave what it fails on (raises) to come back after its invisible time, or after
+        ``retry_delay_ms`` when given. Runs until ``max_deliveries`` were handled, ``timeout_s``
+        passed or ``stop`` is set (at least one of them is needed). Returns how many
+        deliveries the handler finished.
+        """
+        if max_deliveries is None and timeout_s is None and stop is None:
+            raise ConfigError("consume needs an end: pass max_deliveries, timeout_s or stop")
+        give_up = None if timeout_s is None else time.monotonic() + timeout_s
+        finished = 0
+        seen = 0
+        while (max_deliveries is None or seen < max_deliveries) and not (stop is not None and stop.is_set()):
+            left_s = None if give_up is None else give_up - time.monotonic()
+            if left_s is not None and left_s <= 0:
+                break
+            poll = self.poll_ms if left_s is None else min(self.poll_ms, int(left_s * 1000))
+            want = self.max_messages if max_deliveries is None else min(self.max_messages, max_deliveries - seen)
+            deliveries = self.receive(want, poll)
+            done = []
+            for delivery in deliveries:
+                seen += 1
+                try:
+                    handler(delivery)
+                except Exception:
+                    log.warning("handler failed on %s queue %d offset %d (reconsume %d); it comes back later",
+                                delivery.topic, delivery.queue_id, delivery.offset, delivery.reconsume_times,
+                                exc_info=True)
+                    if retry_delay_ms is not None:
+                        self._retry_later(delivery, retry_delay_ms)
+                else:
+                    done.append(delivery)
+            if done:
+                try:
+                    self.ack(done)
+                except ReceiptHandleError as err:  # handled, but they come back: at least once
+                    log.warning("%s", err)
+                finished += len(done)
+        return finished
+
+    def _retry_later(self, delivery: Delivery, delay_ms: int) -> None:
+        try:
+            self.change_invisible_duration(delivery, delay_ms)
+        except RmqError as err:
+            log.warning("could not shorten the invisible time of a failed delivery: %s", err)
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> "PopConsumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Delivery:
+    """One pop delivery: a message of a SimpleCQ topic, or a BatchCQ unit with its whole batch.
+
+    Attributes
+    ----------
+    receipt_handle : str
+        Acks it (``PopConsumer.ack``), or changes its invisible time.
+    topic : str
+        The topic it was sent to (also when it came from the group's retry queue).
+    queue_id, offset : int
+        Where it was popped: its queue and (base) offset there; the retry queue's when ``retry``.
+    count : int
+        Messages it carries: 1, or the batch size of a BatchCQ unit.
+    reconsume_times : int
+        Deliveries of it before this one.
+    invisible_until_ms : int
+        When it is delivered again unless acked (ms since the epoch, the broker's clock).
+    retry : bool
+        It came from the group's retry queue.
+    records : pyarrow.RecordBatch
+        Its messages in the read schema (decoded on first use, for the whole pop at once).
+    """
+
+    __slots__ = ("receipt_handle", "topic", "queue_id", "offset", "count", "reconsume_times", "invisible_until_ms",
+                 "retry", "_answer", "_row", "_at", "_size")
+
+    def __init__(self, receipt_handle: str, topic: str, queue_id: int, offset: int, count: int, reconsume_times: int,
+                 invisible_until_ms: int, retry: bool, answer: "_Answer", row: int, at: int, size: int):
+        self.receipt_handle = receipt_handle
+        self.topic = topic
+        self.queue_id = queue_id
+        self.offset = offset
+        self.count = count
+        self.reconsume_times = reconsume_times
+        self.invisible_until_ms = invisible_until_ms
+        self.retry = retry
+        self._answer, self._row, self._at, self._size = answer, row, at, size
+
+    @property
+    def records(self) -> pa.RecordBatch:
+        records = self._answer.decoded().slice(self._row, self.count)
+        if self.retry:  # the retry queue's rows show the topic the message was sent to
+            records = records.set_column(0, records.schema.field(0), pa.array([self.topic] * self.count, pa.string()))
+        return records
+
+    def messages(self) -> list[ReceivedMessage]:
+        """Its messages as structs (user properties only)."""
+        single = _single_message(self._answer.data, self._at, self)
+        if single is not None:
+            return [single]
+        columns = self._answer.decoded(with_properties=True).slice(self._row, self.count).to_pydict()
+        return [ReceivedMessage(self.topic, columns["queue_id"][i], columns["queue_offset"][i], columns["body"][i],
+                                columns["tags"][i], columns["keys"][i], _ms(columns["born_timestamp"][i]),
+                                _ms(columns["store_timestamp"][i]), self.reconsume_times, self.receipt_handle,
+                                dict(columns["properties"][i] or ())) for i in range(self.count)]
+
+    def _moved(self, receipt_handle: str, invisible_until_ms: int) -> "Delivery":
+        return Delivery(receipt_handle, self.topic, self.queue_id, self.offset, self.count, self.reconsume_times,
+                        invisible_until_ms, self.retry, self._answer, self._row, self._at, self._size)
+
+    def __repr__(self) -> str:
+        return (f"Delivery(topic={self.topic!r}, queue_id={self.queue_id}, offset={self.offset}, count={self.count}, "
+                f"reconsume_times={self.reconsume_times}, retry={self.retry})")
+
+
+class _PopAnswer:
+    """A PopResponse as received: the broker writes its records field first, which is taken as
+    a view of the received bytes (protobuf would copy it twice: parsing, then reading it)."""
+
+    _RECORDS_KEY = bytes([pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number << 3 | 2])
+
+    @classmethod
+    def parse(cls, data: bytes) -> tuple[pb.PopResponse, memoryview]:
+        if data[:1] == cls._RECORDS_KEY:
+            size, at = _varint(data, 1)
+            return pb.PopResponse.FromString(data[at + size:]), memoryview(data)[at:at + size]
+        response = pb.PopResponse.FromString(data)
+        return response, memoryview(response.records)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``at`` and the position after it."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+class _Answer:
+    """The records of one pop answer, decoded into Arrow once (with or without the properties
+    column), when first asked for."""
+
+    __slots__ = ("data", "include_properties", "topic", "rows", "_decoded", "_lock")
+
+    def __init__(self, data: bytes, include_properties: bool, topic: str):
+        self.data = data
+        self.include_properties = include_properties
+        self.topic = topic
+        self.rows = 0
+        self._decoded: dict[bool, pa.RecordBatch] = {}
+        self._lock = threading.Lock()
+
+    def decoded(self, with_properties: bool | None = None) -> pa.RecordBatch:
+        with_properties = self.include_properties if with_properties is None else with_properties
+        with self._lock:
+            batch = self._decoded.get(with_properties)
+            if batch is None:
+                batch = self._decoded[with_properties] = decode_records(self.data, 0, None, with_properties)
+                if batch.num_rows != self.rows:
+                    raise RmqError(f"the pop answer holds {batch.num_rows} messages but its deliveries count "
+                                   f"{self.rows}: the broker and this client disagree on the protocol")
+            return batch
+
+
+# A stored record's header up to BODYLEN (RocketMQ's V1 layout), for single messages.
+_HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
+_INNER_BATCH = 0x80
+
+
+def _single_message(data: memoryview, at: int, delivery: Delivery) -> ReceivedMessage | None:
+    """The message of a single-message record, decoded in Python (cheaper than Arrow for one);
+    None for an inner batch."""
+    (_total, _magic, _crc, queue_id, _flag, queue_offset, _physical, sys_flag, born, _born_host, stored, _store_host,
+     _reconsume, _prepared, body_length) = _HEADER.unpack_from(data, at)
+    if sys_flag & _INNER_BATCH:
+        return None
+    body_at = at + _HEADER.size
+    topic_at = body_at + body_length
+    props_at = topic_at + 1 + data[topic_at] + 2
+    (props_length,) = struct.unpack_from(">h", data, props_at - 2)
+    properties = decode_properties(data[props_at:props_at + props_length])
+    tags, keys = properties.get("TAGS"), properties.get("KEYS")
+    user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
+    return ReceivedMessage(delivery.topic, queue_id, queue_offset, bytes(data[body_at:topic_at]), tags, keys, born,
+                           stored, delivery.reconsume_times, delivery.receipt_handle, user)
+
+
+def _ms(value) -> int:
+    return 0 if value is None else int(value.timestamp() * 1000)
+
+
+def _handles(items) -> list[str]:
+    if isinstance(items, (Delivery, str)):
+        items = [items]
+    return [item.receipt_handle if isinstance(item, Delivery) else item for item in items]

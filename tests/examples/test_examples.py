@@ -1,0 +1,49 @@
+"""Every example runs as users run it (its main, an embedded broker), at a small size, and
+prints what it did; the results it prints are checked."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_autobatch_producer(capsys):
+    summary = example("autobatch_producer").main(["--messages", "4000", "--threads", "2"])
+    assert summary["messages"] == 4000 and summary["errors"] == 0 and summary["stored_messages"] == 4000
+    assert "sent 4,000 messages from 2 threads" in capsys.readouterr().out
+
+
+def test_pop_workers(capsys):
+    result = example("pop_workers").main(["--orders", "300", "--poison-every", "100", "--max-retries", "2",
+                                          "--workers", "2"])
+    assert result["processed"] == 297
+    assert result["dead_letters"] == result["poison"] == [99, 199, 299]
+    assert result["attempts_of_poison"] == [3, 3, 3]  # the first try and two retries
+    out = capsys.readouterr().out
+    assert "each order once: True" in out and "%DLQ%order-workers: [99, 199, 299]" in out
+
+
+def test_clickstream_etl(spark, tmp_path, capsys):
+    result = example("clickstream_etl").main(["--events", "6000", "--minutes", "3", "--max-records-per-trigger",
+                                              "2500", "--checkpoint", str(tmp_path / "cp")], spark=spark)
+    assert result["exact"], "every click counted once, in the aggregates topic"
+    assert len(result["aggregates"]) == len(result["truth"]) >= 3 * 5
+    out = capsys.readouterr().out
+    assert "every click counted exactly once: True" in out and "UTC  /checkout" in out
+
+
+def test_backfill_batch(spark, tmp_path, capsys):
+    result = example("backfill_batch").main(["--orders", "3000", "--parquet", str(tmp_path / "orders.parquet")],
+                                            spark=spark)
+    assert result["parquet_rows"] == 3000 and result["waves"] == {"second": 3000}
+    assert result["replayed"] == 3000
+    assert "df.write of the Parquet rows into orders-replay: 3,000 messages" in capsys.readouterr().out

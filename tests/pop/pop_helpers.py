@@ -1,0 +1,83 @@
+"""Helpers of the pop tests (a module of its own: conftest modules are not importable)."""
+
+from broker_sim.pop import PopConfig, PopService, ReceiptSigner
+from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
+from broker_sim.store import format as fmt
+
+# Revives run only when a test calls them (its clock is stepped, not waited on).
+CONFIG = PopConfig(revive_interval_ms=3_600_000)
+
+
+class Clock:
+    """A clock that tests step instead of sleeping."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000):
+        self.now = now_ms
+
+    def __call__(self) -> int:
+        return self.now
+
+    def step(self, ms: int) -> None:
+        self.now += ms
+
+
+class Node:
+    """A real store, offset table and pop service (RocksDB) on one data directory, reopenable."""
+
+    def __init__(self, data_dir, clock: Clock, config: PopConfig = CONFIG):
+        self.data_dir = data_dir
+        self.clock = clock
+        self.config = config
+        self.open()
+
+    def open(self, state=None):
+        self.store = MessageStore(self.data_dir, StoreConfig(segment_bytes=16 << 20))
+        self.offsets = ConsumerOffsetTable(self.data_dir / "config" / "consumerOffset.json", None)
+        if state is None:
+            self.pop = PopService.open(self.data_dir, self.store, self.offsets, self.config, now_ms=self.clock)
+        else:
+            signer = ReceiptSigner.from_file(self.data_dir / "pop" / "receipt.secret")
+            self.pop = PopService(self.store, self.offsets, state, signer, self.config, now_ms=self.clock)
+
+    def close(self):
+        self.pop.close()
+        self.offsets.close()
+        self.store.close()
+
+    def reopen(self, state=None):
+        self.close()
+        self.open(state)
+
+    def put(self, topic, queue_id, body, tags=None, **kwargs):
+        result = self.store.put_message(topic, queue_id, body, properties={"TAGS": tags} if tags else None, **kwargs)
+        assert result.ok, result
+        return result
+
+    def indexed(self):
+        assert self.store.wait_dispatched(10.0)
+
+
+
+class Tags:
+    """A tag filter as the broker's servicer makes one ("A || B")."""
+
+    def __init__(self, *tags):
+        self.codes = {fmt.java_string_hash(t) for t in tags}
+
+    def matches(self, batch):
+        return batch.tags_code in self.codes
+
+
+
+def bodies(node, result) -> list[bytes]:
+    """The bodies of a pop's single-message deliveries, in order."""
+    out, at = [], 0
+    for delivery in result.deliveries:
+        record = fmt.decode_record(result.records[at:at + delivery.record_size])
+        out.append(bytes(record.body))
+        at += delivery.record_size
+    return out
+
+
+def handles(result) -> list[str]:
+    return [d.receipt_handle for d in result.deliveries]
