@@ -115,7 +115,7 @@ def spark_session(master: str):
             .getOrCreate())
 
 
-def run_query(spark, endpoint: str, checkpoint: str, max_records: int) -> float:
+def run_query(spark, endpoint: str, checkpoint: str, max_records: int, minutes: int) -> float:
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructType
 
@@ -128,7 +128,8 @@ def run_query(spark, endpoint: str, checkpoint: str, max_records: int) -> float:
     counts = (clicks
               .select(F.from_json(F.col("body").cast("string"), event).alias("e"))
               .select("e.page", (F.col("e.ts") / 1000).cast("timestamp").alias("event_time"))
-              .withWatermark("event_time", "1 minute")
+              # clicks of any minute arrive in any order: the watermark waits out the whole span
+              .withWatermark("event_time", f"{minutes} minutes")
               .groupBy(F.window("event_time", "1 minute"), "page")
               .count())
     out = counts.select(
@@ -179,7 +180,7 @@ def main(argv=None, spark=None) -> dict:
         session = spark or spark_session(args.master)
         try:
             seconds = run_query(session, endpoint, args.checkpoint or os.path.join(scratch, "checkpoint"),
-                                args.max_records_per_trigger)
+                                args.max_records_per_trigger, args.minutes)
         finally:
             if spark is None:
                 session.stop()
