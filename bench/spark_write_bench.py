@@ -9,7 +9,7 @@ bytes). Rows/s is the rows over the micro-batches' trigger execution time (query
 planning, the tasks, the sink's commit), the first micro-batches of a query left out as
 warm-up. The rows of every sink and the baseline run interleaved, best attempt kept.
 
-    python bench/spark_write_bench.py [--rows-per-batch 500000] [--batches 6] [--repeat 2]
+    python bench/spark_write_bench.py [--rows-per-batch 300000] [--batches 4] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def run(df, sink: str, options: dict, checkpoint: Path, batches: int) -> tuple[i
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows-per-batch", type=int, default=500_000, help="rows per micro-batch (default 500,000)")
-    parser.add_argument("--batches", type=int, default=6, help="micro-batches measured per attempt (default 6)")
+    parser.add_argument("--rows-per-batch", type=int, default=300_000, help="rows per micro-batch (default 300,000)")
+    parser.add_argument("--batches", type=int, default=4, help="micro-batches measured per attempt (default 4)")
     parser.add_argument("--partitions", type=int, default=2, help="Spark tasks per micro-batch (default 2)")
     parser.add_argument("--repeat", type=int, default=2, help="attempts; the best of each row is kept")
     parser.add_argument("--compression", default="lz4", help="the sink's compression (default lz4)")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,7 +167,7 @@ def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.
     try:
         rows = 0
         unanswered = deque()  # sends whose answers are not checked yet (answered ones free their payloads)
-        for batch in batches:
+        for batch in _read_ahead(batches):
             if batch.num_rows == 0:
                 continue
             unanswered.append(producer.send_arrow(batch.select(plan.columns), options.topic))
@@ -181,6 +183,49 @@ def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.
         raise
     producer.close()
     return message
+
+
+_END = object()
+
+
+def _read_ahead(batches: Iterator[pa.RecordBatch], depth: int = 2) -> Iterator[pa.RecordBatch]:
+    """``batches``, read from Spark by a thread of its own up to ``depth`` ahead, so that
+    reading the next Arrow batch from Spark overlaps encoding and sending this one (both
+    release the GIL for their copies and compression)."""
+    ready: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(batch):
+                    return
+            put(_END)
+        except BaseException as error:  # handed to the sending thread, which raises it
+            put(error)
+
+    reader = threading.Thread(target=read, name="rocketmq-batch-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()
 
 
 def _attempt_prefix(prefix: str) -> str:
