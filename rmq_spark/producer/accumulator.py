@@ -37,8 +37,9 @@ class RecordAccumulator:
     def held_bytes(self) -> int:
         return self._held_bytes
 
-    def append(self, message: Message, queue_id: int, timeout_s: float) -> tuple[SendFuture, bool]:
-        """The message's future, and whether a batch became ready."""
+    def append(self, message: Message, queue_id: int, timeout_s: float, callback=None) -> tuple[SendFuture, bool]:
+        """The message's future, and whether a batch became ready; ``callback(result, error)``
+        runs once the batch is answered."""
         size = len(message.body)
         key = (message.topic, queue_id, message.tags)  # a plain tuple: the hottest line of sending
         with self._lock:  # the condition's lock; the condition only when there is no room
@@ -49,7 +50,7 @@ class RecordAccumulator:
             batch = self._open.get(key)
             if batch is None:
                 batch = self._open[key] = ProducerBatch(BatchKey(*key), self.now_ms())
-            future = batch.append(message)
+            future = batch.append(message, callback)
             if batch.body_bytes < self.config.batch_max_bytes:
                 return future, False
             del self._open[key]

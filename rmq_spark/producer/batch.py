@@ -56,10 +56,16 @@ class ProducerBatch:
             batch.append(message)
         return batch
 
-    def append(self, message: Message) -> "SendFuture":
+    def append(self, message: Message, callback=None) -> "SendFuture":
+        """Add a message, and its ``callback(result, error)``; the batch is not sent yet, so
+        no lock of its own is needed (the accumulator's is held)."""
+        index = len(self.messages)
         self.messages.append(message)
         self.body_bytes += len(message.body)
-        return SendFuture(self, len(self.messages) - 1)
+        if callback is not None:
+            self._callbacks.append(lambda: callback(None, self.error) if self.error is not None
+                                   else callback(self.result_of(index), None))
+        return SendFuture(self, index)
 
     def age_ms(self, now_ms: float) -> float:
         return now_ms - self.created_ms
@@ -144,9 +150,3 @@ class SendFuture:
 
     def add_done_callback(self, fn: Callable[["SendFuture"], None]) -> None:
         self._batch.add_callback(lambda: fn(self))
-
-    def add_result_callback(self, fn: Callable[[SendResult | None, BaseException | None], None]) -> None:
-        """Call ``fn(result, None)`` or ``fn(None, error)`` once answered (send_async's callback)."""
-        batch, index = self._batch, self._index
-        self._batch.add_callback(lambda: fn(None, batch.error) if batch.error is not None
-                                 else fn(batch.result_of(index), None))

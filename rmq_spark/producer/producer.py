@@ -129,15 +129,13 @@ class Producer:
             raise ConfigError(f"the message body is {type(message.body).__name__}: give bytes (text.encode())")
         _route, queue_id = self._router.queue_for(message)
         if self._batched(message):
-            future, ready = self._accumulator.append(message, queue_id, self._room_timeout_s)
+            future, ready = self._accumulator.append(message, queue_id, self._room_timeout_s, callback)
             if ready:
                 self._sender.send_ready()
         else:
             batch = ProducerBatch(BatchKey(message.topic, queue_id, message.tags), alone=True)
-            future = batch.append(message)
+            future = batch.append(message, callback)
             self._sender.send([batch])
-        if callback is not None:
-            future.add_result_callback(callback)
         return future
 
     def send_batch(self, messages: list[Message]) -> list[SendResult]:
