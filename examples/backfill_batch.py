@@ -23,8 +23,10 @@ import time
 
 import pyarrow as pa
 
-import broker_sim
-from rmq_spark import Admin, Producer, TopicConflictError
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # quiet gRPC's note when Spark starts its JVM
+
+import broker_sim  # noqa: E402
+from rmq_spark import Admin, Producer, TopicConflictError  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,7 +58,7 @@ def spark_session(master: str):
     from pyspark.sql import SparkSession
 
     return (SparkSession.builder.master(master).appName("backfill")
-            .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false").getOrCreate())
+            .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
 
 
 def main(argv=None, spark=None) -> dict:

@@ -24,8 +24,10 @@ import tempfile
 import threading
 import time
 
-import broker_sim
-from rmq_spark import Admin, Message, PopConsumer, Producer, TopicConflictError
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # quiet gRPC's note when Spark starts its JVM
+
+import broker_sim  # noqa: E402
+from rmq_spark import Admin, Message, PopConsumer, Producer, TopicConflictError  # noqa: E402
 
 PAGES = ["/", "/search", "/product", "/cart", "/checkout", "/help"]
 MINUTE_MS = 60_000
@@ -108,11 +110,13 @@ def spark_session(master: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers run this interpreter
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.master(master).appName("clickstream-etl")
-            .config("spark.pyspark.python", sys.executable)
-            .config("spark.sql.shuffle.partitions", "4")
-            .config("spark.ui.enabled", "false")
-            .getOrCreate())
+    session = (SparkSession.builder.master(master).appName("clickstream-etl")
+               .config("spark.pyspark.python", sys.executable)
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def run_query(spark, endpoint: str, checkpoint: str, max_records: int, minutes: int) -> float:
