@@ -14,7 +14,7 @@ import contextlib
 import shutil
 import tempfile
 
-__all__ = ["embedded"]
+__all__ = ["embedded", "embedded_unless"]
 
 
 @contextlib.contextmanager
@@ -42,3 +42,14 @@ def embedded(data_dir=None, *, pop=None, transactions=None, **store_options):
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def embedded_unless(endpoint: str | None, **options):
+    """Yield ``endpoint`` when one is given (a running broker), otherwise run an ``embedded``
+    broker with ``options`` for the block: how the examples take ``--endpoint``."""
+    if endpoint:
+        yield endpoint
+    else:
+        with embedded(**options) as started:
+            yield started

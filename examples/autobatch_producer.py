@@ -31,18 +31,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@contextlib.contextmanager
-def broker(endpoint: str | None):
-    if endpoint:
-        yield endpoint
-    else:
-        with broker_sim.embedded() as started:
-            yield started
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    with broker(args.endpoint) as endpoint:
+    with broker_sim.embedded_unless(args.endpoint) as endpoint:
         with Admin(endpoint) as admin:
             with contextlib.suppress(TopicConflictError):  # it exists with other settings: use it as it is
                 admin.create_topic(args.topic, args.queues, "BatchCQ")

@@ -38,15 +38,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@contextlib.contextmanager
-def broker(endpoint: str | None):
-    if endpoint:
-        yield endpoint
-    else:
-        with broker_sim.embedded() as started:
-            yield started
-
-
 def wave(producer: Producer, first: int, count: int, label: str) -> None:
     bodies = [json.dumps({"order": i, "wave": label, "amount": i % 97}).encode() for i in range(first, first + count)]
     producer.send_arrow(pa.table({"body": bodies, "keys": [f"customer-{i % 500}" for i in range(first, first + count)],
@@ -64,7 +55,8 @@ def spark_session(master: str):
 def main(argv=None, spark=None) -> dict:
     """Run the example; ``spark``: a session to use (and leave running) instead of a new one."""
     args = parse_args(argv)
-    with broker(args.endpoint) as endpoint, tempfile.TemporaryDirectory(prefix="backfill-") as scratch:
+    with broker_sim.embedded_unless(args.endpoint) as endpoint, \
+            tempfile.TemporaryDirectory(prefix="backfill-") as scratch:
         parquet = args.parquet or os.path.join(scratch, "orders.parquet")
         with Admin(endpoint) as admin:
             for name in ("orders", "orders-replay"):

@@ -50,15 +50,6 @@ def step(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-@contextlib.contextmanager
-def broker(endpoint: str | None):
-    if endpoint:
-        yield endpoint
-    else:
-        with broker_sim.embedded() as started:
-            yield started
-
-
 def create_topics(endpoint: str, queues: int) -> None:
     with Admin(endpoint) as admin:
         for name, count in (("clicks", queues), ("page-minute-counts", 4)):
@@ -173,7 +164,8 @@ def main(argv=None, spark=None) -> dict:
     """Run the example; ``spark``: a session to use (and leave running) instead of a new one."""
     args = parse_args(argv)
     start_ms = int(time.time() * 1000) // MINUTE_MS * MINUTE_MS - 30 * MINUTE_MS
-    with broker(args.endpoint) as endpoint, tempfile.TemporaryDirectory(prefix="clickstream-") as scratch:
+    with broker_sim.embedded_unless(args.endpoint) as endpoint, \
+            tempfile.TemporaryDirectory(prefix="clickstream-") as scratch:
         step(f"broker at {endpoint}; creating topics")
         create_topics(endpoint, args.queues)
         step(f"producing {args.events:,} click events with AutoBatch ({args.producers} producers)")

@@ -37,18 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@contextlib.contextmanager
-def broker(args):
-    if args.endpoint:
-        yield args.endpoint
-    else:
-        with broker_sim.embedded(pop=PopConfig(max_reconsume_times=args.max_retries)) as endpoint:
-            yield endpoint
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    with broker(args) as endpoint:
+    with broker_sim.embedded_unless(args.endpoint, pop=PopConfig(max_reconsume_times=args.max_retries)) as endpoint:
         with Admin(endpoint) as admin:
             with contextlib.suppress(TopicConflictError):
                 admin.create_topic(args.topic, 4, "SimpleCQ")

@@ -144,13 +144,7 @@ def parse_options(options) -> SourceOptions:
         if name is None:
             raise ConfigError(_unknown(key))
         given[name] = value if isinstance(value, str) else str(value)
-    if "endpoint" not in given:
-        raise ConfigError("option endpoint is required: the broker's HOST:PORT, e.g. .option('endpoint', "
-                          "'127.0.0.1:10911')")
-    try:
-        endpoint = check_endpoint(given["endpoint"].strip())
-    except ConfigError as err:
-        raise ConfigError(f"option endpoint: {err}") from None
+    endpoint = _endpoint(given)
     subscription = _subscription(given)
     opts = SourceOptions(
         endpoint=endpoint,
@@ -195,6 +189,17 @@ def _unknown(key: str, names: tuple = OPTION_NAMES, role: str = "source") -> str
         close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
         hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
     return f"unknown option {key!r} for the rocketmq-batch {role}{hint}; the options are: {', '.join(names)}"
+
+
+def _endpoint(given: dict) -> str:
+    """The required endpoint option, checked (reads and writes alike)."""
+    if "endpoint" not in given:
+        raise ConfigError("option endpoint is required: the broker's HOST:PORT, e.g. .option('endpoint', "
+                          "'127.0.0.1:10911')")
+    try:
+        return check_endpoint(given["endpoint"].strip())
+    except ConfigError as err:
+        raise ConfigError(f"option endpoint: {err}") from None
 
 
 def _subscription(given: dict) -> Subscription:
@@ -384,13 +389,7 @@ def parse_sink_options(options) -> SinkOptions:
                                   f"writes; the write options are: {', '.join(SINK_OPTION_NAMES)}")
             raise ConfigError(_unknown(key, SINK_OPTION_NAMES, "sink"))
         given[name] = value if isinstance(value, str) else str(value)
-    if "endpoint" not in given:
-        raise ConfigError("option endpoint is required: the broker's HOST:PORT, e.g. .option('endpoint', "
-                          "'127.0.0.1:10911')")
-    try:
-        endpoint = check_endpoint(given["endpoint"].strip())
-    except ConfigError as err:
-        raise ConfigError(f"option endpoint: {err}") from None
+    endpoint = _endpoint(given)
     topic = given.get("topic")
     if topic is not None and (not topic.strip() or "," in topic):
         raise ConfigError(f"option topic={topic!r}: give one topic name (or a topic column, one topic per row)")
