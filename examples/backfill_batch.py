@@ -48,8 +48,11 @@ def spark_session(master: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.master(master).appName("backfill")
-            .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    session = (SparkSession.builder.master(master).appName("backfill")
+               .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def main(argv=None, spark=None) -> dict:

@@ -42,8 +42,8 @@ DEFAULTS = {
 OPTION_NAMES = (
     "endpoint", "topic", "topics", "topicPattern", "assign", "startingOffsets", "startingTimestamp",
     "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
-    "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch", "fetchTimeout", "failOnDataLoss", "tagFilter",
-    "includeProperties", "consumerGroup",
+    "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch", "fetchTimeout", "failOnDataLoss",
+    "tagFilter", "includeProperties", "consumerGroup",
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
 # What users of Spark's Kafka source would type, and ours.
