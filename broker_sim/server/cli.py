@@ -19,8 +19,12 @@ import sys
 import threading
 from pathlib import Path
 
-from broker_sim.store import DataDirInUseError, StoreConfig, StoreError
-from broker_sim.txn.service import TransactionConfig
+# gRPC's core logs its own line for failures this CLI reports in a sentence (a port in use):
+# quiet unless asked for (GRPC_VERBOSITY=ERROR), before grpc is first imported.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+from broker_sim.store import DataDirInUseError, StoreConfig, StoreError  # noqa: E402
+from broker_sim.txn.service import TransactionConfig  # noqa: E402
 
 PROG = "rmq-broker-sim"
 _SIZE = re.compile(r"^(\d+)\s*([kmg]i?b?|b)?$", re.IGNORECASE)
