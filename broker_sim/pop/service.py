@@ -605,6 +605,23 @@ class PopService:
         for group, entries in commits.items():
             self.offsets.commit(group, entries)
 
+    def forget_topic(self, topic: str) -> int:
+        """Drop the pop state of a deleted topic (its invisible records and every group's pull
+        offsets), so that a topic created again under the name is popped from its start;
+        returns how many records went. Handles of the dropped records stop working."""
+        with self._lock:
+            keys = [key for key, ck in self._checkpoints.items() if ck.topic == topic]
+            queues = [where for where in self._queues if where[1] == topic]
+            self.state.write([], keys + [pull_key(queue_prefix(group, name), queue_id)
+                                         for group, name, queue_id in queues])
+            for key in keys:
+                del self._checkpoints[key]
+            for where in queues:
+                del self._queues[where]
+            for rotation in [r for r in self._rotation if r[1] == topic]:
+                del self._rotation[rotation]
+            return len(keys)
+
     # --- checks and lifecycle ----------------------------------------------------------------
 
     def _check_group(self, group: str) -> None:

@@ -134,7 +134,7 @@ class Broker:
                 store.close()
                 server.stop(None)
                 raise
-            admin, messaging = make_servicers(store, offsets, self._gate, self.counters, transactions)
+            admin, messaging = make_servicers(store, offsets, self._gate, self.counters, transactions, pop)
             server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin),
                                              _service_handler(pb, "Messaging", messaging),
                                              _service_handler(txn_pb2, "Transactions",

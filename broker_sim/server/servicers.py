@@ -86,12 +86,13 @@ class _Shared:
     """What both servicers use: the store, the gate, and the lookups that refuse with a reason."""
 
     def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate, counters: Counters,
-                 transactions=None):
+                 transactions=None, pop=None):
         self.store = store
         self.offsets = offsets
         self.gate = gate
         self.counters = counters
         self.transactions = transactions  # broker_sim.txn.TransactionService
+        self.pop = pop  # broker_sim.pop.PopService
 
     def topic(self, name: str) -> TopicConfig:
         if not name:
@@ -152,6 +153,8 @@ class AdminServicer(pb_grpc.AdminServicer):
             deleted = self._s.store.delete_topic(request.name)
             if deleted:
                 self._s.offsets.remove_topic(request.name)
+                if self._s.pop is not None:
+                    self._s.pop.forget_topic(request.name)
         return pb.DeleteTopicResponse(deleted=deleted)
 
     @translated
@@ -616,6 +619,6 @@ def _resident_bytes() -> int:
 
 
 def make_servicers(store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate,
-                   counters: Counters, transactions=None) -> tuple[AdminServicer, MessagingServicer]:
-    shared = _Shared(store, offsets, gate, counters, transactions)
+                   counters: Counters, transactions=None, pop=None) -> tuple[AdminServicer, MessagingServicer]:
+    shared = _Shared(store, offsets, gate, counters, transactions, pop)
     return AdminServicer(shared), MessagingServicer(shared)

@@ -208,3 +208,19 @@ def test_retry_copies_do_not_carry_the_idempotent_send_stamp(broker, clock):
         (copy,) = broker.store.get_messages("%RETRY%g+s", 0, 0).batches
         properties = fmt.decode_record(copy.data).properties
         assert fmt.PROPERTY_PRODUCER not in properties and properties["RETRY_TOPIC"] == "s"
+
+
+def test_a_topic_deleted_and_created_again_is_popped_from_its_start(broker):
+    send(broker, "gone", "SimpleCQ", [Message("gone", b"old%d" % i) for i in range(6)])
+    with PopConsumer(broker.endpoint, "g", "gone", max_messages=4, poll_ms=0) as consumer:
+        held = consumer.receive()  # four invisible, two never popped
+        assert len(held) == 4
+        with Admin(broker.endpoint) as admin:
+            admin.delete_topic("gone")
+        assert broker.pop.in_flight("g") == 0  # the deleted topic's pop state went with it
+        send(broker, "gone", "SimpleCQ", [Message("gone", b"new%d" % i) for i in range(3)])
+        fresh = consumer.receive(max_messages=10)
+        assert [m.body for d in fresh for m in d.messages()] == [b"new0", b"new1", b"new2"]
+        consumer.ack(fresh)
+        with pytest.raises(ReceiptHandleExpiredError):  # a handle of the old topic's message
+            consumer.ack(held[0])
