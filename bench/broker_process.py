@@ -20,7 +20,7 @@ def broker_process(data_dir: Path, *extra_args: str, timeout_s: float = 60):
     command = [sys.executable, "-m", "broker_sim.server.cli", "--port", "0", "--data-dir", str(data_dir), *extra_args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        endpoint = _wait_listening(process, timeout_s)
+        endpoint, _output = wait_listening(process, timeout_s)
         yield endpoint, process
     finally:
         if process.poll() is None:
@@ -31,7 +31,8 @@ def broker_process(data_dir: Path, *extra_args: str, timeout_s: float = 60):
                 process.kill()
 
 
-def _wait_listening(process: subprocess.Popen, timeout_s: float) -> str:
+def wait_listening(process: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
+    """Read a starting broker's output until it listens: (its endpoint, what it printed)."""
     deadline = time.monotonic() + timeout_s
     lines = []
     while time.monotonic() < deadline:
@@ -41,7 +42,7 @@ def _wait_listening(process: subprocess.Popen, timeout_s: float) -> str:
         lines.append(line)
         match = LISTENING.search(line)
         if match:
-            return f"{match.group(1)}:{match.group(2)}"
+            return f"{match.group(1)}:{match.group(2)}", "".join(lines)
     raise RuntimeError(f"the broker did not listen within {timeout_s} s:\n" + "".join(lines))
 
 

@@ -64,20 +64,14 @@ class ProducerState:
             return None
 
     def end(self, producer_id: str, sequence: int, result: PutResult) -> None:
-        """Record the answer of a claimed stamp; a failed send releases the claim."""
+        """Record the answer of a claimed stamp (or of one found in the log at open); a failed
+        send releases the claim."""
         with self._lock:
             sequences = self._sequences(producer_id)
             if result.ok:
                 sequences[sequence] = _as_duplicate(result)
             else:
                 sequences.pop(sequence, None)
-
-    def remember(self, producer_id: str, sequence: int, result: PutResult) -> None:
-        """Record a stamp found in the log (at open)."""
-        self.end(producer_id, sequence, result)
-
-    def __len__(self) -> int:
-        return sum(len(sequences) for sequences in self._producers.values())
 
     def _sequences(self, producer_id: str) -> OrderedDict:
         sequences = self._producers.get(producer_id)
@@ -133,7 +127,7 @@ class StampCollector:
         if left > 0:
             return
         count = first.inner_count if len(offsets) == 1 else len(offsets)
-        self.state.remember(producer_id, sequence, PutResult(
+        self.state.end(producer_id, sequence, PutResult(
             PutStatus.PUT_OK, "", first.queue_id, first.queue_offset, count, tuple(offsets), first.store_timestamp))
         self._open = None
         self.found += 1

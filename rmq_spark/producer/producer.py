@@ -182,7 +182,7 @@ class Producer:
                 self._sender.send(chunk, self._accumulator.release)
                 chunk, chunk_bytes = [], 0
             try:
-                self._accumulator.hold(batch, self.config.send_timeout_ms / 1000)
+                self._accumulator.hold(batch, self._room_timeout_s)
             except BaseException as error:  # no room: what was not sent fails, and is not held
                 for unsent in chunk:
                     unsent.fail(error)

@@ -268,3 +268,54 @@ def test_sends_joined_by_hand_are_the_request_protobuf_would_make():
     joined = join_sends([send.SerializeToString() for send in sends])
     assert joined == SendManyRequest(sends=sends).SerializeToString()
     assert list(SendManyRequest.FromString(joined).sends) == sends
+
+
+class HeldCalls(CallSpy):
+    """A spy whose calls are answered only when the test says so."""
+
+    def __init__(self, producer):
+        super().__init__(producer)
+        self.waiting = []
+
+    def future(self, request, timeout=None):
+        self.calls.append(len(SendManyRequest.FromString(request).sends))
+        held = Held(self.real(request, timeout=timeout))
+        self.waiting.append(held)
+        return held
+
+    def answer_all(self):
+        waiting, self.waiting = self.waiting, []
+        for held in waiting:
+            held.answer()
+
+
+class Held(Answered):
+    def __init__(self, response):
+        super().__init__(response)
+        self.callbacks = []
+
+    def add_done_callback(self, fn):
+        self.callbacks.append(fn)
+
+    def answer(self):
+        for fn in self.callbacks:
+            fn(self)
+
+
+def test_batches_ready_while_max_in_flight_calls_are_out_go_together_later(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, batch_max_bytes=100, max_in_flight_requests=1)
+    spy = HeldCalls(producer)
+    futures = [producer.send_async(Message(topic, b"x" * 100, queue_id=0, tags=t)) for t in "ABCD"]
+    assert spy.calls == [1]  # the first filled batch went; the other three wait for the call's answer
+    spy.answer_all()
+    assert producer.timer.tick() == 3 and spy.calls == [1, 3]
+    spy.answer_all()
+    assert [f.result(0).queue_offset for f in futures] == [0, 1, 2, 3]
+    producer.close()
+
+
+def test_a_body_that_is_not_bytes_is_refused_at_once(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    with pytest.raises(ConfigError, match="body is str: give bytes"):
+        producer.send_async(Message(topic, "text"))
+    producer.close()

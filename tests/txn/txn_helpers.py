@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from bench.broker_process import wait_listening
 from broker_sim.server import Broker
 from broker_sim.store import StoreConfig
 from broker_sim.txn import TransactionConfig
@@ -22,7 +22,6 @@ STORE_CONFIG = StoreConfig(segment_bytes=16 << 20, max_message_bytes=256 << 10)
 # No background sweep: tests call expire() with the injected clock. Small half log segments.
 TXN_CONFIG = TransactionConfig(timeout_ms=60_000, check_interval_ms=3_600_000, half_segment_bytes=1)
 START_MS = 1_800_000_000_000
-LISTENING = re.compile(r"listening on (\S+):(\d+)")
 CRASHING_BROKER = Path(__file__).with_name("crashing_broker.py")
 
 
@@ -86,7 +85,8 @@ def broker_process(data_dir: Path, crash: str | None = None, timeout_s: float = 
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        yield _wait_listening(process, timeout_s)
+        endpoint, output = wait_listening(process, timeout_s)
+        yield endpoint, process, output
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -103,17 +103,3 @@ def kill9(process: subprocess.Popen, timeout_s: float = 30) -> None:
         process.kill()
     process.wait(timeout_s)
     assert process.returncode == -signal.SIGKILL
-
-
-def _wait_listening(process: subprocess.Popen, timeout_s: float) -> tuple:
-    deadline = time.monotonic() + timeout_s
-    lines = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            raise RuntimeError("the broker exited before listening:\n" + "".join(lines))
-        lines.append(line)
-        match = LISTENING.search(line)
-        if match:
-            return f"{match.group(1)}:{match.group(2)}", process, "".join(lines)
-    raise RuntimeError(f"the broker did not listen within {timeout_s} s:\n" + "".join(lines))
