@@ -6,13 +6,14 @@ from .consume_queue import IndexUnit
 from .consumer_offsets import ConsumerOffsetTable
 from .errors import DataDirInUseError, StoreClosedError, StoreError, UnknownTopicError
 from .format import Compression, SysFlag, decode_record, encode_message_batch
+from .integrity import CorruptedRecord
 from .message_store import MessageStore
 from .recovery import RecoveryReport
 from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
 from .topics import QueueType, TopicConfig
 
 __all__ = [
-    "Compression", "ConsumerOffsetTable", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult",
+    "Compression", "ConsumerOffsetTable", "CorruptedRecord", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult",
     "GetStatus", "IndexUnit", "MessageStore", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
     "StoreClosedError", "StoreConfig", "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError",
     "decode_record", "encode_message_batch",

@@ -20,6 +20,9 @@ from .config import StoreConfig
 from .mapped_file import MappedFile, MappedFileQueue
 
 _PROPS_LEN = struct.Struct(">h")
+_PHYSICAL = struct.Struct(">q")  # PHYSICALOFFSET, at byte 28 of a record
+_MAGIC_BYTES = struct.pack(">I", fmt.MAGIC_V1)
+_BLANK_MAGIC_BYTES = struct.pack(">I", fmt.BLANK_MAGIC)
 _INNER_BASE_KEY = fmt.PROPERTY_INNER_BASE.encode() + fmt.NAME_VALUE_SEPARATOR
 
 
@@ -44,6 +47,22 @@ class PendingRecord:
 
 
 @dataclass(frozen=True)
+class DamagedRecord:
+    """A damaged record that recovery kept in place: ``size`` bytes from ``position``, up to
+    the next valid record. ``header_intact``: only its body is damaged, so its header says
+    which topic, queue and offsets it holds."""
+
+    position: int
+    size: int
+    reason: str
+    header_intact: bool
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+
+@dataclass(frozen=True)
 class Appended:
     queue_offset: int  # of the first record's first message
     physical_offsets: tuple
@@ -63,6 +82,7 @@ class CommitLog:
         self.queue_offsets: dict[tuple[str, int], int] = {}  # next offset of each queue
         self.max_offset = self.segments.min_offset  # end of the last complete record
         self.flushed_offset = self.max_offset
+        self.damaged: dict[int, int] = {}  # damaged records kept by recovery: position -> end
 
     @property
     def min_offset(self) -> int:
@@ -183,13 +203,16 @@ class CommitLog:
 
     def headers(self, start: int):
         """The records appended from ``start`` (a record boundary) on, as (physical offset,
-        header fields in ``fmt.HEADER`` order); BLANK markers are skipped."""
+        header fields in ``fmt.HEADER`` order); BLANK markers and damaged records are skipped."""
         position = max(start, self.min_offset)
         while position < self.max_offset:
             segment = self.segments.find(position)
             if segment is None:
                 return
             pos = position - segment.start
+            if position in self.damaged:  # its length cannot be trusted
+                position = self.damaged[position]
+                continue
             if segment.size - pos < fmt.HEADER.size or fmt.BLANK.unpack_from(segment.map, pos)[1] == fmt.BLANK_MAGIC:
                 position = segment.end
                 continue
@@ -202,24 +225,78 @@ class CommitLog:
 
     # --- recovery --------------------------------------------------------------------------
 
-    def scan_valid_tail(self, start: int, visit: Callable | None = None) -> tuple[int, str]:
-        """Check records forward from ``start`` (a record boundary); return the valid tail and
-        why the scan stopped there. ``visit(buffer, position, physical offset)`` sees every
-        valid record."""
+    def scan(self, start: int, flushed: int, visit: Callable | None = None) -> tuple[int, str, list]:
+        """Check records forward from ``start`` (a record boundary) to the log's end; return
+        (the valid tail, why the scan stopped there, the damaged records kept).
+
+        A record that fails its checks is a torn tail, cut, only when no valid record
+        follows it and it lies at or past ``flushed`` (the bytes before it are known to be on
+        disk). Otherwise it is kept in place, as a ``DamagedRecord`` reaching to the next
+        valid record (or to ``flushed``): acknowledged offsets are never given again.
+        ``visit(buffer, position, physical offset)`` sees every valid record."""
+        damaged = []
         offset = start
         while True:
             segment = self.segments.find(offset)
             if segment is None:
-                return offset, "end of the last segment"
+                return offset, "end of the last segment", damaged
             check, size, reason = fmt.check_record(segment.map, offset - segment.start, segment.size)
             if check is fmt.Check.OK:
                 if visit is not None:
                     visit(segment.map, offset - segment.start, offset)
                 offset += size
-            elif check is fmt.Check.BLANK:
+                continue
+            if check is fmt.Check.BLANK:
                 offset = segment.end
-            else:
-                return offset, reason
+                continue
+            if offset >= flushed and reason == fmt.NO_MORE_RECORDS:
+                return offset, reason, damaged  # the usual end of a log
+            next_valid = self._next_valid_record(offset, size)
+            if next_valid is None:
+                if offset >= flushed:
+                    return offset, reason, damaged  # a torn tail
+                next_valid = min(flushed, self.segments.files[-1].end)
+            damaged.append(DamagedRecord(offset, next_valid - offset, reason, check is fmt.Check.BAD_BODY))
+            offset = next_valid
+
+    def _next_valid_record(self, position: int, size: int) -> int | None:
+        """Where the first valid record (or BLANK marker) after the damaged one at
+        ``position`` starts: at ``position + size`` when its length is known good, else
+        wherever a record that validates and names its own position starts; None if none."""
+        if size and self._valid_at(position + size):
+            return position + size
+        segment = self.segments.find(position)
+        at = position - segment.start + 1
+        while segment is not None:
+            found = self._first_valid_in(segment, at)
+            if found is not None:
+                return segment.start + found
+            segment, at = self.segments.find(segment.end), 0
+        return None
+
+    def _valid_at(self, position: int) -> bool:
+        segment = self.segments.find(position)
+        return segment is not None and self._valid_in(segment, position - segment.start)
+
+    def _first_valid_in(self, segment: MappedFile, at: int) -> int | None:
+        buf = segment.map
+        while True:
+            hits = [hit - 4 for hit in (buf.find(_MAGIC_BYTES, at + 4), buf.find(_BLANK_MAGIC_BYTES, at + 4))
+                    if hit >= 0]
+            if not hits:
+                return None
+            at = min(hits)
+            if self._valid_in(segment, at):
+                return at
+            at += 1
+
+    @staticmethod
+    def _valid_in(segment: MappedFile, pos: int) -> bool:
+        """A valid record naming its own position (not one quoted in a body), or a BLANK marker."""
+        check, _size, _reason = fmt.check_record(segment.map, pos, segment.size)
+        if check is fmt.Check.BLANK:
+            return True
+        return check is fmt.Check.OK and _PHYSICAL.unpack_from(segment.map, pos + 28)[0] == segment.start + pos
 
     def truncate(self, tail: int) -> None:
         """Make ``tail`` the end of the log: nothing at or after it is kept."""

@@ -107,7 +107,7 @@ class ConsumeQueue:
             return False
         if queue_offset > self.max_offset:
             raise IndexGapError(f"{self.files.directory}: a unit for offset {queue_offset} would leave a gap "
-                                f"after {self.max_offset}", self.topic, self.queue_id)
+                                f"after {self.max_offset}", self.topic, self.queue_id, queue_offset, physical_offset)
         self._append(physical_offset, size, tags_code, store_ts, queue_offset, count)
         self.max_offset = queue_offset + count
         self.indexed_end = physical_offset + size
@@ -128,7 +128,8 @@ class ConsumeQueue:
             return 0
         if queue_offsets[first] > self.max_offset:
             raise IndexGapError(f"{self.files.directory}: a unit for offset {int(queue_offsets[first])} would leave "
-                                f"a gap after {self.max_offset}", self.topic, self.queue_id)
+                                f"a gap after {self.max_offset}", self.topic, self.queue_id,
+                                int(queue_offsets[first]), int(physical_offsets[first]))
         units = self._units(physical_offsets[first:], sizes[first:], tags_codes[first:], store_timestamps[first:],
                             queue_offsets[first:], counts[first:])
         self._append_units(units, queue_offsets[first:])

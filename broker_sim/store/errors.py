@@ -18,9 +18,12 @@ class StoreClosedError(StoreError):
 
 
 class IndexGapError(StoreError):
-    """An index unit would leave a gap: the queue's index lost units (recovery rebuilds it)."""
+    """An index unit would leave a gap: the queue's index lost units (recovery rebuilds it), or
+    a damaged record held the offsets before ``offset`` (recovery indexes them to it)."""
 
-    def __init__(self, message: str, topic: str, queue_id: int):
+    def __init__(self, message: str, topic: str, queue_id: int, offset: int = -1, position: int = -1):
         super().__init__(message)
         self.topic = topic
         self.queue_id = queue_id
+        self.offset = offset  # the queue offset of the record that would leave the gap
+        self.position = position  # its commitlog offset

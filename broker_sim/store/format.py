@@ -11,7 +11,7 @@ BODYCRC covers the body only, so a torn or flipped byte in the header, topic or 
 would pass it. Every record therefore ends with a ``__HCRC32#`` property, shaped as RocketMQ's
 optional ``__CRC32#`` (name, 10 decimal digits) but covering every record byte outside the
 body and before the property itself; BODYCRC covers the body, so the body is read once, not
-twice, and together they cover every byte. Recovery checks both.
+twice, and together they cover every byte. Recovery and reads check both.
 """
 
 from __future__ import annotations
@@ -220,17 +220,23 @@ def decode_record(buf, pos: int = 0) -> Record:
                   store_ts, store_host, reconsume, prepared, body, topic, props)
 
 
+NO_MORE_RECORDS = "no more records (zero bytes)"  # the normal end of a log: nothing was written there
+
+
 class Check(enum.Enum):
     OK = "ok"
     BLANK = "blank"
+    BAD_BODY = "bad body"  # header, topic, properties and their CRC are intact; the body CRC fails
     INVALID = "invalid"
 
 
 def check_record(buf, pos: int, limit: int) -> tuple[Check, int, str]:
     """Validate the record at ``pos`` (bytes up to ``limit`` are readable).
 
-    Returns (Check, size, reason): OK with the record's size, BLANK with the space it marks, or
-    INVALID with a sentence saying why (the valid tail ends at ``pos``).
+    Returns (Check, size, reason): OK with the record's size, BLANK with the space it marks,
+    BAD_BODY with the record's size (its header is trustworthy, its body is not), or INVALID
+    with a sentence saying why. The record CRC is checked before the body CRC, so that a bad
+    body is told apart from a bad header.
     """
     view = memoryview(buf)
     if limit - pos < BLANK.size:
@@ -241,19 +247,17 @@ def check_record(buf, pos: int, limit: int) -> tuple[Check, int, str]:
             return Check.INVALID, 0, f"BLANK marker of {total} bytes where {limit - pos} are left"
         return Check.BLANK, total, ""
     if magic == 0 and total == 0:
-        return Check.INVALID, 0, "no more records (zero bytes)"
+        return Check.INVALID, 0, NO_MORE_RECORDS
     if magic != MAGIC_V1:
         return Check.INVALID, 0, f"unknown magic {magic:#x}"
     if total < FIXED_BYTES + CRC_RESERVED_BYTES or total > limit - pos:
         return Check.INVALID, 0, f"record length {total} does not fit"
     fields = HEADER.unpack_from(view, pos)
     body_crc, body_len = fields[2], fields[-1]
-    at = pos + HEADER.size
-    if body_len < 0 or at + body_len + 3 > pos + total:
+    body_at = pos + HEADER.size
+    if body_len < 0 or body_at + body_len + 3 > pos + total:
         return Check.INVALID, 0, f"body length {body_len} does not fit the record"
-    if zlib.crc32(view[at : at + body_len]) != body_crc:
-        return Check.INVALID, 0, "body CRC mismatch"
-    at += body_len
+    at = body_at + body_len
     topic_len = view[at]
     at += 1 + topic_len
     if at + 2 > pos + total:
@@ -266,10 +270,13 @@ def check_record(buf, pos: int, limit: int) -> tuple[Check, int, str]:
     if not (tail.startswith(CRC_PROPERTY_PREFIX) and tail.endswith(PROPERTY_SEPARATOR)):
         return Check.INVALID, 0, "record CRC property missing"
     digits = tail[len(CRC_PROPERTY_PREFIX) : -1]
-    body_end = pos + HEADER.size + body_len
-    if not digits.isdigit() or int(digits) != record_crc(view[pos : pos + HEADER.size], view[body_end:crc_at]):
+    body_end = body_at + body_len
+    if not digits.isdigit() or int(digits) != record_crc(view[pos : body_at], view[body_end:crc_at]):
         return Check.INVALID, 0, "record CRC mismatch"
+    if zlib.crc32(view[body_at:body_end]) != body_crc:
+        return Check.BAD_BODY, total, "body CRC mismatch"
     return Check.OK, total, ""
+
 
 
 # MessageBatch, RocketMQ's client batch encoding: per message

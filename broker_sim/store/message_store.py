@@ -2,7 +2,7 @@
 
 Data directory::
 
-    lock  abort  checkpoint  config/topics.json  config/consumerOffset.json
+    lock  abort  checkpoint  corrupted.json  config/topics.json  config/consumerOffset.json
     commitlog/{20-digit start}
     consumequeue/{topic}/{queueId}/{20-digit start}        SimpleCQ
     batchconsumequeue/{topic}/{queueId}/{20-digit start}   BatchCQ
@@ -28,6 +28,7 @@ from .config import DispatchMode, FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
+from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
 from .mapped_file import fsync_dir, raise_open_file_limit
 from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
@@ -79,11 +80,13 @@ class MessageStore:
         self.dispatcher = self._make_dispatcher(limit)
         self.producers = ProducerState()
         abort = self.data_dir / "abort"
+        self.corruption = CorruptionReport(self.data_dir / "corrupted.json")
         self.recovery: RecoveryReport = recover(
             self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
             load_queue_table(self._queue_table_path), self.topics, clean=not abort.exists(),
-            producers=self.producers,
+            producers=self.producers, corruption=self.corruption,
         )
+        self._verified = VerifiedRecords(self.recovery.scanned_from, self.commitlog.damaged)
         self._index_flushed = 0
         self._opened_at = time.monotonic()
         self._flush_indexes(thorough=True)
@@ -348,7 +351,9 @@ class MessageStore:
         as views of the commitlog, until ``max_bytes`` are collected (at least one record).
 
         A record is returned whole: an inner batch may hold offsets before ``start`` or from
-        ``end`` on, and its reader cuts them.
+        ``end`` on, and its reader cuts them. A damaged record is never returned: the read
+        stops before it, or, when it holds ``start``, the status is RECORD_CORRUPTED with the
+        offsets it holds and why (``next_begin_offset`` is past it).
         """
         if self._closed:
             raise StoreClosedError("the store is closed")
@@ -371,19 +376,52 @@ class MessageStore:
         end = high if end is None else min(end, high)
         batches, taken, next_offset = [], 0, start
         index = queue.unit_index(start)
+        topic_raw = topic.encode()
         while next_offset < end and taken < max_bytes:
             units = queue.units(index, 64)
             if not units:
                 break
-            for unit in units:
+            for i, unit in enumerate(units):
                 if unit.base_offset >= end or taken >= max_bytes:
                     break
                 view = self.commitlog.view(unit.physical_offset, unit.size)
+                problem = self._record_problem(view, unit, topic_raw, queue_id)
+                if problem:
+                    if batches:  # serve what came before it; the next read starts at it
+                        return GetResult(GetStatus.FOUND, unit.base_offset, low, high, batches)
+                    return self._corrupted(topic, queue_id, units[i:], problem, low, high)
                 batches.append(StoredBatch(unit.base_offset, unit.count, unit.physical_offset, unit.tags_code, view))
                 taken += unit.size
                 next_offset = unit.base_offset + unit.count
             index += len(units)
         return GetResult(GetStatus.FOUND, min(next_offset, end), low, high, batches)
+
+    def _record_problem(self, view, unit: IndexUnit, topic: bytes, queue_id: int) -> str | None:
+        """Why a record may not be served as ``unit``; its CRCs are checked once since open."""
+        check_crc = self._verified.needs_check(unit.physical_offset)
+        problem = record_problem(view, unit, topic, queue_id, check_crc)
+        if check_crc and problem is None:
+            self._verified.checked(unit.physical_offset)
+        return problem
+
+    def _corrupted(self, topic: str, queue_id: int, units: list, problem: str, low: int, high: int) -> GetResult:
+        """The answer for a damaged record: the offsets of its unit, and of the units after it
+        that point at it too (offsets recovery indexed to one damaged record)."""
+        first = units[0]
+        end = first.base_offset + first.count
+        for unit in units[1:]:
+            if unit.physical_offset != first.physical_offset:
+                break
+            end = unit.base_offset + unit.count
+        record = CorruptedRecord(first.physical_offset, first.size, problem, "read", topic, queue_id,
+                                 first.base_offset, end)
+        self.corruption.add(record)
+        return GetResult(GetStatus.RECORD_CORRUPTED, end, low, high,
+                         detail=f"{record.where()}: the stored record is damaged ({problem}) and cannot be read")
+
+    def corrupted_records(self) -> list[CorruptedRecord]:
+        """The damaged records found by recovery and reads, kept until their segments are gone."""
+        return self.corruption.all()
 
     def lookup(self, topic: str, queue_id: int, offset: int) -> IndexUnit | None:
         """The index unit holding ``offset``, or None when the offset is not indexed."""

@@ -56,6 +56,7 @@ class GetStatus(enum.Enum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below the minimum: read from next_begin_offset
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # at the maximum: nothing indexed there yet
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # past the maximum
+    RECORD_CORRUPTED = "RECORD_CORRUPTED"  # the record holding start is damaged: detail says which offsets and why
 
 
 class CreateStatus(enum.Enum):
@@ -87,6 +88,7 @@ class GetResult:
     min_offset: int
     max_offset: int
     batches: list = field(default_factory=list)
+    detail: str = ""  # for RECORD_CORRUPTED: the offsets that cannot be read, and why
 
     @property
     def message_count(self) -> int:

@@ -1,6 +1,7 @@
 """Idempotent puts: a (producer id, sequence) stamp is stored once, also across reopening."""
 
 from broker_sim.store import PutStatus, QueueType
+from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store import format as fmt
 from broker_sim.store.producer_state import ProducerState
 
@@ -117,6 +118,10 @@ def test_recovery_cuts_off_a_stamped_early_batch_that_the_end_cut_short(open_sto
         f.seek(cut - start)
         f.write(bytes(size - (cut - start)))
     (tmp_path / "data" / "abort").touch()
+    # ... before the batch was flushed: recovery may cut only what lies past the flushed position.
+    checkpoint = Checkpoint.load(tmp_path / "data" / "checkpoint")
+    checkpoint.commitlog_flushed_offset = result.physical_offsets[0]
+    checkpoint.save(tmp_path / "data" / "checkpoint")
     recovered = open_store()
     assert recovered.commitlog.max_offset == result.physical_offsets[0]
     recovered.wait_dispatched(5)

@@ -203,12 +203,12 @@ def messages_of(record):
     return [bytes(record.body)]
 
 
-def served(store, topic, queue_id):
-    """Every record the queue serves, from offset 0: (base, count, physical, bytes)."""
-    out, offset, high = [], 0, store.max_offset(topic, queue_id)
+def served(store, topic, queue_id, end=None):
+    """Every record the queue serves, from offset 0 (to ``end``): (base, count, physical, bytes)."""
+    out, offset, high = [], 0, store.max_offset(topic, queue_id) if end is None else end
     assert store.min_offset(topic, queue_id) == 0
     while offset < high:
-        result = store.get_messages(topic, queue_id, offset)
+        result = store.get_messages(topic, queue_id, offset, high)
         assert result.status is GetStatus.FOUND and result.batches, (topic, queue_id, offset, result.status)
         for batch in result.batches:
             assert batch.base_offset == offset, (topic, queue_id, offset, batch.base_offset)
@@ -455,6 +455,42 @@ def check_tail_dropped(image: TailImage, work: Path, expect_reason=None):
         assert_end_at(store, image.topic, image.queue_id, image.base + image.count)
 
 
+def check_damaged_kept(image: TailImage, work: Path, expect_reason=None):
+    """Reopen ``work`` (a damaged copy of an image whose checkpoint says the last record was
+    flushed): nothing is cut, the damaged record is kept and reported, its offsets are
+    refused with a sentence naming them, the records before it are served unchanged, and a
+    new append continues after it (its offsets are never given again)."""
+    store = open_at(work)
+    with closing_quietly_on_failure(store):
+        report = store.recovery
+        end = image.physical + image.size
+        assert report.clean is False
+        assert (report.tail, report.dropped_units) == (end, 0), report
+        [damaged] = report.damaged
+        assert (damaged.position, damaged.end) == (image.physical, end), report
+        if expect_reason is not None:
+            assert damaged.reason.startswith(expect_reason), report
+        [reported] = store.corrupted_records()
+        assert (reported.commitlog_offset, reported.found_by) == (image.physical, "recovery")
+        key = (image.topic, image.queue_id)
+        for queue, records in image.expected.items():
+            assert served(store, *queue, image.base if queue == key else None) == records, queue
+        result = store.get_messages(image.topic, image.queue_id, image.base)
+        assert result.status is GetStatus.RECORD_CORRUPTED, result
+        assert result.next_begin_offset == image.base + image.count
+        last = image.base + image.count - 1
+        assert f"topic {image.topic!r} queue {image.queue_id} offsets {image.base} to {last}" in result.detail
+        assert store.max_offset(*key) == image.base + image.count
+        model = image.model.copy()
+        model.bodies[key] += [b"?"] * image.count  # the damaged record's offsets stay taken
+        result = put_last(store, model, image.kind)
+        assert (result.queue_offset, result.physical_offsets) == (image.base + image.count, (end,))
+        assert store.wait_dispatched(WAIT_S)
+        got = store.get_messages(image.topic, image.queue_id, image.base + image.count)
+        assert got.status is GetStatus.FOUND
+        assert messages_of(decode_record(got.batches[0].data)) == model.bodies[key][image.base + image.count:]
+
+
 def sweep(positions, damage, check):
     """Damage and check at each position; report the positions that fail (the first five)."""
     failures = []
@@ -476,12 +512,19 @@ def spread(size):
     return sorted(bounds | set(range(0, size, 7)))
 
 
+# How each stop treats a damaged last record: "closed" images have a checkpoint saying the record
+# was flushed, so it is kept (its offsets were acknowledged); in "open_copy" images it lies past
+# the checkpoint's flushed position with nothing valid after it: a torn tail, cut.
+CHECK_LAST_RECORD = {"closed": check_damaged_kept, "open_copy": check_tail_dropped}
+
+
 @pytest.mark.parametrize("stop", ["closed", "open_copy"])
 @pytest.mark.parametrize("kind", ["single", "inner"])
 def test_torn_last_record(tmp_path_factory, tmp_path, kind, stop):
     """The last record (a single message on SimpleCQ, or an inner batch on BatchCQ) cut after
     k bytes: every k when the store was closed, a spread of k when the copy was taken open.
-    The record is not served, nothing of it is indexed, and the log continues from its start."""
+    Past the flushed position the record is not served, nothing of it is indexed, and the log
+    continues from its start; before it, the record is kept as damaged and refused."""
     image = tail_image(tmp_path_factory, kind, stop)
     work = tmp_path / "work"
 
@@ -490,21 +533,23 @@ def test_torn_last_record(tmp_path_factory, tmp_path, kind, stop):
         os.truncate(work / image.segment, image.in_segment + k)
 
     positions = range(image.size) if stop == "closed" else spread(image.size)
-    sweep(positions, damage, lambda k: check_tail_dropped(image, work))
+    sweep(positions, damage, lambda k: CHECK_LAST_RECORD[stop](image, work))
 
 
+@pytest.mark.parametrize("stop", ["closed", "open_copy"])
 @pytest.mark.parametrize("kind", ["single", "inner"])
-def test_torn_last_record_at_segment_start(tmp_path_factory, tmp_path, kind):
-    """The torn record is the first of a segment, after a BLANK: recovery deletes that segment
-    and the next append creates it again."""
-    image = tail_image(tmp_path_factory, kind, "closed", "segment_start")
+def test_torn_last_record_at_segment_start(tmp_path_factory, tmp_path, kind, stop):
+    """The torn record is the first of a segment, after a BLANK: past the flushed position
+    recovery deletes that segment and the next append creates it again; before it, the
+    record is kept as damaged."""
+    image = tail_image(tmp_path_factory, kind, stop, "segment_start")
     work = tmp_path / "work"
 
     def damage(k):
         restore(image.files, work)
         os.truncate(work / image.segment, k)
 
-    sweep(spread(image.size)[::3] + [image.size - 1], damage, lambda k: check_tail_dropped(image, work))
+    sweep(spread(image.size)[::3] + [image.size - 1], damage, lambda k: CHECK_LAST_RECORD[stop](image, work))
 
 
 def flip_reason(image: TailImage, i: int) -> str | None:
@@ -515,10 +560,10 @@ def flip_reason(image: TailImage, i: int) -> str | None:
     crc_at = image.size - CRC_PROPERTY_BYTES
     if 4 <= i < 8:
         return "unknown magic"
-    if 8 <= i < 12 or fmt.HEADER.size <= i < topic_len_at:
+    if fmt.HEADER.size <= i < topic_len_at:
         return "body CRC mismatch"
-    if 12 <= i < fmt.BODYLEN_AT or topic_len_at < i < props_len_at or props_len_at + 2 <= i < crc_at:
-        return "record CRC mismatch"  # header fields, topic, properties: only __HCRC32# covers them
+    if 8 <= i < fmt.BODYLEN_AT or topic_len_at < i < props_len_at or props_len_at + 2 <= i < crc_at:
+        return "record CRC mismatch"  # header fields (BODYCRC too), topic, properties: __HCRC32# covers them
     if props_len_at <= i < props_len_at + 2:
         return "recomputed length differs from TOTALSIZE"
     if crc_at <= i < crc_at + CRC_PREFIX_BYTES or i == image.size - 1:
@@ -528,13 +573,15 @@ def flip_reason(image: TailImage, i: int) -> str | None:
     return None  # TOTALSIZE, BODYLEN, TOPICLEN: which check fails depends on the value
 
 
+@pytest.mark.parametrize("stop", ["closed", "open_copy"])
 @pytest.mark.parametrize("mask", [0xFF, 0x01])
 @pytest.mark.parametrize("kind", ["single", "inner"])
-def test_flipped_byte_in_last_record(tmp_path_factory, tmp_path, kind, mask):
+def test_flipped_byte_in_last_record(tmp_path_factory, tmp_path, kind, mask, stop):
     """A byte of the last record (header fields, body, topic, properties, __HCRC32#) flipped,
-    at every position (mask 0xFF) or a spread over every field (mask 0x01): that record is
-    dropped, for the reason of the check that must catch it, and the ones before are served."""
-    image = tail_image(tmp_path_factory, kind, "closed")
+    at every position (mask 0xFF) or a spread over every field (mask 0x01): the check that
+    must catch it does, and the ones before are served. Flushed ("closed"), the record is
+    kept as damaged and refused; past the flushed position ("open_copy"), it is dropped."""
+    image = tail_image(tmp_path_factory, kind, stop)
     work = tmp_path / "work"
     assert image.record[-CRC_PROPERTY_BYTES:].startswith(fmt.CRC_PROPERTY_PREFIX)
 
@@ -544,8 +591,8 @@ def test_flipped_byte_in_last_record(tmp_path_factory, tmp_path, kind, mask):
             f.seek(image.in_segment + i)
             f.write(bytes([image.record[i] ^ mask]))
 
-    positions = range(image.size) if mask == 0xFF else spread(image.size)
-    sweep(positions, damage, lambda i: check_tail_dropped(image, work, flip_reason(image, i)))
+    positions = range(image.size) if mask == 0xFF and stop == "closed" else spread(image.size)
+    sweep(positions, damage, lambda i: CHECK_LAST_RECORD[stop](image, work, flip_reason(image, i)))
 
 
 # --- 3: SIGKILL of a writer process -------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from broker_sim.store import CreateStatus, GetStatus, PutStatus, QueueType, decode_record, encode_message_batch
 from broker_sim.store import format as fmt
-from broker_sim.store.checkpoint import load_queue_table
+from broker_sim.store.checkpoint import Checkpoint, load_queue_table
 
 WAIT_S = 10.0
 INDEX_DIRS = ("consumequeue", "batchconsumequeue")
@@ -177,7 +177,7 @@ def test_index_files_left_by_an_interrupted_delete_are_not_reused(store):
 
 def test_a_topic_created_past_a_cut_tail_gets_the_tail(open_store):
     """Recovery cuts the log below a topic's creation offset (the last records before it were
-    torn): the topic then starts at the new tail, and what it is sent from there is indexed."""
+    torn, past the flushed position): the topic then starts at the new tail, and what it is sent from there is indexed."""
     store = open_store()
     store.create_topic("a", 1)
     for i in range(3):
@@ -187,6 +187,9 @@ def test_a_topic_created_past_a_cut_tail_gets_the_tail(open_store):
     assert store.topic("late").created_at_offset == store.commitlog.max_offset > last
     store.close()
     (store.data_dir / "abort").touch()
+    checkpoint = Checkpoint.load(store.data_dir / "checkpoint")  # a crash before the last record was flushed
+    checkpoint.commitlog_flushed_offset = last
+    checkpoint.save(store.data_dir / "checkpoint")
     segment = store.data_dir / "commitlog" / ("0" * 20)
     with open(segment, "r+b") as f:  # flip a byte of the last record's body
         f.seek(last + fmt.HEADER.size)
