@@ -20,12 +20,12 @@ _HOMES = {
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
-        "BrokerStats", "CommitResult", "GroupOffset", "Message", "OffsetRange", "PreparedTransaction", "QueueOffsets",
-        "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo",
+        "BrokerStats", "CommitResult", "CorruptedRecord", "GroupOffset", "Message", "OffsetRange",
+        "PreparedTransaction", "QueueOffsets", "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo",
         "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
-        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "DataLossError",
-        "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
+        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError",
+        "CorruptedRecordError", "DataLossError", "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
         "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",

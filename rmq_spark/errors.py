@@ -73,6 +73,21 @@ class DataLossError(OffsetOutOfRangeError):
     removed. The Spark source raises it when failOnDataLoss is true (the default)."""
 
 
+class CorruptedRecordError(DataLossError):
+    """The broker holds a damaged record in a range being read and refuses to serve it: the
+    message names its topic, queue and offsets (``topic``, ``queue_id``, ``first_offset`` ..
+    ``end_offset - 1``). Readers may skip exactly those offsets (on_data_loss='skip', or
+    failOnDataLoss=false in Spark)."""
+
+    def __init__(self, message: str, *, topic: str = "", queue_id: int = -1, first_offset: int = -1,
+                 end_offset: int = -1, code=None, reason: str | None = None):
+        super().__init__(message, code=code, reason=reason)
+        self.topic = topic
+        self.queue_id = queue_id
+        self.first_offset = first_offset
+        self.end_offset = end_offset
+
+
 class ClosedError(RmqError):
     """The producer or reader was closed."""
 

@@ -108,6 +108,23 @@ class BrokerStats:
     data_dir: str
     flush_mode: str
     dispatch_lag_ms: int = 0  # age of the oldest record not indexed yet (0: everything is indexed)
+    corrupted_records: int = 0  # damaged records the broker keeps and never serves
+    corrupted: tuple = ()  # CorruptedRecord, the first 100 by commitlog offset
+
+
+@dataclass(frozen=True)
+class CorruptedRecord:
+    """A damaged record of a broker's commitlog, kept in place (its offsets stay taken) and never
+    served. Topic "" and -1s where neither its index unit nor its header can tell."""
+
+    commitlog_offset: int
+    size: int
+    topic: str
+    queue_id: int
+    first_offset: int
+    end_offset: int  # exclusive
+    reason: str
+    found_by: str  # "recovery" or "read"
 
 
 class TransactionState(str, enum.Enum):

@@ -364,6 +364,11 @@ class PopService:
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted below: go on from the first stored
                 offset = result.next_begin_offset
                 continue
+            if result.status is GetStatus.RECORD_CORRUPTED:  # never delivered, and never blocks the queue
+                log.error("pop skips a damaged record: %s", result.detail)
+                looked += 1
+                offset = result.next_begin_offset
+                continue
             if result.status is not GetStatus.FOUND:
                 break
             for unit in result.batches:
@@ -548,6 +553,9 @@ class PopService:
                 result = self.store.get_messages(topic, 0, offset)
             except (UnknownTopicError, ValueError):
                 return False
+            if result.status is GetStatus.RECORD_CORRUPTED:  # not the copy: look past it
+                offset = result.next_begin_offset
+                continue
             if result.status is not GetStatus.FOUND:
                 return result.status is GetStatus.OFFSET_TOO_SMALL and self._copied(topic, result.next_begin_offset,
                                                                                      nonce)

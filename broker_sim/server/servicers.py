@@ -8,6 +8,7 @@ inside have left it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import struct
@@ -24,6 +25,7 @@ from .errors import BrokerError, Reason, bad_range, invalid, translated, transla
 
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
 CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger record travels alone)
+CORRUPTED_LISTED = 100  # damaged records BrokerStats lists (it counts all)
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}
 _QUEUE_TYPES_PB = {v: k for k, v in _QUEUE_TYPES.items()}
@@ -200,13 +202,16 @@ class AdminServicer(pb_grpc.AdminServicer):
             log_max = store.commitlog.max_offset
             dispatched = store.dispatcher.position
             lag_bytes, lag_ms = store.dispatch_lag()
+            corrupted = store.corrupted_records()
             return pb.BrokerStatsResponse(
                 topics=len(topics), queues=sum(t.queue_count for t in topics),
                 commitlog_min_offset=store.commitlog.min_offset, commitlog_max_offset=log_max,
                 commitlog_flushed_offset=store.commitlog.flushed_offset, dispatched_offset=dispatched,
                 dispatch_lag_bytes=lag_bytes, dispatch_lag_ms=lag_ms, messages_put=self._s.counters.messages_put,
                 messages_read=self._s.counters.messages_read, resident_memory_bytes=_resident_bytes(),
-                data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value)
+                data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value,
+                corrupted_records=len(corrupted),
+                corrupted=[pb.CorruptedRecord(**dataclasses.asdict(r)) for r in corrupted[:CORRUPTED_LISTED]])
 
     @translated
     def CommitOffsets(self, request, context):
@@ -397,7 +402,9 @@ class _RangeReader:
         self.tags = tags
         self.budget = budget
         self.next = self.start
-        self.status = None  # set when the range ends without records (not FOUND)
+        self.status = None  # set when the range ends without records (not FOUND), or at a damaged record
+        self.corrupted_from = 0
+        self.detail = ""
         self.min = self.max = 0
         self.parts: list = []  # records of the chunk being cut: views of the store's files, or bytes
         self.part_bytes = 0
@@ -420,6 +427,10 @@ class _RangeReader:
         if result.status is GetStatus.NO_MATCHED_LOGIC_QUEUE or self._deleted():
             raise self._deleted_error()
         self.min, self.max = result.min_offset, result.max_offset
+        if result.status is GetStatus.RECORD_CORRUPTED:  # the range ends before it, whatever was read
+            self.status, self.corrupted_from, self.detail = pb.RECORD_CORRUPTED, self.next, result.detail
+            self.next = result.next_begin_offset
+            return self._finish(out), True
         if result.status is not GetStatus.FOUND:
             if not self.read_any:
                 self._no_records(result)
@@ -481,6 +492,8 @@ class _RangeReader:
         done.next_offset = self.next
         done.min_offset = self.min
         done.max_offset = self.max
+        done.corrupted_from = self.corrupted_from
+        done.detail = self.detail
         out.append(done)
         return out
 

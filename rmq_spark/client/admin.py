@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ..protocol.v1 import broker_pb2 as pb
-from ..structs import BrokerStats, GroupOffset, QueueOffsets, QueueType, TopicInfo
+from ..structs import BrokerStats, CorruptedRecord, GroupOffset, QueueOffsets, QueueType, TopicInfo
 from .transport import Transport, TransportConfig
 
 _QUEUE_TYPES = {QueueType.BATCH_CQ: pb.BATCH_CQ, QueueType.SIMPLE_CQ: pb.SIMPLE_CQ}
@@ -78,7 +78,9 @@ class Admin:
         return BrokerStats(r.topics, r.queues, r.commitlog_min_offset, r.commitlog_max_offset,
                            r.commitlog_flushed_offset, r.dispatched_offset, r.dispatch_lag_bytes, r.messages_put,
                            r.messages_read, r.resident_memory_bytes, r.data_dir, r.flush_mode,
-                           r.dispatch_lag_ms)
+                           r.dispatch_lag_ms, r.corrupted_records, tuple(
+                               CorruptedRecord(c.commitlog_offset, c.size, c.topic, c.queue_id, c.first_offset,
+                                               c.end_offset, c.reason, c.found_by) for c in r.corrupted))
 
     def _call(self, method, request):
         return self._transport.call(method, request)

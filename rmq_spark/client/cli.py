@@ -2,6 +2,7 @@
 
     rmq-admin --endpoint 127.0.0.1:10911 topic create orders --queues 16 --type BatchCQ
     rmq-admin topic list | topic describe orders | group offsets my-group [--json]
+    rmq-admin broker stats | broker corrupted
     rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
 """
 
@@ -60,6 +61,12 @@ def parser() -> argparse.ArgumentParser:
     offsets.add_argument("group")
     offsets.set_defaults(run=_group_offsets)
 
+    broker = commands.add_parser("broker", help="the broker's state").add_subparsers(dest="verb", required=True)
+    broker.add_parser("stats", help="log positions, dispatch lag, counters, damaged records").set_defaults(
+        run=_broker_stats)
+    broker.add_parser("corrupted", help="damaged records the broker keeps and never serves").set_defaults(
+        run=_corrupted)
+
     txn = commands.add_parser("transaction", help="prepared transactions and sink batches").add_subparsers(
         dest="verb", required=True)
     listing = txn.add_parser("list", help="open transactions, or the ones named")
@@ -102,6 +109,20 @@ def _group_offsets(admin: Admin, args):
     rows = [{**dataclasses.asdict(o), "max_offset": latest.get((o.topic, o.queue_id), o.offset),
              "lag": max(0, latest.get((o.topic, o.queue_id), o.offset) - o.offset)} for o in committed]
     return rows, ["group", "topic", "queue_id", "offset", "max_offset", "lag"]
+
+
+def _broker_stats(admin: Admin, args):
+    stats = dataclasses.asdict(admin.broker_stats())
+    del stats["corrupted"]  # listed by `broker corrupted`
+    return [{"stat": name, "value": value} for name, value in stats.items()], ["stat", "value"]
+
+
+_CORRUPTED_COLUMNS = ["commitlog_offset", "size", "topic", "queue_id", "first_offset", "end_offset", "reason",
+                      "found_by"]
+
+
+def _corrupted(admin: Admin, args):
+    return [dataclasses.asdict(r) for r in admin.broker_stats().corrupted], _CORRUPTED_COLUMNS
 
 
 _TXN_COLUMNS = ["transaction_id", "state", "batch_count", "message_count", "created_ms", "last_prepared_ms",

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ..client.transport import Transport, TransportConfig
 from ..codec.records import decode_records, read_schema
-from ..errors import ConfigError, DataLossError, OffsetOutOfRangeError
+from ..errors import ConfigError, CorruptedRecordError, DataLossError, OffsetOutOfRangeError
 from ..protocol.v1 import broker_pb2 as pb
 from ..structs import OffsetRange
 
@@ -55,6 +55,8 @@ class RangeReader:
     on_data_loss : {"fail", "skip"}
         When a range starts below the queue's first stored offset (its data was deleted):
         raise ``DataLossError`` (an ``OffsetOutOfRangeError``), or log a warning and read from the first stored one.
+        When the broker refuses a damaged record of a range: raise ``CorruptedRecordError`` (a
+        ``DataLossError``) naming its offsets, or log a warning and read on after exactly those.
     """
 
     def __init__(self, endpoint: str, *, max_bytes_per_fetch: int = DEFAULT_MAX_BYTES_PER_FETCH,
@@ -121,10 +123,25 @@ class RangeReader:
                         response.min_offset - 1)
             item.start = response.min_offset
             return True
+        if status == pb.RECORD_CORRUPTED:
+            return self._skip_corrupted(item, response)
         if status == pb.OFFSET_OVERFLOW:
             raise OffsetOutOfRangeError(f"{item.topic} queue {item.queue_id}: offset {item.start} is past the "
                                         f"queue's end ({response.max_offset})")
         return False  # BUDGET_EXHAUSTED: read on in the next call
+
+    def _skip_corrupted(self, item: _Pending, response: pb.ReadRangesResponse) -> bool:
+        first, end = response.corrupted_from, response.next_offset
+        if self.on_data_loss == "fail":
+            raise CorruptedRecordError(f"{response.detail}. Pass on_data_loss='skip' to skip offsets {first} to "
+                                       f"{end - 1} and read on", topic=item.topic, queue_id=item.queue_id,
+                                       first_offset=first, end_offset=end)
+        log.warning("%s queue %d: offsets %d to %d skipped: %s", item.topic, item.queue_id, first, end - 1,
+                    response.detail)
+        item.start = end
+        if item.end is not None and item.start >= item.end:
+            item.start = None
+        return True
 
     def close(self) -> None:
         self._transport.close()

@@ -33,6 +33,7 @@ class RangeStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OFFSET_TOO_SMALL: _ClassVar[RangeStatus]
     OFFSET_OVERFLOW: _ClassVar[RangeStatus]
     BUDGET_EXHAUSTED: _ClassVar[RangeStatus]
+    RECORD_CORRUPTED: _ClassVar[RangeStatus]
 QUEUE_TYPE_UNSPECIFIED: QueueType
 SIMPLE_CQ: QueueType
 BATCH_CQ: QueueType
@@ -48,6 +49,7 @@ NO_MESSAGE: RangeStatus
 OFFSET_TOO_SMALL: RangeStatus
 OFFSET_OVERFLOW: RangeStatus
 BUDGET_EXHAUSTED: RangeStatus
+RECORD_CORRUPTED: RangeStatus
 
 class Topic(_message.Message):
     __slots__ = ("name", "queue_count", "queue_type")
@@ -168,7 +170,7 @@ class BrokerStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatsResponse(_message.Message):
-    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode", "dispatch_lag_ms")
+    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode", "dispatch_lag_ms", "corrupted_records", "corrupted")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +184,8 @@ class BrokerStatsResponse(_message.Message):
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    CORRUPTED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    CORRUPTED_FIELD_NUMBER: _ClassVar[int]
     topics: int
     queues: int
     commitlog_min_offset: int
@@ -195,7 +199,29 @@ class BrokerStatsResponse(_message.Message):
     data_dir: str
     flush_mode: str
     dispatch_lag_ms: int
-    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., dispatch_lag_ms: _Optional[int] = ...) -> None: ...
+    corrupted_records: int
+    corrupted: _containers.RepeatedCompositeFieldContainer[CorruptedRecord]
+    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., dispatch_lag_ms: _Optional[int] = ..., corrupted_records: _Optional[int] = ..., corrupted: _Optional[_Iterable[_Union[CorruptedRecord, _Mapping]]] = ...) -> None: ...
+
+class CorruptedRecord(_message.Message):
+    __slots__ = ("commitlog_offset", "size", "topic", "queue_id", "first_offset", "end_offset", "reason", "found_by")
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FOUND_BY_FIELD_NUMBER: _ClassVar[int]
+    commitlog_offset: int
+    size: int
+    topic: str
+    queue_id: int
+    first_offset: int
+    end_offset: int
+    reason: str
+    found_by: str
+    def __init__(self, commitlog_offset: _Optional[int] = ..., size: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., first_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., reason: _Optional[str] = ..., found_by: _Optional[str] = ...) -> None: ...
 
 class SingleMessage(_message.Message):
     __slots__ = ("body", "properties", "tags", "keys", "flag")
@@ -332,7 +358,7 @@ class ReadRangesRequest(_message.Message):
     def __init__(self, ranges: _Optional[_Iterable[_Union[ReadRange, _Mapping]]] = ..., max_bytes: _Optional[int] = ..., tag_filter: _Optional[str] = ...) -> None: ...
 
 class ReadRangesResponse(_message.Message):
-    __slots__ = ("range_index", "records", "record_count", "done", "status", "next_offset", "min_offset", "max_offset")
+    __slots__ = ("range_index", "records", "record_count", "done", "status", "next_offset", "min_offset", "max_offset", "corrupted_from", "detail")
     RANGE_INDEX_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -341,6 +367,8 @@ class ReadRangesResponse(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CORRUPTED_FROM_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     range_index: int
     records: bytes
     record_count: int
@@ -349,7 +377,9 @@ class ReadRangesResponse(_message.Message):
     next_offset: int
     min_offset: int
     max_offset: int
-    def __init__(self, range_index: _Optional[int] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ..., done: bool = ..., status: _Optional[_Union[RangeStatus, str]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+    corrupted_from: int
+    detail: str
+    def __init__(self, range_index: _Optional[int] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ..., done: bool = ..., status: _Optional[_Union[RangeStatus, str]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., corrupted_from: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class GroupOffset(_message.Message):
     __slots__ = ("topic", "queue_id", "offset")
