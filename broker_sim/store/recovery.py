@@ -224,7 +224,7 @@ class _Redispatch:
         return _Identity(topic, queue_id, base, count, tags_code(tags), store_ts)
 
     def described(self, record: DamagedRecord) -> CorruptedRecord:
-        identity = self.identities.get(record.position) or self.identity(record)
+        identity = self.identities.get(record.position) or (self.identity(record) if record.header_intact else None)
         if identity is None:
             return CorruptedRecord(record.position, record.size, record.reason, "recovery")
         return CorruptedRecord(record.position, record.size, record.reason, "recovery", identity.topic,

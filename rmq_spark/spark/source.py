@@ -234,8 +234,9 @@ def read_partition(options: SourceOptions, partition: QueueRangesPartition) -> I
                          transport=TransportConfig(timeout_ms=options.fetch_timeout_ms))
     try:
         yield from reader.read(partition.ranges)
-    except DataLossError as err:
-        raise DataLossError(f"{err} (in Spark: set the option failOnDataLoss to false to skip lost messages)") from None
+    except DataLossError as err:  # the same error, its type and fields kept, with the Spark option named
+        err.args = (f"{err} (in Spark: set the option failOnDataLoss to false to skip lost messages)",)
+        raise
     finally:
         reader.close()
 
