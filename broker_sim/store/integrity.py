@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,9 @@ from . import format as fmt
 log = logging.getLogger(__name__)
 
 _INNER_NUM_KEY = fmt.PROPERTY_INNER_NUM.encode()
+# TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG: what tells a record apart.
+_IDENTITY = struct.Struct(">iI4xi4xqqi")
+_BODY_LEN = struct.Struct(">i")
 _REPORT_LIMIT = 1000  # records kept in the report; the oldest go first
 
 
@@ -132,28 +136,29 @@ class VerifiedRecords:
 
 def record_problem(view, unit, topic: bytes, queue_id: int, check_crc: bool) -> str | None:
     """Why the stored record ``view`` (``unit.size`` bytes at ``unit.physical_offset``) may not
-    be served as ``unit`` of ``topic`` (UTF-8) queue ``queue_id``, or None when it may."""
+    be served as ``unit`` of ``topic`` (UTF-8) queue ``queue_id``, or None when it may. Runs
+    for every record read: only the fields that tell a record apart are decoded."""
     size = unit.size
     if len(view) < size or size < fmt.FIXED_BYTES + fmt.CRC_RESERVED_BYTES:
         return f"the index unit gives a size of {size} bytes, which holds no record"
-    (total, magic, _body_crc, record_queue, _flag, record_offset, physical, sys_flag,
-     *_rest, body_len) = fmt.HEADER.unpack_from(view)
+    total, magic, record_queue, record_offset, physical, sys_flag = _IDENTITY.unpack_from(view)
     if magic != fmt.MAGIC_V1 or total != size or physical != unit.physical_offset:
         return "the index unit points at no record of that size (the record's header or the unit is damaged)"
     if check_crc:
         check, _size, reason = fmt.check_record(view, 0, size)
         if check is not fmt.Check.OK:
             return reason
-    topic_at = fmt.HEADER.size + body_len
-    if not 0 <= body_len <= size - fmt.FIXED_BYTES:
-        return f"body length {body_len} does not fit the record"
-    record_topic = bytes(view[topic_at + 1 : topic_at + 1 + view[topic_at]])
+    topic_at = fmt.HEADER.size + _BODY_LEN.unpack_from(view, fmt.BODYLEN_AT)[0]
+    if not fmt.HEADER.size <= topic_at <= size - 3:
+        return "its body length does not fit the record"
+    topic_len = view[topic_at]
     count = 1
     if sys_flag & fmt.SysFlag.INNER_BATCH:
-        properties = bytes(view[topic_at + 3 + len(record_topic) : size])
-        count = fmt.find_property(properties, _INNER_NUM_KEY)
-        count = int(count) if count and count.isdigit() else -1
-    if (record_topic, record_queue, record_offset, count) != (topic, queue_id, unit.base_offset, unit.count):
-        return (f"the index unit points at a record of topic {record_topic.decode(errors='replace')!r} queue "
-                f"{record_queue} offsets {record_offset} to {record_offset + count - 1}")
+        found = fmt.find_property(bytes(view[topic_at + 3 + topic_len : size]), _INNER_NUM_KEY)
+        count = int(found) if found and found.isdigit() else -1
+    if (topic_len != len(topic) or view[topic_at + 1 : topic_at + 1 + topic_len] != topic or record_queue != queue_id
+            or record_offset != unit.base_offset or count != unit.count):
+        record_topic = bytes(view[topic_at + 1 : topic_at + 1 + topic_len]).decode(errors="replace")
+        return (f"the index unit points at a record of topic {record_topic!r} queue {record_queue} offsets "
+                f"{record_offset} to {record_offset + count - 1}")
     return None

@@ -7,6 +7,7 @@ Bodies are derived from (queue, offset), so every read is checked exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -267,12 +268,18 @@ def test_index_unit_pointed_at_another_queues_record_is_refused(tmp_path):
         assert bodies == expected_bodies(0, 5000, [(1000, 1000 + BATCH)])
 
 
+# The concurrent dispatcher, with small chunks: re-dispatch cuts them at the damaged records.
+CONCURRENT = dataclasses.replace(CONFIG, dispatch_mode="concurrent", dispatch_pool="thread",
+                                 dispatch_chunk_bytes=16 * 1024)
+
+
+@pytest.mark.parametrize("config", [CONFIG, CONCURRENT], ids=["serial", "concurrent"])
 @pytest.mark.parametrize("where", ["body", "header"])
-def test_damaged_record_whose_unit_was_lost_keeps_its_offsets(tmp_path, where):
+def test_damaged_record_whose_unit_was_lost_keeps_its_offsets(tmp_path, where, config):
     """After a crash, the index units past the index checkpoint are lost and a record there is
-    damaged (followed by valid records of its queue): re-dispatch indexes its offsets to it
-    (from its header when intact, else from the gap the queue's next record shows), so the
-    queue's offsets stay dense and are never given again."""
+    damaged (followed by valid records of its queue): re-dispatch, serial or concurrent,
+    indexes its offsets to it (from its header when intact, else from the gap the queue's
+    next record shows), so the queue's offsets stay dense and are never given again."""
     data = tmp_path / "data"
     store = new_store(data, 2000)
     store.flush()
@@ -291,7 +298,7 @@ def test_damaged_record_whose_unit_was_lost_keeps_its_offsets(tmp_path, where):
             os.truncate(path, cut - int(path.name))
     position, _size, _queue_id, base = [r for r in records_on_disk(data) if r[2] == 0 and r[3] == 3000][0]
     flip(data, position, FLIPS[where])
-    with MessageStore(data, CONFIG) as store:
+    with MessageStore(data, config) as store:
         assert [d.position for d in store.recovery.damaged] == [position]
         assert store.max_offset("B", 0) == 4000
         bodies, refused = read_all(store, 0)
