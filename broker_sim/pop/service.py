@@ -518,7 +518,7 @@ class PopService:
         if record.sys_flag & fmt.SysFlag.INNER_BATCH:
             result = self.store.put_inner_batch(target, 0, bytes(record.body), unit.count,
                                                 codec=record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq"),
-                                                compression=record.compression, **common)
+                                                compression=record.compression, stored_before=True, **common)
         else:
             result = self.store.put_message(target, 0, bytes(record.body), **common)
         if not result.ok:
