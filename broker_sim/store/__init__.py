@@ -9,11 +9,11 @@ from .format import Compression, SysFlag, decode_record, encode_message_batch
 from .message_store import MessageStore
 from .recovery import RecoveryReport
 from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
-from .topics import QueueType, TopicConfig
+from .topics import QueueType, TopicConfig, system_topic_problem
 
 __all__ = [
     "Compression", "ConsumerOffsetTable", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult",
     "GetStatus", "IndexUnit", "MessageStore", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
     "StoreClosedError", "StoreConfig", "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError",
-    "decode_record", "echo", "encode_message_batch",
+    "decode_record", "echo", "encode_message_batch", "system_topic_problem",
 ]

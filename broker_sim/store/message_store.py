@@ -426,6 +426,12 @@ class MessageStore:
         queue = self._existing_queue(topic, queue_id)
         return queue.max_offset if queue else 0
 
+    def next_offset(self, topic: str, queue_id: int) -> int:
+        """The offset the queue's next message gets: every offset below it is stored, the
+        latest ones maybe not indexed yet (``max_offset`` is the indexed end)."""
+        self._existing_queue(topic, queue_id)
+        return self.commitlog.queue_offsets.get((topic, queue_id), 0)
+
     def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """Wait until ``offset`` of the queue is readable; False on timeout."""
         self._existing_queue(topic, queue_id)
@@ -557,7 +563,7 @@ def _lock_data_dir(data_dir: Path) -> int:
 def _unknown_topic(name: str, topics: TopicTable) -> str:
     names = [t.name for t in topics.all()]
     shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
-    return f"topic {name!r} does not exist; existing topics: {shown or 'none'}. Create it first"
+    return f"topic {echo(name)} does not exist; existing topics: {shown or 'none'}. Create it first"
 
 
 def _illegal(detail: str) -> PutResult:
