@@ -29,7 +29,7 @@ _HOMES = {
         "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
-        "TransactionNotFoundError", "TransactionStateError", "WrongQueueTypeError")},
+        "TransactionNotFoundError", "TransactionStateError", "UndecodableBatchError", "WrongQueueTypeError")},
 }
 
 __all__ = sorted(_HOMES)

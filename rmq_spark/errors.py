@@ -88,6 +88,13 @@ class CorruptedRecordError(DataLossError):
         self.end_offset = end_offset
 
 
+class UndecodableBatchError(DataLossError):
+    """A stored batch that passes its CRCs but does not decode (its payload, codec,
+    compression or message count is wrong); the message names its topic, queue and offsets.
+    Readers fail only its range: the other ranges are read, and with on_data_loss='skip'
+    (Spark: failOnDataLoss false) the batch's offsets are skipped with a warning."""
+
+
 class ClosedError(RmqError):
     """The producer or reader was closed."""
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Protocol
 
 from broker_sim.store import (ConsumerOffsetTable, CreateStatus, GetStatus, MessageStore, QueueType, StoredBatch,
-                              UnknownTopicError)
+                              UnknownTopicError, echo)
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
 
@@ -42,7 +42,7 @@ from .state import (ORDERLY, PULL, REVIVABLE, REVIVING, Checkpoint, PopStateStor
 log = logging.getLogger(__name__)
 
 RETRY_PREFIX = fmt.RETRY_TOPIC_PREFIX
-DLQ_PREFIX = "%DLQ%"
+DLQ_PREFIX = fmt.DLQ_TOPIC_PREFIX
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # RocketMQ's: the topic a retried message was first sent to
 PROPERTY_POP_CK = "POP_CK"  # the nonce of the pop whose revive stored this copy
 # Properties the store writes itself: a retry or DLQ copy gets its own (an idempotent send's
@@ -523,7 +523,7 @@ class PopService:
         if record.sys_flag & fmt.SysFlag.INNER_BATCH:
             result = self.store.put_inner_batch(target, 0, bytes(record.body), unit.count,
                                                 codec=record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq"),
-                                                compression=record.compression, **common)
+                                                compression=record.compression, stored_before=True, **common)
         else:
             result = self.store.put_message(target, 0, bytes(record.body), **common)
         if not result.ok:
@@ -634,13 +634,13 @@ class PopService:
 
     def _check_group(self, group: str) -> None:
         if not isinstance(group, str) or not _GROUP_NAME.match(group):
-            raise InvalidPopRequest(f"consumer group {str(group)[:60]!r} may only use letters, digits, '%', '|', '+', "
+            raise InvalidPopRequest(f"consumer group {echo(group)} may only use letters, digits, '%', '|', '+', "
                                     "'_' and '-', 1 to 255 of them")
 
     def _check_known_group(self, group: str) -> None:
         self._check_group(group)
         if group not in self._groups:
-            raise GroupNotFound(f"consumer group {group!r} has popped nothing on this broker: there is nothing of "
+            raise GroupNotFound(f"consumer group {echo(group)} has popped nothing on this broker: there is nothing of "
                                 "it to ack; check the group name")
 
     def _check_invisible(self, invisible_time_ms: int) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import DecodeError
 from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_spark.codec import check_batch
 from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 
 from broker_sim.pop import PopConfig, PopService, ReviveService
@@ -107,7 +108,7 @@ class Broker:
                                 "this machine; choose another --port (0: any free port) or --host") from cause
             config = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
             try:
-                store = MessageStore(self.data_dir, config)
+                store = MessageStore(self.data_dir, config, payload_check=check_batch)
             except BaseException:
                 server.stop(None)
                 raise

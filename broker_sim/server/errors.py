@@ -2,7 +2,8 @@
 
 Every refusal carries a gRPC status code, a sentence a user can act on (the status details),
 and the trailing metadata key ``rmq-reason`` with the reason's name, so that clients raise typed
-errors without parsing sentences.
+errors without parsing sentences. A sentence shows what the client sent (names, expressions,
+ids) through ``broker_sim.store.echo``, cut short: it never grows with the input.
 
 =========================  ===================  ==============================================
 rmq-reason                 gRPC code            when
@@ -16,7 +17,9 @@ QUEUE_NOT_FOUND            NOT_FOUND            the topic has no such queue id (
 MESSAGE_TOO_LARGE          INVALID_ARGUMENT     a body or batch over max_message_bytes, or a
                                                 record larger than a commitlog segment
 MESSAGE_ILLEGAL            INVALID_ARGUMENT     the store refused the message: a malformed
-                                                batch payload, RocketMQ's batch rules broken
+                                                batch payload (an inner batch's that does not
+                                                decompress, parse as its codec or hold its
+                                                count), RocketMQ's batch rules broken
                                                 (delay, transaction, retry topic, WAIT values)
 PROPERTIES_SIZE_EXCEEDED   INVALID_ARGUMENT     properties over 32767 bytes with the store's own
 WRONG_QUEUE_TYPE           FAILED_PRECONDITION  an inner batch sent to a SimpleCQ topic
@@ -26,10 +29,12 @@ INVALID_ARGUMENT           INVALID_ARGUMENT     a malformed request: bytes that 
                                                 as the request message, empty names, negative
                                                 counts or timestamps, unset or unknown enum
                                                 values, a batch count that does not match its
-                                                payload, reserved property names
+                                                payload, reserved property names, a client
+                                                creating or deleting a %RETRY% or %DLQ% topic
 BAD_OFFSET_RANGE           INVALID_ARGUMENT     an offset or range that cannot be: negative
                                                 offsets, end <= start (end != 0), a negative
-                                                byte budget. Offsets that are well formed but
+                                                byte budget, a group offset committed past
+                                                its queue's end. Offsets that are well formed but
                                                 outside the stored data are no error: ReadRanges
                                                 answers them with a RangeStatus
 TRANSACTION_NOT_FOUND      NOT_FOUND            an end or query names a transaction id the

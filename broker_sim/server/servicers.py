@@ -17,7 +17,8 @@ import threading
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
 
-from broker_sim.store import ConsumerOffsetTable, CreateStatus, GetStatus, MessageStore, QueueType, TopicConfig
+from broker_sim.store import (ConsumerOffsetTable, CreateStatus, GetStatus, MessageStore, QueueType, TopicConfig, echo,
+                              system_topic_problem)
 from broker_sim.store import format as fmt
 
 from . import errors
@@ -107,7 +108,7 @@ class _Shared:
     def topic_not_found(self, name: str) -> BrokerError:
         names = [t.name for t in self.store.topics.all()]
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
-        return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {name!r} does not exist; existing topics: "
+        return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
                                                    f"{shown or 'none'}. Create it first, or check the name")
 
     @staticmethod
@@ -136,6 +137,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         topic = request.topic
         if not topic.name:
             raise invalid("the topic name is empty; name the topic")
+        _check_not_system(topic.name, "create")
         queue_type = _QUEUE_TYPES.get(topic.queue_type)
         if queue_type is None:
             raise invalid(f"queue_type {_enum_name(pb.QueueType, topic.queue_type)}: set SIMPLE_CQ (an index unit "
@@ -151,6 +153,7 @@ class AdminServicer(pb_grpc.AdminServicer):
     def DeleteTopic(self, request, context):
         if not request.name:
             raise invalid("the topic name is empty; name the topic to delete")
+        _check_not_system(request.name, "delete")
         with self._s.gate:
             deleted = self._s.store.delete_topic(request.name)
             if deleted:
@@ -224,6 +227,13 @@ class AdminServicer(pb_grpc.AdminServicer):
                 if entry.offset < 0:
                     raise bad_range(f"offset {entry.offset} of topic {entry.topic!r} queue {entry.queue_id} is "
                                     "negative: commit the next offset to consume, 0 or more")
+                # RocketMQ's broker stores any offset (ConsumerManageProcessor.updateConsumerOffset
+                # checks none); refused here because one past the end would make the group skip
+                # messages stored later, and readers (the Spark source) trust committed offsets.
+                end = self._s.store.next_offset(config.name, entry.queue_id)
+                if entry.offset > end:
+                    raise bad_range(f"offset {entry.offset} of topic {entry.topic!r} queue {entry.queue_id} is past "
+                                    f"the queue's end: commit at most {end}, the offset its next message gets")
                 entries.append((entry.topic, entry.queue_id, entry.offset))
             self._s.offsets.commit(request.group, entries)
         return pb.CommitOffsetsResponse()
@@ -516,7 +526,7 @@ class TagFilter:
         tags = [t.strip() for t in text.split("||")]
         tags = [t for t in tags if t]
         if not tags:
-            raise invalid(f"tag filter {expression!r} names no tag: write \"TagA || TagB\", or \"*\" for all")
+            raise invalid(f"tag filter {echo(expression)} names no tag: write \"TagA || TagB\", or \"*\" for all")
         return cls(tags)
 
     def matches(self, batch) -> bool:
@@ -547,12 +557,12 @@ def _user_properties(properties, what: str) -> dict:
         if not name:
             raise invalid(f"{what} has a property with an empty name")
         if _SEPARATORS.search(name) or _SEPARATORS.search(value):
-            raise invalid(f"property {name!r} of {what} holds a \\x01 or \\x02 character, which separate stored "
+            raise invalid(f"property {echo(name)} of {what} holds a \\x01 or \\x02 character, which separate stored "
                           "properties: remove it")
         if name in _FIELD_PROPERTIES:
             raise invalid(f"{what} sets {name} as a property: use the {_FIELD_PROPERTIES[name]} field instead")
         if name in _RESERVED_PROPERTIES:
-            raise invalid(f"property {name!r} of {what} is reserved for the broker: use another name")
+            raise invalid(f"property {echo(name)} of {what} is reserved for the broker: use another name")
         out[name] = value
     return out
 
@@ -562,7 +572,7 @@ def _field_properties(tags: str, keys: str) -> dict:
     for name, value in ((fmt.PROPERTY_TAGS, tags), (fmt.PROPERTY_KEYS, keys)):
         if value:
             if _SEPARATORS.search(value):
-                raise invalid(f"{_FIELD_PROPERTIES[name]} {value!r} holds a \\x01 or \\x02 character: remove it")
+                raise invalid(f"{_FIELD_PROPERTIES[name]} {echo(value)} holds a \\x01 or \\x02 character: remove it")
             out[name] = value
     return out
 
@@ -597,8 +607,14 @@ def _check_group(group: str) -> None:
     if not group:
         raise invalid("the consumer group name is empty; name the group")
     if not _GROUP_NAME.match(group):
-        raise invalid(f"consumer group {group[:60]!r} may only use letters, digits, '%', '|', '+', '_' and '-', "
+        raise invalid(f"consumer group {echo(group)} may only use letters, digits, '%', '|', '+', '_' and '-', "
                       "at most 255 of them")
+
+
+def _check_not_system(topic: str, action: str) -> None:
+    problem = system_topic_problem(topic, action)
+    if problem:
+        raise invalid(problem)
 
 
 def _enum_name(enum_type, value: int) -> str:

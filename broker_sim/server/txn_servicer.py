@@ -6,6 +6,7 @@ from __future__ import annotations
 from rmq_spark.protocol.v1 import txn_pb2 as pb
 from rmq_spark.protocol.v1 import txn_pb2_grpc as pb_grpc
 
+from broker_sim.store import echo
 from broker_sim.txn import TransactionService, TxnState
 
 from .errors import invalid, translated
@@ -25,7 +26,7 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
         refs = [(t.id, t.message_count) for t in request.transactions]
         for ref in request.transactions:
             if ref.message_count < 0:
-                raise invalid(f"message_count {ref.message_count} of transaction {ref.id!r} is negative: give the "
+                raise invalid(f"message_count {ref.message_count} of transaction {echo(ref.id)} is negative: give the "
                               "number of messages sent under it, or 0 not to check")
         has_sink = request.HasField("sink_batch")
         if request.action == pb.TXN_COMMIT:

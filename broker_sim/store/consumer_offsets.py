@@ -2,9 +2,10 @@
 
 Per group, topic and queue: the committed next offset to consume, the group's durable progress
 (its lag, and where it restarts). Commits change memory only; the table is written to disk on
-an interval (RocketMQ's flushConsumerOffsetInterval, 5 s) and on close, atomically (a temporary
-file, fsync, rename, directory fsync), so the file on disk is always one whole version. A crash
-loses at most the commits of the last interval, as RocketMQ's.
+an interval (RocketMQ's flushConsumerOffsetInterval, 5 s), on close, and when a deleted topic's
+offsets are removed, atomically (a temporary file, fsync, rename, directory fsync), so the file
+on disk is always one whole version. A crash loses at most the commits of the last interval, as
+RocketMQ's.
 
 The file has RocketMQ's shape::
 
@@ -87,7 +88,10 @@ class ConsumerOffsetTable:
             return sorted(group for group, table in self._offsets.items() if table)
 
     def remove_topic(self, topic: str) -> int:
-        """Forget every group's offsets of ``topic`` (it was deleted); returns how many."""
+        """Forget every group's offsets of ``topic`` (it was deleted); returns how many.
+
+        Written at once, not at the next interval: offsets of a deleted topic that came back
+        after a crash would make its groups skip the messages of a topic created again."""
         removed = 0
         with self._lock:
             for table in self._offsets.values():
@@ -98,6 +102,8 @@ class ConsumerOffsetTable:
                 del self._offsets[group]
             if removed:
                 self._version += 1
+        if removed:
+            self.flush()
         return removed
 
     # --- persistence -------------------------------------------------------------------------

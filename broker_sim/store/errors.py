@@ -1,4 +1,14 @@
-"""Faults of the store (expected outcomes are status values, see status.py)."""
+"""Faults of the store (expected outcomes are status values, see status.py), and how error
+sentences show what a client sent."""
+
+ECHO_CHARS = 64
+
+
+def echo(value) -> str:
+    """A value a client sent (a name, an expression, an id), as error sentences show it: its
+    repr, cut to ECHO_CHARS characters, so that a sentence never grows with the input."""
+    text = repr(value)
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS - 3] + "..."
 
 
 class StoreError(Exception):

@@ -27,7 +27,7 @@ from .concurrent_dispatcher import ConcurrentDispatcher
 from .config import DispatchMode, FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .dispatcher import Dispatcher
-from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError
+from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError, echo
 from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
 from .mapped_file import fsync_dir, raise_open_file_limit
 from .producer_state import ProducerState, stamp_problem, stamp_property
@@ -48,14 +48,18 @@ class MessageStore:
 
     Opening runs recovery and starts the dispatcher (and, in async flush mode, the flusher);
     ``close()`` (or leaving the ``with`` block) stops cleanly. ``now_ms`` is the clock that
-    stamps store times, for tests.
+    stamps store times, for tests. ``payload_check(payload, codec, compression, count)``
+    raises ValueError for an inner batch payload that does not decode into ``count``
+    messages; the broker passes the SDK codec's check (the store knows no codec), and without
+    one payloads are stored unchecked.
     """
 
     def __init__(self, data_dir, config: StoreConfig | None = None, *,
-                 now_ms: Callable[[], int] = wall_clock_ms):
+                 now_ms: Callable[[], int] = wall_clock_ms, payload_check: Callable | None = None):
         self.data_dir = Path(data_dir)
         self.config = config or StoreConfig()
         self.now_ms = now_ms
+        self.payload_check = payload_check
         self.data_dir.mkdir(parents=True, exist_ok=True)
         raise_open_file_limit()
         self._lock_fd = _lock_data_dir(self.data_dir)
@@ -180,12 +184,16 @@ class MessageStore:
                         compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
                         flag: int = 0, born_timestamp_ms: int | None = None,
                         born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None,
-                        reconsume_times: int = 0) -> PutResult:
+                        reconsume_times: int = 0, stored_before: bool = False) -> PutResult:
         """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
-        BatchCQ topic. The payload is opaque: ``codec`` and ``compression`` are recorded only."""
+        BatchCQ topic. The payload is stored as it is: ``codec`` and ``compression`` are
+        recorded, and the payload is checked by ``payload_check`` unless it is a copy of a
+        stored record (``stored_before``: pop's retries, which must reach the retry topic and
+        the DLQ even when the payload does not decode)."""
         return self._put(self.build_inner_batch(topic, queue_id, payload, count, codec=codec, compression=compression,
                                                 properties=properties, flag=flag, born_timestamp_ms=born_timestamp_ms,
-                                                born_host=born_host, reconsume_times=reconsume_times), producer)
+                                                born_host=born_host, reconsume_times=reconsume_times,
+                                                stored_before=stored_before), producer)
 
     def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
         """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
@@ -235,8 +243,8 @@ class MessageStore:
 
     def build_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
                           compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
-                          flag: int = 0, born_timestamp_ms: int | None = None,
-                          born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
+                          flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
+                          reconsume_times: int = 0, stored_before: bool = False) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
@@ -246,13 +254,20 @@ class MessageStore:
         if not isinstance(count, int) or not 1 <= count <= self.config.max_batch_messages:
             return _illegal(f"batch count {count!r}: use 1 to {self.config.max_batch_messages}")
         if codec not in fmt.BATCH_CODECS:
-            return _illegal(f"unknown batch codec {codec!r}; use one of: {', '.join(fmt.BATCH_CODECS)}")
+            return _illegal(f"unknown batch codec {echo(codec)}; use one of: {', '.join(fmt.BATCH_CODECS)}")
         try:
             compression = fmt.Compression.parse(compression)
         except ValueError as err:
             return _illegal(str(err))
         if not payload:
             return _illegal("the batch payload is empty")
+        if self.payload_check is not None and not stored_before:
+            try:
+                self.payload_check(payload, codec, compression, count)
+            except ValueError as err:
+                return _illegal(f"the inner batch payload ({codec}, {compression.name.lower()}) does not decode, "
+                                f"nothing was stored: {err}. Encode it with the codec and compression the request "
+                                "names, and give its message count")
         props = fmt.encode_properties({**(properties or {}), fmt.PROPERTY_INNER_NUM: count,
                                        fmt.PROPERTY_BATCH_CODEC: codec})
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
@@ -449,6 +464,12 @@ class MessageStore:
         queue = self._existing_queue(topic, queue_id)
         return queue.max_offset if queue else 0
 
+    def next_offset(self, topic: str, queue_id: int) -> int:
+        """The offset the queue's next message gets: every offset below it is stored, the
+        latest ones maybe not indexed yet (``max_offset`` is the indexed end)."""
+        self._existing_queue(topic, queue_id)
+        return self.commitlog.queue_offsets.get((topic, queue_id), 0)
+
     def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """Wait until ``offset`` of the queue is readable; False on timeout."""
         self._existing_queue(topic, queue_id)
@@ -580,7 +601,7 @@ def _lock_data_dir(data_dir: Path) -> int:
 def _unknown_topic(name: str, topics: TopicTable) -> str:
     names = [t.name for t in topics.all()]
     shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
-    return f"topic {name!r} does not exist; existing topics: {shown or 'none'}. Create it first"
+    return f"topic {echo(name)} does not exist; existing topics: {shown or 'none'}. Create it first"
 
 
 def _illegal(detail: str) -> PutResult:

@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 
 from . import format as fmt
+from .errors import echo
 from .status import PutResult, PutStatus
 
 PRODUCER_KEY = fmt.PROPERTY_PRODUCER.encode() + fmt.NAME_VALUE_SEPARATOR
@@ -33,7 +34,7 @@ def stamp_property(producer_id: str, sequence: int, records: int) -> bytes:
 def stamp_problem(producer_id: str, sequence: int) -> str | None:
     if not producer_id or len(producer_id) > 64 or not producer_id.isascii() or ":" in producer_id \
             or any(c in producer_id for c in "\x01\x02"):
-        return (f"producer id {producer_id!r}: use 1 to 64 ASCII characters without ':' "
+        return (f"producer id {echo(producer_id)}: use 1 to 64 ASCII characters without ':' "
                 "(the SDK uses a random hex id)")
     if sequence < 0:
         return f"sequence {sequence}: use a number >= 0, increasing per send of the producer"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import format as fmt
+from .errors import echo
 from .mapped_file import fsync_dir
 from .status import CreateStatus
 
@@ -51,9 +52,20 @@ def topic_name_problem(name: str) -> str | None:
     if not name:
         return "the topic name is empty"
     if len(name.encode()) > fmt.MAX_TOPIC_BYTES:
-        return f"topic name {name[:40]!r}... is longer than {fmt.MAX_TOPIC_BYTES} bytes"
+        return f"topic name {echo(name)} is longer than {fmt.MAX_TOPIC_BYTES} bytes"
     if not TOPIC_NAME.match(name):
         return f"topic name {name!r} may only use letters, digits, '%', '|', '+', '_' and '-'"
+    return None
+
+
+def system_topic_problem(name: str, action: str) -> str | None:
+    """Why a client may not ``action`` ("create", "delete") topic ``name``, or None: retry and
+    DLQ topics belong to pop, which makes them on first use; one a client made or removed would
+    take a group's retries or lose its dead letters."""
+    if name.startswith((fmt.RETRY_TOPIC_PREFIX, fmt.DLQ_TOPIC_PREFIX)):
+        return (f"cannot {action} topic {echo(name)}: names starting with {fmt.RETRY_TOPIC_PREFIX} or "
+                f"{fmt.DLQ_TOPIC_PREFIX} are pop's retry and dead letter topics, which the broker makes and keeps; "
+                "name your topic otherwise")
     return None
 
 

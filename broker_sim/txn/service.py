@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from broker_sim.store import MessageStore, PutResult, PutStatus, QueueRecords
+from broker_sim.store import MessageStore, PutResult, PutStatus, QueueRecords, echo
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
 from broker_sim.store.producer_state import stamp_problem
@@ -474,7 +474,7 @@ class PreparedPuts:
 
 def check_id(value: str, what: str) -> str:
     if not isinstance(value, str) or not ID_PATTERN.match(value):
-        shown = repr(value[:60]) if isinstance(value, str) else type(value).__name__
+        shown = echo(value) if isinstance(value, str) else type(value).__name__
         raise TransactionRefused(Refusal.INVALID, f"{what} {shown} is malformed: use {ID_RULE}")
     return value
 

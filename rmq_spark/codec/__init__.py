@@ -17,13 +17,16 @@ import pyarrow as pa
 
 from . import arrow, rmq
 from .columns import BATCH_SCHEMA, PROPERTIES_TYPE, to_batch_columns
-from .compression import Compression, compress, decompress
+from .compression import Compression, compress, decompress, decompress_bounded
 from .properties import SYSTEM_PROPERTIES
 
 __all__ = [
-    "BATCH_SCHEMA", "PROPERTIES_TYPE", "SYSTEM_PROPERTIES", "Codec", "Compression", "compress", "decode_batch",
-    "decompress", "encode_batch", "encode_messages", "encode_pieces",
+    "BATCH_SCHEMA", "MAX_DECOMPRESSED_BYTES", "PROPERTIES_TYPE", "SYSTEM_PROPERTIES", "Codec", "Compression",
+    "check_batch", "compress", "decode_batch", "decompress", "encode_batch", "encode_messages", "encode_pieces",
 ]
+
+# The largest batch payload once decompressed: a few KiB of zstd can claim gigabytes.
+MAX_DECOMPRESSED_BYTES = 64 << 20
 
 
 class Codec(enum.Enum):
@@ -153,7 +156,38 @@ def decode_batch(payload, codec: "Codec | str", compression: "Compression | str"
     """
     codec, compression = Codec.parse(codec), Compression.parse(compression)
     batch = _DECODERS[codec](decompress(payload, compression))
-    if count is not None and batch.num_rows != count:
-        raise ValueError(f"{codec.value} batch holds {batch.num_rows} messages where {count} were expected "
-                         "(its INNER_NUM): the payload or the count is wrong")
+    if count is not None:
+        _check_count(codec, batch.num_rows, count)
     return batch
+
+
+def check_batch(payload, codec: "Codec | str", compression: "Compression | str | int", count: int, *,
+                max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES) -> None:
+    """Check that an inner batch payload decodes as ``decode_batch`` and the readers decode
+    it, into exactly ``count`` messages, without building its columns: the broker runs it on
+    every inner batch it is sent, before storing it.
+
+    It decompresses (refusing more than ``max_decompressed_bytes``), then rmq: every entry's
+    TOTALSIZE, BODYLEN and PROPLEN agree and the last entry ends at the payload's end; arrow:
+    one IPC stream of one record batch with a body column, whose buffers are valid.
+
+    Raises ValueError saying what is wrong.
+    """
+    codec, compression = Codec.parse(codec), Compression.parse(compression)
+    plain = decompress_bounded(payload, compression, max_decompressed_bytes)
+    if codec is Codec.RMQ:
+        found = len(rmq.scan(plain))
+    else:
+        batch = arrow.decode(plain)
+        try:
+            batch.validate(full=True)  # offsets inside their buffers, valid UTF-8: what readers rely on
+        except pa.ArrowInvalid as err:
+            raise ValueError(f"arrow batch payload has invalid columns: {err}") from None
+        found = batch.num_rows
+    _check_count(codec, found, count)
+
+
+def _check_count(codec: Codec, found: int, count: int) -> None:
+    if found != count:
+        raise ValueError(f"{codec.value} batch holds {found} messages where {count} were expected "
+                         "(its INNER_NUM): the payload or the count is wrong")

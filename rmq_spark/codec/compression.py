@@ -127,6 +127,52 @@ def decompress(data, compression: Compression) -> "bytes | memoryview":
     return memoryview(data)
 
 
+def decompress_bounded(data, compression: Compression, max_size: int) -> "bytes | memoryview":
+    """``decompress``, refusing a frame of more than ``max_size`` bytes decompressed before
+    allocating them (a small frame can claim gigabytes): the size in the frame's header is
+    checked first, and a frame without one is decompressed only up to ``max_size + 1`` bytes.
+
+    Raises ValueError saying what is wrong.
+    """
+    compression = Compression.parse(compression)
+    view = memoryview(data).cast("B")
+    if compression is Compression.NONE:
+        return view
+    size = _frame_size(view, compression)
+    if size > max_size:
+        raise ValueError(f"its {compression.name.lower()} frame says it decompresses to {size} bytes; the largest "
+                         f"accepted is {max_size}: send smaller batches")
+    if size < 0 and _larger_than(view, compression, max_size):
+        raise ValueError(f"its {compression.name.lower()} frame decompresses to more than {max_size} bytes, the "
+                         "largest accepted: send smaller batches")
+    plain = decompress(view, compression)
+    if size >= 0 and len(plain) != size:
+        raise ValueError(f"its {compression.name.lower()} frame says {size} bytes decompressed but holds {len(plain)}")
+    return plain
+
+
+def _frame_size(view: memoryview, compression: Compression) -> int:
+    """The decompressed size a frame's header gives (read without numpy: one frame is cheaper
+    so); -1 when it gives none or is not a frame."""
+    try:
+        if compression is Compression.LZ4:
+            return lz4.frame.get_frame_info(view)["content_size"] or -1
+        return zstandard.frame_content_size(view)
+    except (RuntimeError, zstandard.ZstdError):
+        return -1  # not a frame: decompressing it says why
+
+
+def _larger_than(view: memoryview, compression: Compression, max_size: int) -> bool:
+    """Whether a frame whose header does not give its size decompresses to more than
+    ``max_size`` bytes; it is decompressed no further than that."""
+    try:
+        if compression is Compression.LZ4:
+            return len(lz4.frame.LZ4FrameDecompressor().decompress(view, max_length=max_size + 1)) > max_size
+        return len(_zstd_decompressor().stream_reader(view).read(max_size + 1)) > max_size
+    except (RuntimeError, zstandard.ZstdError):
+        return False  # not a valid frame: decompressing it says why
+
+
 def _zstd_decompress(data) -> bytes:
     decompressor = _zstd_decompressor()
     try:

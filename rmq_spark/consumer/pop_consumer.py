@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from ..client.transport import Transport, TransportConfig
 from ..codec.properties import SYSTEM_PROPERTIES, decode_properties
-from ..codec.records import decode_records
+from ..codec.records import RecordFormatError, decode_records
 from ..errors import (ConfigError, InvalidReceiptHandleError, ReceiptHandleError, ReceiptHandleExpiredError,
-                      RmqError)
+                      RmqError, UndecodableBatchError)
 from ..protocol.v1 import pop_pb2 as pb
 from ..protocol.v1 import pop_pb2_grpc
 from ..structs import ReceivedMessage
@@ -251,6 +251,9 @@ class Delivery:
         It came from the group's retry queue.
     records : pyarrow.RecordBatch
         Its messages in the read schema (decoded on first use, for the whole pop at once).
+        Raises UndecodableBatchError for a stored batch that does not decode (the pop's other
+        deliveries are not affected): ack it to drop it, or let it come back and, past the
+        group's maximum retries, go to its DLQ, as any delivery whose consumption fails.
     """
 
     __slots__ = ("receipt_handle", "topic", "queue_id", "offset", "count", "reconsume_times", "invisible_until_ms",
@@ -270,7 +273,7 @@ class Delivery:
 
     @property
     def records(self) -> pa.RecordBatch:
-        records = self._answer.decoded().slice(self._row, self.count)
+        records = self._answer.rows_of(self)
         if self.retry:  # the retry queue's rows show the topic the message was sent to
             records = records.set_column(0, records.schema.field(0), pa.array([self.topic] * self.count, pa.string()))
         return records
@@ -280,7 +283,7 @@ class Delivery:
         single = _single_message(self._answer.data, self._at, self)
         if single is not None:
             return [single]
-        columns = self._answer.decoded(with_properties=True).slice(self._row, self.count).to_pydict()
+        columns = self._answer.rows_of(self, with_properties=True).to_pydict()
         return [ReceivedMessage(self.topic, columns["queue_id"][i], columns["queue_offset"][i], columns["body"][i],
                                 columns["tags"][i], columns["keys"][i], _ms(columns["born_timestamp"][i]),
                                 _ms(columns["store_timestamp"][i]), self.reconsume_times, self.receipt_handle,
@@ -333,19 +336,37 @@ class _Answer:
         self.include_properties = include_properties
         self.topic = topic
         self.rows = 0
-        self._decoded: dict[bool, pa.RecordBatch] = {}
+        self._decoded: dict[bool, pa.RecordBatch | None] = {}
         self._lock = threading.Lock()
 
-    def decoded(self, with_properties: bool | None = None) -> pa.RecordBatch:
+    def rows_of(self, delivery: Delivery, with_properties: bool | None = None) -> pa.RecordBatch:
+        """The delivery's messages: a slice of the whole answer decoded, or, when some record
+        of the answer does not decode, its own records decoded alone."""
         with_properties = self.include_properties if with_properties is None else with_properties
+        whole = self._decoded_whole(with_properties)
+        if whole is not None:
+            return whole.slice(delivery._row, delivery.count)
+        try:
+            return decode_records(self.data[delivery._at:delivery._at + delivery._size], 0, None, with_properties)
+        except RecordFormatError as err:
+            raise UndecodableBatchError(
+                f"{delivery.topic} queue {delivery.queue_id}: the stored batch at offsets {delivery.offset} to "
+                f"{delivery.offset + delivery.count - 1} does not decode ({err}). Ack it to drop it, or leave it: it "
+                "comes back after its invisible time and, past the group's maximum retries, goes to its DLQ") from None
+
+    def _decoded_whole(self, with_properties: bool) -> pa.RecordBatch | None:
+        """Every record of the answer decoded at once; None when some record does not decode."""
         with self._lock:
-            batch = self._decoded.get(with_properties)
-            if batch is None:
-                batch = self._decoded[with_properties] = decode_records(self.data, 0, None, with_properties)
-                if batch.num_rows != self.rows:
+            if with_properties not in self._decoded:
+                try:
+                    batch = decode_records(self.data, 0, None, with_properties)
+                except RecordFormatError:
+                    batch = None
+                if batch is not None and batch.num_rows != self.rows:
                     raise RmqError(f"the pop answer holds {batch.num_rows} messages but its deliveries count "
                                    f"{self.rows}: the broker and this client disagree on the protocol")
-            return batch
+                self._decoded[with_properties] = batch
+            return self._decoded[with_properties]
 
 
 # A stored record's header up to BODYLEN (RocketMQ's V1 layout), for single messages.

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..client.transport import Transport, TransportConfig
-from ..codec.records import decode_records, read_schema
-from ..errors import ConfigError, CorruptedRecordError, DataLossError, OffsetOutOfRangeError
+from ..codec.records import RecordFormatError, decode_records, iter_record_headers, read_schema
+from ..errors import ConfigError, CorruptedRecordError, DataLossError, OffsetOutOfRangeError, UndecodableBatchError
 from ..protocol.v1 import broker_pb2 as pb
 from ..structs import OffsetRange
 
@@ -27,8 +27,9 @@ ON_DATA_LOSS = ("fail", "skip")
 class _Pending:
     topic: str
     queue_id: int
-    start: int
+    start: int | None  # None once the range is read (or failed)
     end: int | None
+    failed: UndecodableBatchError | None = None
 
 
 class RangeReader:
@@ -57,6 +58,9 @@ class RangeReader:
         raise ``DataLossError`` (an ``OffsetOutOfRangeError``), or log a warning and read from the first stored one.
         When the broker refuses a damaged record of a range: raise ``CorruptedRecordError`` (a
         ``DataLossError``) naming its offsets, or log a warning and read on after exactly those.
+        When a stored batch does not decode: end its range there and, once the other ranges are
+        read, raise ``UndecodableBatchError`` (a ``DataLossError``) naming its topic, queue and
+        offsets; or log a warning and skip the batch's offsets.
     """
 
     def __init__(self, endpoint: str, *, max_bytes_per_fetch: int = DEFAULT_MAX_BYTES_PER_FETCH,
@@ -76,6 +80,7 @@ class RangeReader:
     def read(self, ranges: list[OffsetRange]) -> Iterator[pa.RecordBatch]:
         """Yield the messages of ``ranges`` as record batches (no empty ones)."""
         pending = [_Pending(r.topic, r.queue_id, r.start, r.end) for r in ranges if _check_range(r)]
+        ranges_read = list(pending)
         while pending:
             call = [p for p in pending]
             request = pb.ReadRangesRequest(
@@ -83,10 +88,10 @@ class RangeReader:
                                      end_offset=p.end or 0) for p in call],
                 max_bytes=self.max_bytes_per_fetch, tag_filter=self.tag_filter)
             progressed = False
-            chunks = _Chunks(min(DECODE_BYTES, self.max_bytes_per_fetch), self.include_properties)
+            chunks = _Chunks(min(DECODE_BYTES, self.max_bytes_per_fetch), self.include_properties, self._bad_batch)
             for response in self._transport.stream(self._transport.messaging.ReadRanges, request):
                 item = call[response.range_index]
-                if response.records and chunks.add(response, item.start, item.end):
+                if response.records and item.failed is None and chunks.add(response, item):
                     yield from chunks.decode()
                 if response.done:
                     progressed |= self._finish(item, response)
@@ -94,6 +99,12 @@ class RangeReader:
             pending = [p for p in pending if p.start is not None]
             if pending and not progressed:
                 raise OffsetOutOfRangeError(f"no progress reading {pending[0]}: the broker returned nothing")
+        failed = [r.failed for r in ranges_read if r.failed is not None]
+        if failed:
+            first = failed[0]
+            if len(failed) > 1:
+                first.args = (f"{first} ({len(failed) - 1} more ranges failed so)",)
+            raise first
 
     def read_table(self, ranges: list[OffsetRange]) -> pa.Table:
         return pa.Table.from_batches(list(self.read(ranges)), schema=self.schema)
@@ -101,6 +112,9 @@ class RangeReader:
     def _finish(self, item: _Pending, response: pb.ReadRangesResponse) -> bool:
         """Apply a range's end of call; returns whether the range moved. A finished range gets
         ``start = None``."""
+        if item.failed is not None:
+            item.start = None
+            return True
         status = response.status
         if status == pb.FOUND:
             moved = response.next_offset > item.start
@@ -132,16 +146,28 @@ class RangeReader:
 
     def _skip_corrupted(self, item: _Pending, response: pb.ReadRangesResponse) -> bool:
         first, end = response.corrupted_from, response.next_offset
-        if self.on_data_loss == "fail":
-            raise CorruptedRecordError(f"{response.detail}. Pass on_data_loss='skip' to skip offsets {first} to "
-                                       f"{end - 1} and read on", topic=item.topic, queue_id=item.queue_id,
-                                       first_offset=first, end_offset=end)
+        if self.on_data_loss == "fail":  # as an undecodable batch: the other ranges are read first
+            item.failed = CorruptedRecordError(
+                f"{response.detail}. Pass on_data_loss='skip' to skip offsets {first} to {end - 1} and read on",
+                topic=item.topic, queue_id=item.queue_id, first_offset=first, end_offset=end)
+            item.start = None
+            return True
         log.warning("%s queue %d: offsets %d to %d skipped: %s", item.topic, item.queue_id, first, end - 1,
                     response.detail)
         item.start = end
         if item.end is not None and item.start >= item.end:
             item.start = None
         return True
+
+    def _bad_batch(self, item: _Pending, first: int, last: int | None, err: RecordFormatError) -> None:
+        """A stored batch of ``item`` (offsets ``first`` to ``last``; None: not known) does not decode."""
+        offsets = f"offsets {first} to {last}" if last is not None else f"offsets from {first} on"
+        where = f"{item.topic} queue {item.queue_id}: the stored batch at {offsets} does not decode ({err})"
+        if self.on_data_loss == "skip":
+            log.warning("%s; its messages are skipped", where)
+            return
+        item.failed = UndecodableBatchError(f"{where}; the range was read up to it, the other ranges in full. Skip "
+                                            "the batch with on_data_loss='skip', or read from after it")
 
     def close(self) -> None:
         self._transport.close()
@@ -156,33 +182,82 @@ class RangeReader:
 class _Chunks:
     """Responses' records waiting to be decoded together, with each record's bounds."""
 
-    def __init__(self, decode_bytes: int, include_properties: bool):
+    def __init__(self, decode_bytes: int, include_properties: bool, bad_batch):
         self.decode_bytes = decode_bytes
         self.include_properties = include_properties
+        self.bad_batch = bad_batch  # RangeReader._bad_batch
         self.parts: list = []
         self.bounds: list = []  # (start, end, records) of each part
+        self.items: list = []  # the _Pending range of each part
         self.size = 0
 
-    def add(self, response: pb.ReadRangesResponse, start: int, end: int | None) -> bool:
+    def add(self, response: pb.ReadRangesResponse, item: _Pending) -> bool:
         """Keep a response's records; True when it is time to decode."""
         self.parts.append(response.records)
-        self.bounds.append((start, _OPEN_END if end is None else end, response.record_count))
+        self.bounds.append((item.start, _OPEN_END if item.end is None else item.end, response.record_count))
+        self.items.append(item)
         self.size += len(response.records)
         return self.size >= self.decode_bytes
 
     def decode(self) -> Iterator[pa.RecordBatch]:
         if not self.parts:
             return
-        if len(self.parts) == 1:
-            start, end, _ = self.bounds[0]
-            batch = decode_records(self.parts[0], start, None if end == _OPEN_END else end, self.include_properties)
+        try:
+            if len(self.parts) == 1:
+                start, end, _ = self.bounds[0]
+                batch = decode_records(self.parts[0], start, None if end == _OPEN_END else end,
+                                       self.include_properties)
+            else:
+                starts, ends, counts = (np.array(column, dtype=np.int64) for column in zip(*self.bounds))
+                batch = decode_records(b"".join(self.parts), np.repeat(starts, counts), np.repeat(ends, counts),
+                                       self.include_properties)
+        except RecordFormatError:
+            batches = list(self._decode_apart())
         else:
-            starts, ends, counts = (np.array(column, dtype=np.int64) for column in zip(*self.bounds))
-            batch = decode_records(b"".join(self.parts), np.repeat(starts, counts), np.repeat(ends, counts),
-                                   self.include_properties)
-        self.parts, self.bounds, self.size = [], [], 0
-        if batch.num_rows:
-            yield batch
+            batches = [batch] if batch.num_rows else []
+        self.parts, self.bounds, self.items, self.size = [], [], [], 0
+        yield from batches
+
+    def _decode_apart(self) -> Iterator[pa.RecordBatch]:
+        """After the parts failed to decode together: each part alone, and the records of a
+        part that fails one by one, so that a batch that does not decode costs only itself
+        (reported by ``bad_batch``) and, when its range fails, what follows it in its range."""
+        for part, (start, end, _), item in zip(self.parts, self.bounds, self.items):
+            end = None if end == _OPEN_END else end
+            try:
+                batch = decode_records(part, start, end, self.include_properties)
+            except RecordFormatError:
+                yield from self._decode_records_apart(part, start, end, item)
+                continue
+            if item.failed is None and batch.num_rows:
+                yield batch
+
+    def _decode_records_apart(self, part, start: int, end: int | None, item: _Pending) -> Iterator[pa.RecordBatch]:
+        try:
+            records = list(iter_record_headers(part))
+        except RecordFormatError as err:  # the records themselves do not parse: the part goes whole
+            self.bad_batch(item, start, None, err)
+            return
+        view = memoryview(part)
+        for record in records:
+            if item.failed is not None:
+                return
+            try:
+                batch = decode_records(view[record.position:record.position + record.total_size], start, end,
+                                       self.include_properties)
+            except RecordFormatError as err:
+                self.bad_batch(item, record.queue_offset, _last_offset(record), err)
+                continue
+            if batch.num_rows:
+                yield batch
+
+
+def _last_offset(record) -> int | None:
+    """The last offset a stored record holds; None when its INNER_NUM does not say."""
+    try:
+        return record.queue_offset + record.count - 1
+    except RecordFormatError:
+        return None
 
 
 def _check_range(r: OffsetRange) -> bool:

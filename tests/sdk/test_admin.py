@@ -54,8 +54,12 @@ def test_offsets_of_many_topics_and_by_time(admin, endpoint, topic_name):
     assert admin.offsets_for_timestamp(a, stored_at + 1, queue_ids=[1]) == {1: 5}
 
 
-def test_group_offsets(admin, topic_name):
+def test_group_offsets(admin, endpoint, topic_name):
     admin.create_topic(topic_name, 2)
+    with Producer(endpoint) as producer:  # offsets are committed up to the queue's end
+        for queue_id, count in ((0, 7), (1, 3)):
+            for _ in range(count):
+                producer.send(Message(topic_name, b"x", queue_id=queue_id))
     admin.commit_group_offsets("g1", {(topic_name, 0): 7, (topic_name, 1): 3})
     got = {(o.topic, o.queue_id): o.offset for o in admin.group_offsets("g1", [topic_name])}
     assert got == {(topic_name, 0): 7, (topic_name, 1): 3}

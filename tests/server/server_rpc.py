@@ -10,7 +10,7 @@ import grpc
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
 
-from broker_sim.store import decode_record
+from broker_sim.store import decode_record, encode_message_batch
 from broker_sim.store import format as fmt
 
 WAIT_S = 10.0
@@ -107,6 +107,13 @@ class RangeRead:
             assert len(decoded) == chunk.record_count
             out += decoded
         return out
+
+
+def filler_batch(fill: int, size: int, count: int) -> bytes:
+    """An rmq inner batch payload of exactly ``size`` bytes: ``count`` messages of ``fill`` bytes."""
+    entry = size // count
+    sizes = [entry] * (count - 1) + [size - entry * (count - 1)]
+    return encode_message_batch([(bytes([fill]) * (n - fmt.BATCH_ENTRY_FIXED_BYTES), {}, 0) for n in sizes])
 
 
 def split_records(data: bytes) -> list:

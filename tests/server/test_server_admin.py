@@ -140,6 +140,10 @@ def test_broker_stats_report_dispatch_lag(client, broker):
 def test_commit_and_query_group_offsets(client):
     client.create("a", 2)
     client.create("b", 1)
+    for topic, queue_id in (("a", 0), ("a", 1), ("b", 0)):  # offsets are committed up to the max offset
+        for _ in range(10):
+            client.send_single(topic, queue_id)
+        client.wait_readable(topic, queue_id, 10)
 
     def commit(group, *entries):
         return client.admin.CommitOffsets(pb.CommitOffsetsRequest(

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 from rmq_spark.protocol.v1 import broker_pb2 as pb
-from server_rpc import Client
+from server_rpc import Client, filler_batch
 
 import broker_sim
 from broker_sim.server import BindError, Broker
@@ -103,7 +103,7 @@ def test_stop_during_a_read_stream_is_bounded_and_clean(tmp_path):
     client = Client(broker.endpoint)
     client.create("big", 1, pb.BATCH_CQ)
     for i in range(12):
-        client.send("big", 0, inner_batch=pb.InnerBatch(payload=bytes([i]) * (1 << 20), count=4, codec=pb.CODEC_RMQ))
+        client.send("big", 0, inner_batch=pb.InnerBatch(payload=filler_batch(i, 1 << 20, 4), count=4, codec=pb.CODEC_RMQ))
     client.wait_readable("big", 0, 48)
     stream = client.messaging.ReadRanges(pb.ReadRangesRequest(ranges=[pb.ReadRange(topic="big")]), timeout=30)
     next(stream)  # the first chunk; the rest waits for us

@@ -7,7 +7,7 @@ import random
 import grpc
 import pytest
 from rmq_spark.protocol.v1 import broker_pb2 as pb
-from server_rpc import stream_refusal
+from server_rpc import filler_batch, stream_refusal
 
 from broker_sim.server.servicers import CHUNK_BYTES
 from broker_sim.store import encode_message_batch
@@ -93,9 +93,9 @@ def test_many_ranges_over_many_queues(client):
 
 def test_a_large_range_comes_in_chunks_of_at_most_4_mib(client):
     client.create("big", 1, pb.BATCH_CQ)
-    payloads = [bytes([i]) * (1 << 20) for i in range(9)] + [b"\xee" * (4 << 20)]  # 9 MiB, then one of 4 MiB
+    payloads = [filler_batch(i, 1 << 20, 10) for i in range(9)] + [filler_batch(0xee, 4 << 20, 10)]  # 9 MiB, 4 MiB
     for payload in payloads:
-        client.send("big", 0, inner_batch=pb.InnerBatch(payload=payload, count=10, codec=pb.CODEC_ARROW))
+        client.send("big", 0, inner_batch=pb.InnerBatch(payload=payload, count=10, codec=pb.CODEC_RMQ))
     client.wait_readable("big", 0, 100)
     [read] = client.read([("big", 0, 0, 0)])
     assert len(read.chunks) >= 4 and all(not c.done for c in read.chunks[:-1]) and read.chunks[-1].done
@@ -212,7 +212,7 @@ def test_a_topic_deleted_during_a_read(broker, client, monkeypatch, recreate):
     TOPIC_NOT_FOUND, the broker serves on, and the topic created again is empty."""
     client.create("big", 1, pb.BATCH_CQ)
     for i in range(6):
-        client.send("big", 0, inner_batch=pb.InnerBatch(payload=bytes([i]) * (1 << 20), count=2, codec=pb.CODEC_RMQ))
+        client.send("big", 0, inner_batch=pb.InnerBatch(payload=filler_batch(i, 1 << 20, 2), count=2, codec=pb.CODEC_RMQ))
     client.wait_readable("big", 0, 12)
     store, calls = broker.store, []
     original = store.get_messages
