@@ -29,7 +29,7 @@ class _Pending:
     queue_id: int
     start: int | None  # None once the range is read (or failed)
     end: int | None
-    failed: UndecodableBatchError | None = None
+    failed: DataLossError | None = None  # CorruptedRecordError or UndecodableBatchError
 
 
 class RangeReader:
