@@ -8,6 +8,7 @@ inside have left it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import struct
@@ -24,6 +25,7 @@ from .errors import BrokerError, Reason, bad_range, invalid, translated, transla
 
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
 CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger record travels alone)
+STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}
 _QUEUE_TYPES_PB = {v: k for k, v in _QUEUE_TYPES.items()}
@@ -69,17 +71,19 @@ class CallGate:
 
 
 class Counters:
-    """Messages put and read since start."""
+    """Messages put and read since start, and the stream responses waiting for their client now."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.messages_put = 0
         self.messages_read = 0
+        self.responses_waiting = 0
 
-    def add(self, put: int = 0, read: int = 0) -> None:
+    def add(self, put: int = 0, read: int = 0, waiting: int = 0) -> None:
         with self._lock:
             self.messages_put += put
             self.messages_read += read
+            self.responses_waiting += waiting
 
 
 class _Shared:
@@ -241,8 +245,9 @@ class AdminServicer(pb_grpc.AdminServicer):
 # --- messaging -----------------------------------------------------------------------------------
 
 class MessagingServicer(pb_grpc.MessagingServicer):
-    def __init__(self, shared: _Shared):
+    def __init__(self, shared: _Shared, write_timeout_s: float = STREAM_WRITE_TIMEOUT_S):
         self._s = shared
+        self.write_timeout_s = write_timeout_s  # of each ReadRanges response
 
     @translated
     def Send(self, request, context):
@@ -323,7 +328,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                                duplicate=result.duplicate)
 
     @translated_stream
-    def ReadRanges(self, request, context):
+    async def ReadRanges(self, request, context):
         if request.max_bytes < 0:
             raise bad_range(f"max_bytes {request.max_bytes} is negative: give a byte budget, or 0 for the "
                             f"broker's default of {DEFAULT_READ_BUDGET >> 20} MiB")
@@ -331,17 +336,33 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         with self._s.gate:
             plans = [self._plan(i, r) for i, r in enumerate(request.ranges)]
         budget = _Budget(request.max_bytes or DEFAULT_READ_BUDGET)
+        loop = asyncio.get_running_loop()
         try:
             for plan in plans:
                 reader = _RangeReader(self._s, plan, tags, budget)
-                while True:
-                    with self._s.gate:  # store views are copied into the responses inside: none crosses a yield
-                        responses, done = reader.step()
-                    yield from responses
-                    if done:
-                        break
+                done = False
+                while not done:  # each step in the broker's thread pool: the loop never waits for the disk
+                    responses, done = await loop.run_in_executor(None, self._step, reader)
+                    for response in responses:
+                        yield response
         finally:  # a cancelled or failed call counts what it read too
             self._s.counters.add(read=budget.messages)
+
+    async def write_response(self, context, response) -> bool:
+        """Send one response of a stream (translated_stream); False when the client took none
+        for write_timeout_s."""
+        self._s.counters.add(waiting=1)
+        try:
+            await asyncio.wait_for(context.write(response), self.write_timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._s.counters.add(waiting=-1)
+
+    def _step(self, reader: "_RangeReader") -> tuple[list, bool]:
+        with self._s.gate:  # store views are copied into the responses inside: none crosses a yield
+            return reader.step()
 
     def _plan(self, index: int, r) -> tuple:
         config = self._s.topic(r.topic)
@@ -619,6 +640,7 @@ def _resident_bytes() -> int:
 
 
 def make_servicers(store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate,
-                   counters: Counters, transactions=None, pop=None) -> tuple[AdminServicer, MessagingServicer]:
+                   counters: Counters, transactions=None, pop=None,
+                   write_timeout_s: float = STREAM_WRITE_TIMEOUT_S) -> tuple[AdminServicer, MessagingServicer]:
     shared = _Shared(store, offsets, gate, counters, transactions, pop)
-    return AdminServicer(shared), MessagingServicer(shared)
+    return AdminServicer(shared), MessagingServicer(shared, write_timeout_s)
