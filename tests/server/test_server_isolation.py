@@ -12,14 +12,13 @@ import time
 
 import grpc
 import pytest
-from conftest import CONFIG
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2, pop_pb2_grpc
 from server_rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Client
 
 from broker_sim.pop import PopConfig
 from broker_sim.server import Broker
-from broker_sim.store import format as fmt
+from broker_sim.store import StoreConfig
 
 # No BDP probing: the client's window stays at its initial 64 KiB, so a stream that is not read
 # stops a 1 MiB response on the broker's side.
@@ -27,6 +26,7 @@ STALLED_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.bdp_probe", 0)]
 STALLED_DEADLINE_S = 300.0  # the stalled calls end by then whatever happens: no test can hang on them
 WAIT_S = 60.0
 BIG_MESSAGES = 4
+CONFIG = StoreConfig(segment_bytes=16 << 20)
 
 
 @contextlib.contextmanager
