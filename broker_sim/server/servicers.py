@@ -25,6 +25,7 @@ from .errors import BrokerError, Reason, bad_range, invalid, translated, transla
 
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
 CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger record travels alone)
+MAX_OFFSETS_QUEUES = 16384  # queues per GetOffsets answer, at most (about 400 KB; a larger topic travels alone)
 STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}
@@ -174,13 +175,25 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     @translated
     def GetOffsets(self, request, context):
+        if request.max_queues < 0:
+            raise invalid(f"max_queues {request.max_queues} is negative: give the queues per answer, or 0 for the "
+                          f"broker's cap of {MAX_OFFSETS_QUEUES}")
+        limit = min(request.max_queues or MAX_OFFSETS_QUEUES, MAX_OFFSETS_QUEUES)
         with self._s.gate:
-            if request.topics:
-                configs = [self._s.topic(name) for name in request.topics]
-            else:
-                configs = self._s.store.topics.all()
-            return pb.GetOffsetsResponse(topics=[pb.TopicOffsets(topic=c.name, queues=self._queues(c))
-                                                 for c in configs])
+            if request.topics:  # the page token: the index of the page's first name
+                first = _named_page_start(request.page_token, len(request.topics))
+                configs = (self._s.topic(name) for name in request.topics[first:])
+            else:  # the page token: the page's first name (topics made or deleted meanwhile do not matter)
+                first = 0
+                configs = (c for c in self._s.store.topics.all() if c.name >= request.page_token)
+            page, queues = [], 0
+            for index, config in enumerate(configs, first):
+                if page and queues + config.queue_count > limit:
+                    token = str(index) if request.topics else config.name
+                    return pb.GetOffsetsResponse(topics=page, next_page_token=token)
+                page.append(pb.TopicOffsets(topic=config.name, queues=self._queues(config)))
+                queues += config.queue_count
+            return pb.GetOffsetsResponse(topics=page)
 
     @translated
     def OffsetForTimestamp(self, request, context):
@@ -599,6 +612,16 @@ def _check_early_batch_count(payload: bytes, count: int) -> None:
         found = f"more than {count}" if n > count else str(n)
         raise invalid(f"early batch count {count} does not match its payload, which holds {found} messages: "
                       "send the number of messages encoded")
+
+
+def _named_page_start(token: str, names: int) -> int:
+    """Where the GetOffsets page of the token starts in a request's names."""
+    if not token:
+        return 0
+    if token.isascii() and token.isdigit() and 0 < int(token) < names:
+        return int(token)
+    raise invalid(f"page_token {token[:40]!r} is not one the broker gave for these {names} topics: pass the "
+                  "next_page_token of the last answer with the same topics, or \"\" for the first page")
 
 
 def _check_group(group: str) -> None:
