@@ -6,6 +6,8 @@ address: its IPv4 address and bound port.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import ipaddress
 import logging
@@ -29,7 +31,7 @@ from broker_sim.txn import TransactionConfig, TransactionService
 from .errors import MalformedRequest
 from .pop_servicer import PopServicer
 from .serialized import serializer
-from .servicers import CallGate, Counters, make_servicers
+from .servicers import STREAM_WRITE_TIMEOUT_S, CallGate, Counters, make_servicers
 from .txn_servicer import TransactionsServicer
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,14 @@ class BindError(OSError):
 class Broker:
     """A broker on ``data_dir``, listening on ``host:port`` (port 0: any free port).
 
+    The gRPC server is asyncio's, on an event loop thread of the broker's own: unary calls run
+    in a pool of ``max_workers`` threads, which each leaves once its answer is made (sending it
+    to a slow client costs no thread); ReadRanges streams run on the loop and read the store in
+    that pool, one step at a time, so a stream waiting for its client holds no thread either. A
+    client that takes no response of its stream for ``stream_write_timeout_s`` has the stream
+    ended (STREAM_STALLED). Long-polling pops wait in the pool: at most
+    ``pop_config.max_waiting_pops`` of them, fewer than ``max_workers``.
+
     ``start()`` opens the store (running recovery), binds and serves; it returns the bound
     port. ``stop(grace)`` stops serving (calls in flight get ``grace`` seconds), then closes
     the offsets and the store cleanly (no ``abort`` marker is left). ``transaction_config``
@@ -57,7 +67,8 @@ class Broker:
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
                  *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS,
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
-                 pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms):
+                 pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
+                 stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S):
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -71,11 +82,18 @@ class Broker:
         self.transactions: TransactionService | None = None
         # With --flush sync, pop state is synced too: nothing acknowledged is lost to a machine crash.
         self.pop_config = pop_config or PopConfig(sync_writes=self.store_config.flush_mode is FlushMode.SYNC)
+        if self.pop_config.max_waiting_pops >= max_workers:
+            raise ValueError(f"max_waiting_pops={self.pop_config.max_waiting_pops} would let long-polling pops hold "
+                             f"all {max_workers} RPC threads and starve every other call: set it below max_workers")
+        if stream_write_timeout_s <= 0:
+            raise ValueError(f"stream_write_timeout_s={stream_write_timeout_s!r}: give a positive number of seconds")
+        self.stream_write_timeout_s = stream_write_timeout_s
         self.pop_now_ms = pop_now_ms
         self.pop: PopService | None = None
         self._revive: ReviveService | None = None
         self.counters = Counters()
-        self._server: grpc.Server | None = None
+        self._server: grpc.aio.Server | None = None
+        self._loop: _LoopThread | None = None
         self._gate = CallGate()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -90,11 +108,10 @@ class Broker:
             if self._server is not None or self._stopped.is_set():
                 raise RuntimeError("a Broker starts once; create another one to start again")
             limit = max(MAX_GRPC_MESSAGE_BYTES, self.store_config.max_message_bytes + _ENVELOPE_BYTES)
-            server = grpc.server(
-                ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rmq-rpc"),
-                options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                         ("grpc.so_reuseport", 0)],
-            )
+            loop = _LoopThread(ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rmq-rpc"))
+            server = loop.run(_new_server(loop.pool, [
+                ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0)]))
             address = f"{_host_part(self.host)}:{self.port}"
             try:
                 port = server.add_insecure_port(address)
@@ -103,21 +120,21 @@ class Broker:
             else:
                 cause = None
             if not port:
-                server.stop(None)
+                loop.close(server)
                 raise BindError(f"cannot listen on {address}: the port is in use or the host is not an address of "
                                 "this machine; choose another --port (0: any free port) or --host") from cause
             config = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
             try:
                 store = MessageStore(self.data_dir, config, payload_check=check_batch)
             except BaseException:
-                server.stop(None)
+                loop.close(server)
                 raise
             try:
                 offsets = ConsumerOffsetTable(self.data_dir / "config" / "consumerOffset.json",
                                               self.offsets_flush_interval_ms)
             except BaseException:
                 store.close()
-                server.stop(None)
+                loop.close(server)
                 raise
             try:  # completes commits a crash interrupted
                 transactions = TransactionService(store, self.data_dir / "txn", self.transaction_config,
@@ -125,7 +142,7 @@ class Broker:
             except BaseException:
                 offsets.close()
                 store.close()
-                server.stop(None)
+                loop.close(server)
                 raise
             try:
                 pop = PopService.open(self.data_dir, store, offsets, self.pop_config, now_ms=self.pop_now_ms)
@@ -133,9 +150,10 @@ class Broker:
                 transactions.close()
                 offsets.close()
                 store.close()
-                server.stop(None)
+                loop.close(server)
                 raise
-            admin, messaging = make_servicers(store, offsets, self._gate, self.counters, transactions, pop)
+            admin, messaging = make_servicers(store, offsets, self._gate, self.counters, transactions, pop,
+                                              self.stream_write_timeout_s)
             server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin),
                                              _service_handler(pb, "Messaging", messaging),
                                              _service_handler(txn_pb2, "Transactions",
@@ -143,8 +161,8 @@ class Broker:
                                              _service_handler(pop_pb2, "Pop", PopServicer(pop, self._gate))))
             self._revive = ReviveService(pop)
             self._revive.start()
-            server.start()
-            self.store, self.offsets, self._server, self.port = store, offsets, server, port
+            loop.run(server.start())
+            self.store, self.offsets, self._server, self._loop, self.port = store, offsets, server, loop, port
             self.transactions, self.pop = transactions, pop
             log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
             return port
@@ -157,7 +175,7 @@ class Broker:
                 self._stopped.set()
                 return
             self.pop.stop_waiting()  # long-polling pops answer now
-            self._server.stop(grace).wait((grace or 0) + _DRAIN_TIMEOUT_S)
+            self._loop.close(self._server, grace)
             if not self._gate.close(_DRAIN_TIMEOUT_S):
                 log.warning("calls still inside the store after %.0f s; closing it anyway", _DRAIN_TIMEOUT_S)
             try:
@@ -181,6 +199,39 @@ class Broker:
 
     def __exit__(self, *exc) -> None:
         self.stop(grace=1.0)
+
+
+class _LoopThread:
+    """The gRPC server's event loop, run by a thread of its own, with the thread pool of the
+    server's sync handlers (also the loop's default executor: ReadRanges reads the store there)."""
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self.pool = pool
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(pool)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="rmq-grpc-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine, timeout: float | None = None):
+        """Run ``coroutine`` on the loop; its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def close(self, server: grpc.aio.Server, grace: float | None = None) -> None:
+        """Stop ``server`` (calls in flight get ``grace`` seconds, then are cancelled), then the loop."""
+        try:
+            self.run(server.stop(grace), (grace or 0) + _DRAIN_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            log.warning("the gRPC server did not stop within %.0f s; stopping its loop anyway", _DRAIN_TIMEOUT_S)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(_DRAIN_TIMEOUT_S)
+            if not self._thread.is_alive():
+                self.loop.close()
+            self.pool.shutdown(wait=False)
+
+
+async def _new_server(pool: ThreadPoolExecutor, options: list) -> grpc.aio.Server:
+    return grpc.aio.server(migration_thread_pool=pool, options=options)  # made on the loop it is to run on
 
 
 def _service_handler(pb_module, name: str, servicer) -> grpc.GenericRpcHandler:

@@ -59,6 +59,10 @@ SERVICE_NOT_AVAILABLE      UNAVAILABLE          the broker is stopping or its st
                                                 retry against a running broker
 SEND_IN_PROGRESS           ABORTED              an idempotent send whose earlier attempt is
                                                 still being stored: retry to get its answer
+STREAM_STALLED             DEADLINE_EXCEEDED    a ReadRanges client took no response for the
+                                                broker's stream write timeout (60 s): the
+                                                stream was ended; read again from the last
+                                                next_offset received
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================
@@ -69,6 +73,7 @@ Expected outcomes of reads (no message yet, offset too small, past the end, budg
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import logging
@@ -102,6 +107,7 @@ class Reason(str, enum.Enum):
     RECEIPT_HANDLE_EXPIRED = "RECEIPT_HANDLE_EXPIRED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
+    STREAM_STALLED = "STREAM_STALLED"
     INTERNAL = "INTERNAL"
 
 
@@ -123,6 +129,7 @@ CODES = {
     Reason.RECEIPT_HANDLE_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
+    Reason.STREAM_STALLED: grpc.StatusCode.DEADLINE_EXCEEDED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -242,18 +249,39 @@ def translated(method):
 
 
 def translated_stream(method):
-    """Decorate a response-streaming handler as ``translated``: a failure after some responses
-    ends the stream with the status."""
+    """Decorate a response-streaming handler for the asyncio server: ``method`` is an async
+    generator of responses, each sent by the servicer's ``write_response``. A client that takes
+    none for ``write_timeout_s`` gets STREAM_STALLED and its stream ends (waiting, it held no
+    thread: only the response on its way). Exceptions of ``method`` become statuses as in
+    ``translated``, also after some responses; a failed write (the client went away) is gRPC's
+    to handle."""
 
     @functools.wraps(method)
-    def handler(self, request, context):
-        try:
-            if isinstance(request, MalformedRequest):
-                raise request.refusal()
-            yield from method(self, request, context)
-            return
-        except Exception as err:
-            error = from_exception(err)
-        abort(context, error)
+    async def handler(self, request, context):
+        if isinstance(request, MalformedRequest):
+            await abort_stream(context, request.refusal())
+        # Alone, first: an abort after a write that timed out must not send it again (gRPC refuses).
+        await context.send_initial_metadata(())
+        async with contextlib.aclosing(method(self, request, context)) as responses:
+            while True:
+                try:
+                    response = await anext(responses)
+                except StopAsyncIteration:
+                    return
+                except Exception as err:
+                    error = from_exception(err)
+                    break
+                if not await self.write_response(context, response):
+                    error = BrokerError(Reason.STREAM_STALLED, f"the client took no response of this stream for "
+                                                               f"{self.write_timeout_s:g} s, so the broker ended it; "
+                                                               "read the responses as they come, and read again from "
+                                                               "the last next_offset received")
+                    break
+        await abort_stream(context, error)
 
     return handler
+
+
+async def abort_stream(context: grpc.aio.ServicerContext, error: BrokerError):
+    """``abort`` for the asyncio handlers."""
+    await context.abort(error.code, error.message, ((REASON_KEY, error.reason.value),))

@@ -9,6 +9,7 @@ inside have left it.
 from __future__ import annotations
 
 import dataclasses
+import asyncio
 import os
 import re
 import struct
@@ -27,6 +28,8 @@ from .errors import BrokerError, Reason, bad_range, invalid, translated, transla
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
 CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger record travels alone)
 CORRUPTED_LISTED = 100  # damaged records BrokerStats lists (it counts all)
+MAX_OFFSETS_QUEUES = 16384  # queues per GetOffsets answer, at most (about 400 KB; a larger topic travels alone)
+STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}
 _QUEUE_TYPES_PB = {v: k for k, v in _QUEUE_TYPES.items()}
@@ -72,17 +75,19 @@ class CallGate:
 
 
 class Counters:
-    """Messages put and read since start."""
+    """Messages put and read since start, and the stream responses waiting for their client now."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.messages_put = 0
         self.messages_read = 0
+        self.responses_waiting = 0
 
-    def add(self, put: int = 0, read: int = 0) -> None:
+    def add(self, put: int = 0, read: int = 0, waiting: int = 0) -> None:
         with self._lock:
             self.messages_put += put
             self.messages_read += read
+            self.responses_waiting += waiting
 
 
 class _Shared:
@@ -175,13 +180,25 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     @translated
     def GetOffsets(self, request, context):
+        if request.max_queues < 0:
+            raise invalid(f"max_queues {request.max_queues} is negative: give the queues per answer, or 0 for the "
+                          f"broker's cap of {MAX_OFFSETS_QUEUES}")
+        limit = min(request.max_queues or MAX_OFFSETS_QUEUES, MAX_OFFSETS_QUEUES)
         with self._s.gate:
-            if request.topics:
-                configs = [self._s.topic(name) for name in request.topics]
-            else:
-                configs = self._s.store.topics.all()
-            return pb.GetOffsetsResponse(topics=[pb.TopicOffsets(topic=c.name, queues=self._queues(c))
-                                                 for c in configs])
+            if request.topics:  # the page token: the index of the page's first name
+                first = _named_page_start(request.page_token, len(request.topics))
+                configs = (self._s.topic(name) for name in request.topics[first:])
+            else:  # the page token: the page's first name (topics made or deleted meanwhile do not matter)
+                first = 0
+                configs = (c for c in self._s.store.topics.all() if c.name >= request.page_token)
+            page, queues = [], 0
+            for index, config in enumerate(configs, first):
+                if page and queues + config.queue_count > limit:
+                    token = str(index) if request.topics else config.name
+                    return pb.GetOffsetsResponse(topics=page, next_page_token=token)
+                page.append(pb.TopicOffsets(topic=config.name, queues=self._queues(config)))
+                queues += config.queue_count
+            return pb.GetOffsetsResponse(topics=page)
 
     @translated
     def OffsetForTimestamp(self, request, context):
@@ -256,8 +273,9 @@ class AdminServicer(pb_grpc.AdminServicer):
 # --- messaging -----------------------------------------------------------------------------------
 
 class MessagingServicer(pb_grpc.MessagingServicer):
-    def __init__(self, shared: _Shared):
+    def __init__(self, shared: _Shared, write_timeout_s: float = STREAM_WRITE_TIMEOUT_S):
         self._s = shared
+        self.write_timeout_s = write_timeout_s  # of each ReadRanges response
 
     @translated
     def Send(self, request, context):
@@ -338,7 +356,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                                duplicate=result.duplicate)
 
     @translated_stream
-    def ReadRanges(self, request, context):
+    async def ReadRanges(self, request, context):
         if request.max_bytes < 0:
             raise bad_range(f"max_bytes {request.max_bytes} is negative: give a byte budget, or 0 for the "
                             f"broker's default of {DEFAULT_READ_BUDGET >> 20} MiB")
@@ -346,17 +364,33 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         with self._s.gate:
             plans = [self._plan(i, r) for i, r in enumerate(request.ranges)]
         budget = _Budget(request.max_bytes or DEFAULT_READ_BUDGET)
+        loop = asyncio.get_running_loop()
         try:
             for plan in plans:
                 reader = _RangeReader(self._s, plan, tags, budget)
-                while True:
-                    with self._s.gate:  # store views are copied into the responses inside: none crosses a yield
-                        responses, done = reader.step()
-                    yield from responses
-                    if done:
-                        break
+                done = False
+                while not done:  # each step in the broker's thread pool: the loop never waits for the disk
+                    responses, done = await loop.run_in_executor(None, self._step, reader)
+                    for response in responses:
+                        yield response
         finally:  # a cancelled or failed call counts what it read too
             self._s.counters.add(read=budget.messages)
+
+    async def write_response(self, context, response) -> bool:
+        """Send one response of a stream (translated_stream); False when the client took none
+        for write_timeout_s."""
+        self._s.counters.add(waiting=1)
+        try:
+            await asyncio.wait_for(context.write(response), self.write_timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._s.counters.add(waiting=-1)
+
+    def _step(self, reader: "_RangeReader") -> tuple[list, bool]:
+        with self._s.gate:  # store views are copied into the responses inside: none crosses a yield
+            return reader.step()
 
     def _plan(self, index: int, r) -> tuple:
         config = self._s.topic(r.topic)
@@ -603,6 +637,16 @@ def _check_early_batch_count(payload: bytes, count: int) -> None:
                       "send the number of messages encoded")
 
 
+def _named_page_start(token: str, names: int) -> int:
+    """Where the GetOffsets page of the token starts in a request's names."""
+    if not token:
+        return 0
+    if token.isascii() and token.isdigit() and 0 < int(token) < names:
+        return int(token)
+    raise invalid(f"page_token {token[:40]!r} is not one the broker gave for these {names} topics: pass the "
+                  "next_page_token of the last answer with the same topics, or \"\" for the first page")
+
+
 def _check_group(group: str) -> None:
     if not group:
         raise invalid("the consumer group name is empty; name the group")
@@ -648,6 +692,7 @@ def _resident_bytes() -> int:
 
 
 def make_servicers(store: MessageStore, offsets: ConsumerOffsetTable, gate: CallGate,
-                   counters: Counters, transactions=None, pop=None) -> tuple[AdminServicer, MessagingServicer]:
+                   counters: Counters, transactions=None, pop=None,
+                   write_timeout_s: float = STREAM_WRITE_TIMEOUT_S) -> tuple[AdminServicer, MessagingServicer]:
     shared = _Shared(store, offsets, gate, counters, transactions, pop)
-    return AdminServicer(shared), MessagingServicer(shared)
+    return AdminServicer(shared), MessagingServicer(shared, write_timeout_s)

@@ -2,7 +2,7 @@
 
 Data directory::
 
-    lock  abort  checkpoint  corrupted.json  config/topics.json  config/consumerOffset.json
+    lock  abort  checkpoint  corrupted.json  config/topics.json (+ topics.journal)  config/consumerOffset.json
     commitlog/{20-digit start}
     consumequeue/{topic}/{queueId}/{20-digit start}        SimpleCQ
     batchconsumequeue/{topic}/{queueId}/{20-digit start}   BatchCQ
@@ -576,6 +576,7 @@ class MessageStore:
         self._flush_indexes(thorough=True)
         self.queues.close()
         self.commitlog.close()
+        self.topics.close()
         (self.data_dir / "abort").unlink(missing_ok=True)
         fsync_dir(self.data_dir)
         os.close(self._lock_fd)

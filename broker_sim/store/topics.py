@@ -4,12 +4,21 @@ A topic also records the commitlog offset at its creation (``created_at_offset``
 an earlier topic of the same name (deleted since) all lie below it, and the dispatcher skips
 them, so a topic deleted and created again never gets the old records back, not even when
 recovery re-dispatches the log. topics.json files written before this field load it as 0.
+
+The table is a snapshot, ``topics.json``, and a journal beside it, ``topics.journal``: a
+creation or deletion appends one JSON line to the journal and syncs it, so its cost does not
+grow with the number of topics. When the journal holds more lines than the snapshot has
+topics (and at close), the table is written as a new snapshot (atomically, by rename) and the
+journal emptied. Loading replays the journal over the snapshot; a torn last line (a crash
+while it was written: never acknowledged) is dropped. A topics.json of an older broker loads
+as it is, with no journal.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import json
 import os
 import re
@@ -18,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import format as fmt
-from .errors import echo
+from .errors import StoreError, echo
 from .mapped_file import fsync_dir
 from .status import CreateStatus
 
 # RocketMQ's characters, and '+' of pop retry topics (%RETRY%{group}+{topic}).
 TOPIC_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]+$")
 MAX_QUEUES = 65536
+MIN_JOURNAL_LINES = 1024  # a journal this long is compacted, at the least
 
 
 class QueueType(str, enum.Enum):
@@ -70,17 +80,16 @@ def system_topic_problem(name: str, action: str) -> str | None:
 
 
 class TopicTable:
-    """The topics of one data directory, saved to ``path`` on every change (atomically)."""
+    """The topics of one data directory: a snapshot at ``path`` and a journal beside it, to
+    which every change is appended (and synced) before it is made."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.journal_path = path.with_name("topics.journal")
         self._lock = threading.Lock()
-        self._topics: dict[str, TopicConfig] = {}
-        if path.exists():
-            for item in json.loads(path.read_text())["topics"]:
-                config = TopicConfig(item["name"], item["queue_count"], QueueType(item["queue_type"]),
-                                     int(item.get("created_at_offset", 0)))
-                self._topics[config.name] = config
+        self._topics: dict[str, TopicConfig] = _read_snapshot(path)
+        self._journal_lines = _replay_journal(self.journal_path, self._topics)
+        self._journal_fd: int | None = None  # opened at the first change
 
     def get(self, name: str) -> TopicConfig | None:
         return self._topics.get(name)
@@ -107,8 +116,10 @@ class TopicTable:
                     f"topic {name!r} exists with {existing.queue_count} queues of type {existing.queue_type.value}; "
                     "queue count and type are fixed at creation: delete the topic first or use another name"
                 )
-            self._topics[name] = TopicConfig(name, queue_count, queue_type, created_at_offset)
-            self._save()
+            config = TopicConfig(name, queue_count, queue_type, created_at_offset)
+            self._append({"create": _to_json(config)})
+            self._topics[name] = config
+            self._compact_if_long()
             return CreateStatus.CREATED, ""
 
     def clamp_created_at(self, tail: int) -> list[str]:
@@ -120,17 +131,53 @@ class TopicTable:
             for name in changed:
                 self._topics[name] = dataclasses.replace(self._topics[name], created_at_offset=tail)
             if changed:
-                self._save()
+                self._compact()
             return changed
 
     def delete(self, name: str) -> bool:
         with self._lock:
-            if self._topics.pop(name, None) is None:
+            if name not in self._topics:
                 return False
-            self._save()
+            self._append({"delete": name})
+            del self._topics[name]
+            self._compact_if_long()
             return True
 
-    def _save(self) -> None:
+    def close(self) -> None:
+        """Fold the journal into the snapshot (a clean data directory has topics.json alone)."""
+        with self._lock:
+            if self._journal_lines:
+                self._compact()
+            if self._journal_fd is not None:
+                os.close(self._journal_fd)
+                self._journal_fd = None
+
+    def _append(self, entry: dict) -> None:
+        """Append ``entry`` to the journal, durably; on a failure the journal is as before."""
+        if self._journal_fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fsync_dir(self.path.parent)
+        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+        size = os.fstat(self._journal_fd).st_size
+        try:
+            if os.write(self._journal_fd, line) != len(line):
+                raise OSError(errno.ENOSPC, f"no space left to append to {self.journal_path}")
+            os.fdatasync(self._journal_fd)
+        except OSError:
+            os.ftruncate(self._journal_fd, size)  # no partial line is left for a later one to follow
+            raise
+        self._journal_lines += 1
+
+    def _compact_if_long(self) -> None:
+        """Compact once the journal costs more to replay than the snapshot to write (amortized:
+        a change costs O(1) writes, whatever the number of topics)."""
+        if self._journal_lines > max(MIN_JOURNAL_LINES, len(self._topics)):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Write the table as a new snapshot, then empty the journal (replaying it over the new
+        snapshot, as after a crash in between, gives the same table)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {"topics": [_to_json(t) for t in self.all()]}
         tmp = self.path.with_suffix(".tmp")
@@ -140,6 +187,54 @@ class TopicTable:
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
+        if self._journal_fd is not None:
+            os.ftruncate(self._journal_fd, 0)
+            os.fdatasync(self._journal_fd)
+        elif self.journal_path.exists():
+            os.truncate(self.journal_path, 0)
+        self._journal_lines = 0
+
+
+def _read_snapshot(path: Path) -> dict[str, TopicConfig]:
+    if not path.exists():
+        return {}
+    try:
+        return {c.name: c for c in map(_from_json, json.loads(path.read_text())["topics"])}
+    except (ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{path} is not a topic table ({type(err).__name__}: {err}); restore it from a "
+                              "backup, or move it away to start with no topics") from err
+
+
+def _replay_journal(path: Path, topics: dict[str, TopicConfig]) -> int:
+    """Apply the journal's changes to ``topics``; the number of lines. A torn last line is cut off."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    good_bytes = 0
+    for number, line in enumerate(lines[:-1], 1):
+        try:
+            entry = json.loads(line)
+            if "create" in entry:
+                config = _from_json(entry["create"])
+                topics[config.name] = config
+            else:
+                topics.pop(entry["delete"], None)
+        except (ValueError, KeyError, TypeError) as err:
+            if number < len(lines) - 1:
+                raise StoreError(f"line {number} of {path} is damaged ({type(err).__name__}: {err}) and later "
+                                      "changes follow it; restore the file from a backup, or fix or remove the "
+                                      "line") from err
+            break  # the last line, torn by a crash in its write (a full line with garbage: on a power loss)
+        good_bytes += len(line) + 1
+    if good_bytes < len(data):
+        os.truncate(path, good_bytes)  # later lines must not follow the torn one
+    return data.count(b"\n", 0, good_bytes)
+
+
+def _from_json(item: dict) -> TopicConfig:
+    return TopicConfig(item["name"], item["queue_count"], QueueType(item["queue_type"]),
+                       int(item.get("created_at_offset", 0)))
 
 
 def _to_json(topic: TopicConfig) -> dict:

@@ -51,10 +51,17 @@ class Admin:
             QueueOffsets(name, q.queue_id, q.min_offset, q.max_offset) for q in response.queues]
 
     def offsets(self, topics: list[str]) -> dict[str, list[QueueOffsets]]:
-        """Min / max offsets of every queue of many topics, in one call."""
-        response = self._call(self._admin.GetOffsets, pb.GetOffsetsRequest(topics=list(topics)))
-        return {t.topic: [QueueOffsets(t.topic, q.queue_id, q.min_offset, q.max_offset) for q in t.queues]
-                for t in response.topics}
+        """Min / max offsets of every queue of many topics (of every topic when ``topics`` is
+        empty), in as few calls as the broker's answers allow (it pages them)."""
+        out = {}
+        request = pb.GetOffsetsRequest(topics=list(topics))
+        while True:  # ends: every page but the last holds a topic, and its token is past it
+            response = self._call(self._admin.GetOffsets, request)
+            out.update({t.topic: [QueueOffsets(t.topic, q.queue_id, q.min_offset, q.max_offset) for q in t.queues]
+                        for t in response.topics})
+            if not response.next_page_token or not response.topics:
+                return out
+            request.page_token = response.next_page_token
 
     def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids=None) -> dict[int, int]:
         """Per queue, the first offset stored at or after ``timestamp_ms`` (the max offset if none)."""

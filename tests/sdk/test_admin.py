@@ -1,6 +1,7 @@
 import pytest
 from sdk_helpers import wait_indexed
 
+import broker_sim
 from rmq_spark import (
     Admin, BrokerUnavailableError, ConfigError, Message, Producer, QueueType, TopicConflictError,
     TopicNotFoundError, TransportConfig,
@@ -52,6 +53,20 @@ def test_offsets_of_many_topics_and_by_time(admin, endpoint, topic_name):
     stored_at = first[0].store_timestamp_ms
     assert admin.offsets_for_timestamp(a, stored_at) == {0: 0, 1: 0}
     assert admin.offsets_for_timestamp(a, stored_at + 1, queue_ids=[1]) == {1: 5}
+
+
+def test_offsets_follow_the_brokers_pages(tmp_path):
+    """The broker answers 16,384 queues at most at a time: 20,002 queues come in two pages."""
+    with broker_sim.embedded(tmp_path / "data") as endpoint, Admin(endpoint) as admin:
+        for name, queues in (("w1", 10_000), ("w2", 10_000), ("x", 2)):
+            admin.create_topic(name, queues)
+        with Producer(endpoint) as producer:
+            producer.send(Message("w2", b"m", queue_id=9_999))
+        wait_indexed(endpoint, "w2", 1)
+        for asked in ([], ["x", "w2", "w1"]):  # every topic, and named ones
+            offsets = admin.offsets(asked)
+            assert {topic: len(queues) for topic, queues in offsets.items()} == {"w1": 10_000, "w2": 10_000, "x": 2}
+            assert offsets["w2"][9_999].max_offset == 1
 
 
 def test_group_offsets(admin, endpoint, topic_name):

@@ -6,7 +6,7 @@ import time
 import grpc
 import pytest
 from rmq_spark.protocol.v1 import broker_pb2 as pb
-from server_rpc import refusal
+from server_rpc import CALL_TIMEOUT_S, refusal
 
 NOT_FOUND, INVALID = grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT
 CONFLICT = grpc.StatusCode.ALREADY_EXISTS
@@ -76,6 +76,45 @@ def test_get_offsets_of_many_topics(client):
     assert [t.topic for t in everything.topics] == ["a", "b"]
     code, reason, details = refusal(client.admin.GetOffsets, pb.GetOffsetsRequest(topics=["a", "nope"]))
     assert (code, reason) == (NOT_FOUND, "TOPIC_NOT_FOUND") and "'nope'" in details and "a, b" in details
+
+
+def pages(client, topics=(), max_queues=0) -> list[tuple[list[str], str]]:
+    """GetOffsets page by page: (the topics of each answer, its next page token)."""
+    out, token = [], ""
+    for _ in range(100):  # bounded: far more pages than any test makes
+        answer = client.admin.GetOffsets(pb.GetOffsetsRequest(topics=topics, max_queues=max_queues,
+                                                              page_token=token), timeout=CALL_TIMEOUT_S)
+        token = answer.next_page_token
+        out.append(([t.topic for t in answer.topics], token))
+        if not token:
+            return out
+    raise AssertionError("GetOffsets never gave its last page")
+
+
+def test_get_offsets_answers_in_pages_of_whole_topics(client):
+    for name, queues in (("a", 3), ("b", 3), ("c", 5), ("d", 1)):
+        client.create(name, queues)
+    assert pages(client, max_queues=6) == [(["a", "b"], "c"), (["c", "d"], "")]
+    # A topic larger than a page travels alone.
+    assert pages(client, max_queues=4) == [(["a"], "b"), (["b"], "c"), (["c"], "d"), (["d"], "")]
+    assert pages(client, ["d", "a", "c"], max_queues=4) == [(["d", "a"], "2"), (["c"], "")]
+    for token in ("7", "x", "0"):
+        code, reason, details = refusal(client.admin.GetOffsets, pb.GetOffsetsRequest(topics=["a", "b"],
+                                                                                      page_token=token))
+        assert (code, reason) == (INVALID, "INVALID_ARGUMENT") and "next_page_token" in details, details
+    code, _, details = refusal(client.admin.GetOffsets, pb.GetOffsetsRequest(max_queues=-1))
+    assert code == INVALID and "max_queues -1 is negative" in details
+
+
+def test_get_offsets_of_every_topic_is_capped(client):
+    """An empty topic list used to answer every queue of every topic at once (14.7 MB)."""
+    client.create("w1", 10_000)
+    client.create("w2", 10_000)
+    client.create("x", 1)
+    first = client.admin.GetOffsets(pb.GetOffsetsRequest(max_queues=1 << 30), timeout=CALL_TIMEOUT_S)
+    assert [t.topic for t in first.topics] == ["w1"] and first.next_page_token == "w2"
+    assert first.ByteSize() < 1 << 20
+    assert pages(client) == [(["w1"], "w2"), (["w2", "x"], "")]
 
 
 def test_offset_for_timestamp(client):

@@ -70,6 +70,7 @@ def test_a_recreated_topic_starts_empty_at_offset_zero(store):
     result = store.put_inner_batch("t", 0, b"new", 4)
     assert result.ok and result.queue_offset == 0
     assert [r[:3] for r in served(store, "t", 0)] == [(0, 4, b"new")]
+    store.close()  # folds the topic journal into topics.json
     saved = json.loads((store.data_dir / "config" / "topics.json").read_text())
     assert saved["topics"] == [{"name": "t", "queue_count": 1, "queue_type": "BatchCQ", "created_at_offset": end}]
 

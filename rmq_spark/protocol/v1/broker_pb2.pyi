@@ -130,16 +130,22 @@ class TopicOffsets(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "max_queues", "page_token")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    max_queues: int
+    page_token: str
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., max_queues: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetOffsetsResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "next_page_token")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicOffsets]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicOffsets, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicOffsets, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class OffsetForTimestampRequest(_message.Message):
     __slots__ = ("topic", "queue_ids", "timestamp_ms")

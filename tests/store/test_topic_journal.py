@@ -1,0 +1,177 @@
+"""The topic table: a change is one line appended to a journal (the snapshot is not rewritten),
+replayed after a crash (SIGKILL), a torn last line dropped, compacted into the snapshot, and a
+change that cannot be written (a full filesystem) leaves the table as it was."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from broker_sim.store import CreateStatus, StoreError
+from broker_sim.store import topics as topics_module
+from broker_sim.store.topics import QueueType, TopicConfig, TopicTable
+
+WAIT_S = 60.0
+
+
+def names(table: TopicTable) -> list[str]:
+    return [t.name for t in table.all()]
+
+
+def test_a_change_appends_one_line_and_leaves_the_snapshot_alone(tmp_path):
+    path = tmp_path / "topics.json"
+    path.write_text(json.dumps({"topics": [{"name": "old", "queue_count": 2, "queue_type": "SimpleCQ"}]}))
+    snapshot = path.read_bytes()
+    table = TopicTable(path)  # an older broker's file: upgraded in place
+    assert table.create("a", 4, "BatchCQ", created_at_offset=77) == (CreateStatus.CREATED, "")
+    assert table.delete("old")
+    assert path.read_bytes() == snapshot
+    lines = (tmp_path / "topics.journal").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"create": {"name": "a", "queue_count": 4, "queue_type": "BatchCQ", "created_at_offset": 77}},
+        {"delete": "old"}]
+    table.close()  # folds the journal into the snapshot
+    assert json.loads(path.read_text())["topics"] == [
+        {"name": "a", "queue_count": 4, "queue_type": "BatchCQ", "created_at_offset": 77}]
+    assert (tmp_path / "topics.journal").read_bytes() == b""
+    assert TopicTable(path).get("a") == TopicConfig("a", 4, QueueType.BATCH_CQ, 77)
+
+
+def test_the_journal_is_compacted_when_it_outgrows_the_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(topics_module, "MIN_JOURNAL_LINES", 4)
+    path = tmp_path / "topics.json"
+    table = TopicTable(path)
+    for i in range(4):
+        table.create(f"t{i}", 1, "SimpleCQ")
+    table.delete("t0")
+    # five lines, longer than both the minimum and the table: everything is in the snapshot now
+    assert (tmp_path / "topics.journal").read_bytes() == b""
+    assert [t["name"] for t in json.loads(path.read_text())["topics"]] == ["t1", "t2", "t3"]
+    table.create("t4", 1, "SimpleCQ")
+    assert names(TopicTable(path)) == ["t1", "t2", "t3", "t4"]
+
+
+def test_a_crash_between_the_new_snapshot_and_the_emptied_journal_replays_to_the_same_table(tmp_path):
+    path = tmp_path / "topics.json"
+    table = TopicTable(path)
+    table.create("a", 1, "SimpleCQ")
+    table.create("b", 1, "SimpleCQ")
+    table.delete("a")
+    table.create("a", 2, "BatchCQ", created_at_offset=5)
+    journal = (tmp_path / "topics.journal").read_bytes()
+    table.close()
+    (tmp_path / "topics.journal").write_bytes(journal)  # as if the crash came before the truncation
+    again = TopicTable(path)
+    assert again.all() == table.all() == [TopicConfig("a", 2, QueueType.BATCH_CQ, 5),
+                                          TopicConfig("b", 1, QueueType.SIMPLE_CQ, 0)]
+
+
+CREATOR = textwrap.dedent("""
+    import sys
+    from broker_sim.store.topics import TopicTable
+    table = TopicTable(__import__("pathlib").Path(sys.argv[1]))
+    for i in range(100_000):
+        table.create(f"t{i}", 1 + i % 3, "BatchCQ")
+        if i % 7 == 0:
+            table.delete(f"t{i}")
+        print(i, flush=True)  # acknowledged
+""")
+
+
+def test_every_acknowledged_change_survives_sigkill(tmp_path):
+    path = tmp_path / "config" / "topics.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    process = subprocess.Popen([sys.executable, "-c", CREATOR, str(path)], stdout=subprocess.PIPE, text=True,
+                               env=env)
+    try:
+        acknowledged = -1
+        for line in process.stdout:  # bounded: the creator stops at 100,000
+            acknowledged = int(line)
+            if acknowledged >= 1500:  # past a compaction (at 1,024 journal lines)
+                break
+    finally:
+        process.kill()
+        process.wait(WAIT_S)
+    table = TopicTable(path)
+    expected = {f"t{i}" for i in range(acknowledged + 1) if i % 7}
+    have = set(names(table))
+    assert expected <= have and len(have - expected) <= 1  # at most the one being made at the kill
+    assert table.get("t1500") == TopicConfig("t1500", 1 + 1500 % 3, QueueType.BATCH_CQ)
+
+
+def test_a_torn_last_line_is_dropped_and_cut_off(tmp_path):
+    path = tmp_path / "topics.json"
+    table = TopicTable(path)
+    table.create("a", 1, "SimpleCQ")
+    table.close()
+    table = TopicTable(path)
+    table.create("b", 1, "SimpleCQ")
+    journal = tmp_path / "topics.journal"
+    good = journal.read_bytes()
+    with open(journal, "ab") as out:
+        out.write(b'{"create":{"name":"torn","queue_co')  # a crash in the middle of a write
+    again = TopicTable(path)
+    assert names(again) == ["a", "b"]
+    assert journal.read_bytes() == good  # a later line does not follow the torn one
+    again.create("c", 1, "SimpleCQ")
+    assert names(TopicTable(path)) == ["a", "b", "c"]
+
+
+def test_a_damaged_line_before_good_ones_is_refused_with_its_line_number(tmp_path):
+    path = tmp_path / "topics.json"
+    table = TopicTable(path)
+    for name in ("a", "b", "c"):
+        table.create(name, 1, "SimpleCQ")
+    journal = tmp_path / "topics.journal"
+    lines = journal.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"name"', b'"n\x00me"')
+    journal.write_bytes(b"\n".join(lines))
+    with pytest.raises(StoreError, match=r"line 2 of .*topics.journal is damaged .* restore the file"):
+        TopicTable(path)
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path):
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_change_that_cannot_be_written_leaves_the_table_as_it_was(tmp_path):
+    with small_tmpfs(tmp_path / "fs") as fs:
+        path = fs / "topics.json"
+        table = TopicTable(path)
+        table.create("kept", 1, "SimpleCQ")
+        filler = fs / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill the filesystem
+            with pytest.raises(OSError):
+                for _ in range(4096):
+                    os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
+        with pytest.raises(OSError) as failure:
+            for i in range(4096):  # until the journal's last page is full too
+                table.create(f"more{i}", 1, "SimpleCQ")
+        assert failure.value.errno == errno.ENOSPC
+        refused = f"more{i}"
+        assert table.get(refused) is None
+        filler.unlink()
+        assert table.create(refused, 2, "BatchCQ")[0] is CreateStatus.CREATED
+        reloaded = TopicTable(path)
+        assert reloaded.all() == table.all() and reloaded.get(refused).queue_count == 2
