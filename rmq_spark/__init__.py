@@ -25,6 +25,7 @@ _HOMES = {
         "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError", "DataLossError",
+        "DiskFailedError", "DiskFullError",
         "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
         "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",

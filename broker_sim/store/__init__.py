@@ -4,7 +4,8 @@ checkpoint, recovery, consumer offsets). Knows nothing of gRPC, RocksDB or rmq_s
 from .config import FlushMode, StoreConfig
 from .consume_queue import IndexUnit
 from .consumer_offsets import ConsumerOffsetTable
-from .errors import DataDirInUseError, StoreClosedError, StoreError, UnknownTopicError
+from .disk import DiskFailedError, full_sentence
+from .errors import DataDirInUseError, DiskFullError, StoreClosedError, StoreError, UnknownTopicError
 from .format import Compression, SysFlag, decode_record, encode_message_batch
 from .message_store import MessageStore
 from .recovery import RecoveryReport
@@ -12,8 +13,9 @@ from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, Qu
 from .topics import QueueType, TopicConfig
 
 __all__ = [
-    "Compression", "ConsumerOffsetTable", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult",
+    "Compression", "ConsumerOffsetTable", "CreateStatus", "DataDirInUseError", "DiskFailedError", "DiskFullError",
+    "FlushMode", "GetResult",
     "GetStatus", "IndexUnit", "MessageStore", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
     "StoreClosedError", "StoreConfig", "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError",
-    "decode_record", "encode_message_batch",
+    "decode_record", "encode_message_batch", "full_sentence",
 ]
