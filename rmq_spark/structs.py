@@ -108,6 +108,7 @@ class BrokerStats:
     data_dir: str
     flush_mode: str
     dispatch_lag_ms: int = 0  # age of the oldest record not indexed yet (0: everything is indexed)
+    disk_failure: str = ""  # set after a failed flush: why the broker refuses writes until it is restarted
 
 
 class TransactionState(str, enum.Enum):

@@ -206,7 +206,8 @@ class AdminServicer(pb_grpc.AdminServicer):
                 commitlog_flushed_offset=store.commitlog.flushed_offset, dispatched_offset=dispatched,
                 dispatch_lag_bytes=lag_bytes, dispatch_lag_ms=lag_ms, messages_put=self._s.counters.messages_put,
                 messages_read=self._s.counters.messages_read, resident_memory_bytes=_resident_bytes(),
-                data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value)
+                data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value,
+                disk_failure=store.disk.failure)
 
     @translated
     def CommitOffsets(self, request, context):

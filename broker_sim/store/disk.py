@@ -45,8 +45,9 @@ class DiskGuard:
         free = stat.f_bavail * stat.f_frsize
         if free - more_bytes < self.reserve_bytes:
             raise DiskFullError(
-                f"the disk holding {self.directory} has {free / MIB:.1f} MiB free, and the broker keeps "
-                f"{self.reserve_bytes / MIB:.1f} MiB free for its indexes and metadata (--disk-reserve)")
+                f"the disk holding {self.directory} has {free / MIB:.1f} MiB free; growing the commitlog by "
+                f"{more_bytes / MIB:.1f} MiB would leave less than the {self.reserve_bytes / MIB:.1f} MiB the broker "
+                "keeps free for its indexes and metadata (--disk-reserve)")
 
     def fail(self, what: str, error: OSError) -> DiskFailedError:
         """Enter the failed state (the first failure's sentence is kept); returns the error to raise."""

@@ -78,7 +78,7 @@ class Admin:
         return BrokerStats(r.topics, r.queues, r.commitlog_min_offset, r.commitlog_max_offset,
                            r.commitlog_flushed_offset, r.dispatched_offset, r.dispatch_lag_bytes, r.messages_put,
                            r.messages_read, r.resident_memory_bytes, r.data_dir, r.flush_mode,
-                           r.dispatch_lag_ms)
+                           r.dispatch_lag_ms, r.disk_failure)
 
     def _call(self, method, request):
         return self._transport.call(method, request)

@@ -11,10 +11,11 @@ import signal
 import time
 
 import pytest
-from small_disk import MIB, fill, mounted
+from small_disk import MIB, fill, mounted, thin_ext4
 
 from bench.broker_process import broker_process
-from rmq_spark import Admin, DiskFullError, Message, OffsetRange, Producer, RangeReader, TransportConfig
+from rmq_spark import (Admin, DiskFailedError, DiskFullError, Message, OffsetRange, Producer, RangeReader,
+                       TransportConfig)
 
 TOPIC = "full"
 QUEUES = 2
@@ -133,4 +134,48 @@ def test_index_files_that_cannot_grow_wait_for_room(tmp_path, kind, size_mib):
                     with RangeReader(endpoint) as reader:
                         table = reader.read_table([OffsetRange(TOPIC, q, 0) for q in range(queues)])
                     assert sorted(table["body"].to_pylist()) == sorted([b"first"] + [b"q%d" % q for q in range(queues)])
+            stop(process)
+
+
+def test_a_failed_flush_refuses_writes_until_restart(tmp_path):
+    """A real failed fdatasync: ext4 on a thinly provisioned image (its backing tmpfs fills).
+    Sends flushing sync are refused with DiskFailedError from then on, also once the flush
+    could succeed again (a retried flush may report success for pages the kernel dropped);
+    reads go on; BrokerStats says why. After a restart on the repaired disk, every
+    acknowledged message is there."""
+    with thin_ext4(64, 12, tmp_path) as (disk, grow):
+        data = disk / "data"
+        acked: dict[int, list[bytes]] = {q: [] for q in range(QUEUES)}
+        quick = TransportConfig(retries=1, retry_backoff_ms=10, retry_backoff_max_ms=20)
+        with broker_process(data, "--flush", "sync", "--segment-bytes", "4m", "--disk-reserve", "1m") \
+                as (endpoint, process):
+            with Admin(endpoint) as admin, Producer(endpoint, transport=quick) as producer:
+                admin.create_topic(TOPIC, QUEUES, "BatchCQ")
+                failure = None
+                for number in range(2000):  # the backing tmpfs holds about 200 batches
+                    queue_id = number % QUEUES
+                    messages = batch(number, queue_id)
+                    try:
+                        producer.send_batch(messages)
+                    except DiskFailedError as err:
+                        failure = err
+                        break
+                    acked[queue_id] += [m.body for m in messages]
+                assert failure is not None, "the flush never failed"
+                assert "restart" in str(failure) and not failure.retriable
+                for number in range(3):  # never again, though a flush might now report success
+                    with pytest.raises(DiskFailedError):
+                        producer.send_batch(batch(5000 + number, 0))
+                assert "restart" in admin.broker_stats().disk_failure
+                read = read_all(endpoint)
+                assert all(read[q][:len(acked[q])] == acked[q] for q in acked)  # reads go on
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(WAIT_S) == 0, process.stdout.read()
+        grow()
+        with broker_process(data, "--flush", "sync", "--segment-bytes", "4m", "--disk-reserve", "1m") \
+                as (endpoint, process):
+            read = wait_readable(endpoint, acked)
+            assert all(read[q][:len(acked[q])] == acked[q] for q in acked)
+            with Producer(endpoint) as producer:  # a restart takes writes again
+                assert producer.send_batch(batch(6000, 0))[0].queue_offset == len(read[0])
             stop(process)
