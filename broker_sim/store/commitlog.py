@@ -23,7 +23,6 @@ from typing import Callable
 from . import format as fmt
 from .config import StoreConfig
 from .disk import DiskGuard
-from .errors import DiskFullError
 from .mapped_file import MappedFile, MappedFileQueue
 
 _PROPS_LEN = struct.Struct(">h")
@@ -157,19 +156,12 @@ class CommitLog:
         """Allocate ``segment`` up to ``end`` (relative) and the next header's bytes after it:
         a BLANK marker written there, or recovery's read of the header past the tail through
         the map, never meets a hole. Growing takes the reserve's check."""
-        end = min(segment.size, end + fmt.FIXED_BYTES)
-        if end > segment.allocated:
-            step = min(_ALLOCATION_STEP, segment.size)
-            self.disk.check_reserve(-(-end // step) * step - segment.allocated)
-            segment.allocate(end, step)
+        self.disk.grow(segment, min(segment.size, end + fmt.FIXED_BYTES), min(_ALLOCATION_STEP, segment.size))
 
     def _write_whole(self, segment: MappedFile, parts: list, position: int, total: int) -> None:
         """pwritev ``parts`` (``total`` bytes) at log ``position``; a short write is a failure."""
         self._written_end = max(self._written_end, position + total)
-        written = os.pwritev(segment.fd, parts, position - segment.start)
-        if written != total:
-            raise DiskFullError(f"{segment.path} took {written} of {total} bytes written at "
-                                f"{position - segment.start}")
+        segment.write(parts, position - segment.start, total)
 
     def _undo(self) -> None:
         """Take back a failed append: remove the segments it opened and zero what it wrote

@@ -49,6 +49,13 @@ class DiskGuard:
                 f"{more_bytes / MIB:.1f} MiB would leave less than the {self.reserve_bytes / MIB:.1f} MiB the broker "
                 "keeps free for its indexes and metadata (--disk-reserve)")
 
+    def grow(self, mapped, end: int, step: int) -> None:
+        """Allocate ``mapped`` (a log segment) up to ``end`` (relative), ``step`` bytes at a
+        time, if the reserve stays free; raises ``DiskFullError``."""
+        if end > mapped.allocated:
+            self.check_reserve(-(-end // step) * step - mapped.allocated)
+            mapped.allocate(end, step)
+
     def fail(self, what: str, error: OSError) -> DiskFailedError:
         """Enter the failed state (the first failure's sentence is kept); returns the error to raise."""
         with self._lock:

@@ -123,6 +123,13 @@ class MappedFile:
                 os.close(fd)
         self.allocated = target
 
+    def write(self, parts: list, at: int, total: int) -> None:
+        """pwritev ``parts`` (``total`` bytes) at ``at`` through the descriptor; a short write
+        (which Linux makes when the disk fills up midway) raises ``DiskFullError``."""
+        written = os.pwritev(self.fd, parts, at)
+        if written != total:
+            raise DiskFullError(f"{self.path} took {written} of {total} bytes written at {at}")
+
     def release_pages(self) -> None:
         """Drop this map's page-table entries (MADV_DONTNEED on a shared file map: the data
         stays in the page cache and in the file, and faults back in when read)."""

@@ -96,7 +96,11 @@ class TopicTable:
                     "queue count and type are fixed at creation: delete the topic first or use another name"
                 )
             self._topics[name] = TopicConfig(name, queue_count, queue_type, created_at_offset)
-            self._save()
+            try:
+                self._save()
+            except BaseException:  # a full disk: no topic that a restart would forget, with its messages
+                del self._topics[name]
+                raise
             return CreateStatus.CREATED, ""
 
     def clamp_created_at(self, tail: int) -> list[str]:
