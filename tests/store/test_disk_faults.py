@@ -11,11 +11,14 @@ import errno
 import os
 from pathlib import Path
 
-import pytest
-from conftest import SMALL
+import dataclasses
 
-from broker_sim.store import MessageStore, PutStatus, QueueType, encode_message_batch
+import pytest
+
+from broker_sim.store import MessageStore, PutStatus, QueueType, StoreConfig, encode_message_batch
 from broker_sim.store.checkpoint import Checkpoint
+
+SMALL = StoreConfig(segment_bytes=64 * 1024, simple_cq_units_per_file=16, batch_cq_units_per_file=8)
 
 
 def files(data_dir: Path) -> dict[str, bytes]:
@@ -86,7 +89,7 @@ def test_a_failed_append_leaves_log_and_indexes_as_before(tmp_path, monkeypatch,
 
 @pytest.mark.parametrize("flush_mode", ["sync", "async"])
 def test_a_failed_flush_refuses_writes_until_restart(tmp_path, monkeypatch, flush_mode):
-    config = SMALL.__class__(**{**SMALL.__dict__, "flush_mode": flush_mode, "flush_interval_ms": 10})
+    config = dataclasses.replace(SMALL, flush_mode=flush_mode, flush_interval_ms=10)
     real = os.fdatasync
     failed = []
 
