@@ -25,8 +25,6 @@ from .errors import DiskFullError, StoreError
 
 NAME_DIGITS = 20
 PAGE_BYTES = mmap.PAGESIZE
-
-
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
