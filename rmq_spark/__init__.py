@@ -25,7 +25,8 @@ _HOMES = {
         "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError",
-        "CorruptedRecordError", "DataLossError", "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
+        "CorruptedRecordError", "DataLossError", "DiskFailedError", "DiskFullError",
+        "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
         "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
         "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",

@@ -133,6 +133,20 @@ class SendInProgressError(RmqError):
     retriable = True
 
 
+class DiskFullError(RmqError):
+    """The broker's disk has no room (less free than its reserve); nothing was stored. The
+    same send succeeds once space is freed on the broker's disk: the producer retries it with
+    its backoff, then raises this."""
+
+    retriable = True
+
+
+class DiskFailedError(RmqError):
+    """The broker's disk failed a flush or a write: the broker accepts no write until it is
+    restarted (reads go on). A send answered so may or may not be stored; an idempotent send
+    retried after the restart is stored once."""
+
+
 class TransactionNotFoundError(RmqError, LookupError):
     """The broker knows no transaction of that id (nothing was prepared under it, or it ended
     longer ago than the broker remembers)."""
@@ -171,6 +185,8 @@ _BY_REASON = {
     "RECEIPT_HANDLE_INVALID": InvalidReceiptHandleError,
     "RECEIPT_HANDLE_EXPIRED": ReceiptHandleExpiredError,
     "SEND_IN_PROGRESS": SendInProgressError,
+    "DISK_FULL": DiskFullError,
+    "DISK_FAILED": DiskFailedError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.
 _BY_CODE = {

@@ -110,6 +110,7 @@ class BrokerStats:
     dispatch_lag_ms: int = 0  # age of the oldest record not indexed yet (0: everything is indexed)
     corrupted_records: int = 0  # damaged records the broker keeps and never serves
     corrupted: tuple = ()  # CorruptedRecord, the first 100 by commitlog offset
+    disk_failure: str = ""  # set after a failed flush: why the broker refuses writes until it is restarted
 
 
 @dataclass(frozen=True)

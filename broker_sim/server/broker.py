@@ -179,10 +179,14 @@ class Broker:
             if not self._gate.close(_DRAIN_TIMEOUT_S):
                 log.warning("calls still inside the store after %.0f s; closing it anyway", _DRAIN_TIMEOUT_S)
             try:
-                self._revive.stop()
-                self.pop.close()
-                self.transactions.close()
-                self.offsets.close()
+                # Each part is closed even when one before it fails (a failed disk): what
+                # could not be written is recovered at the next start.
+                for name, close in (("pop revive", self._revive.stop), ("pop", self.pop.close),
+                                    ("transactions", self.transactions.close), ("offsets", self.offsets.close)):
+                    try:
+                        close()
+                    except Exception:
+                        log.exception("closing %s failed; it recovers at the next start", name)
             finally:
                 self.store.close()
                 self._stopped.set()

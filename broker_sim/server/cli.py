@@ -63,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
                         "worker processes and written in order (RocketMQ's RIP-52)")
     p.add_argument("--segment-bytes", type=byte_size, default=StoreConfig.segment_bytes,
                    help="size of a commitlog segment file (default: 1g)")
+    p.add_argument("--disk-reserve", type=byte_size, default=StoreConfig.disk_reserve_bytes,
+                   help="refuse sends while the data directory's disk has less free than this, so that indexes "
+                        "and metadata keep room (default: 64m)")
     p.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms,
                    help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
     p.add_argument("--log-level", type=str.upper, default="INFO",
@@ -74,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
-        config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch)
+        config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch,
+                             disk_reserve_bytes=args.disk_reserve)
         transaction_config = TransactionConfig(timeout_ms=args.transaction_timeout_ms)
     except ValueError as err:
         p.error(str(err))

@@ -63,6 +63,12 @@ STREAM_STALLED             DEADLINE_EXCEEDED    a ReadRanges client took no resp
                                                 broker's stream write timeout (60 s): the
                                                 stream was ended; read again from the last
                                                 next_offset received
+DISK_FULL                  RESOURCE_EXHAUSTED   the disk has less free space than the broker's
+                                                reserve, or a file could not grow; nothing was
+                                                stored: send again once space is freed
+DISK_FAILED                UNAVAILABLE          the disk failed a flush or a write: the broker
+                                                accepts no write until it is restarted (reads
+                                                go on)
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================
@@ -75,13 +81,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import functools
 import logging
 
 import grpc
 
 from broker_sim.pop import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
-from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
+from broker_sim.store import (CreateStatus, DiskFailedError, DiskFullError, PutResult, PutStatus, StoreClosedError,
+                              UnknownTopicError, full_sentence)
 from broker_sim.txn import Refusal, TransactionRefused
 
 log = logging.getLogger(__name__)
@@ -108,6 +116,8 @@ class Reason(str, enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     STREAM_STALLED = "STREAM_STALLED"
+    DISK_FULL = "DISK_FULL"
+    DISK_FAILED = "DISK_FAILED"
     INTERNAL = "INTERNAL"
 
 
@@ -130,6 +140,8 @@ CODES = {
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.STREAM_STALLED: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Reason.DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Reason.DISK_FAILED: grpc.StatusCode.UNAVAILABLE,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -142,6 +154,8 @@ _PUT_REASONS = {
     PutStatus.WRONG_QUEUE_TYPE: Reason.WRONG_QUEUE_TYPE,
     PutStatus.SERVICE_NOT_AVAILABLE: Reason.SERVICE_NOT_AVAILABLE,
     PutStatus.SEND_IN_PROGRESS: Reason.SEND_IN_PROGRESS,
+    PutStatus.DISK_FULL: Reason.DISK_FULL,
+    PutStatus.DISK_FAILED: Reason.DISK_FAILED,
 }
 
 _REFUSAL_REASONS = {
@@ -218,6 +232,12 @@ def from_exception(err: BaseException) -> BrokerError:
             return BrokerError(reason, str(err))
     if isinstance(err, StoreClosedError):
         return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
+    if isinstance(err, DiskFullError):
+        return BrokerError(Reason.DISK_FULL, full_sentence(err))
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # topics.json, offsets, RocksDB files
+        return BrokerError(Reason.DISK_FULL, full_sentence(DiskFullError(f"{err.filename or 'a file'}: {err.strerror}")))
+    if isinstance(err, DiskFailedError):
+        return BrokerError(Reason.DISK_FAILED, str(err))
     if isinstance(err, UnknownTopicError):
         reason = Reason.QUEUE_NOT_FOUND if "no queue" in str(err) else Reason.TOPIC_NOT_FOUND
         return BrokerError(reason, str(err))

@@ -8,8 +8,8 @@ inside have left it.
 
 from __future__ import annotations
 
-import dataclasses
 import asyncio
+import dataclasses
 import os
 import re
 import struct
@@ -231,7 +231,8 @@ class AdminServicer(pb_grpc.AdminServicer):
                 messages_read=self._s.counters.messages_read, resident_memory_bytes=_resident_bytes(),
                 data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value,
                 corrupted_records=len(corrupted),
-                corrupted=[pb.CorruptedRecord(**dataclasses.asdict(r)) for r in corrupted[:CORRUPTED_LISTED]])
+                corrupted=[pb.CorruptedRecord(**dataclasses.asdict(r)) for r in corrupted[:CORRUPTED_LISTED]],
+                disk_failure=store.disk.failure)
 
     @translated
     def CommitOffsets(self, request, context):

@@ -4,7 +4,8 @@ checkpoint, recovery, consumer offsets). Knows nothing of gRPC, RocksDB or rmq_s
 from .config import FlushMode, StoreConfig
 from .consume_queue import IndexUnit
 from .consumer_offsets import ConsumerOffsetTable
-from .errors import DataDirInUseError, StoreClosedError, StoreError, UnknownTopicError, echo
+from .disk import DiskFailedError, full_sentence
+from .errors import DataDirInUseError, DiskFullError, StoreClosedError, StoreError, UnknownTopicError, echo
 from .format import Compression, SysFlag, decode_record, encode_message_batch
 from .integrity import CorruptedRecord
 from .message_store import MessageStore
@@ -13,8 +14,9 @@ from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, Qu
 from .topics import QueueType, TopicConfig, system_topic_problem
 
 __all__ = [
-    "Compression", "ConsumerOffsetTable", "CorruptedRecord", "CreateStatus", "DataDirInUseError", "FlushMode", "GetResult",
+    "Compression", "ConsumerOffsetTable", "CorruptedRecord", "CreateStatus", "DataDirInUseError", "DiskFailedError",
+    "DiskFullError", "FlushMode", "GetResult",
     "GetStatus", "IndexUnit", "MessageStore", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
     "StoreClosedError", "StoreConfig", "StoreError", "StoredBatch", "SysFlag", "TopicConfig", "UnknownTopicError",
-    "decode_record", "echo", "encode_message_batch", "system_topic_problem",
+    "decode_record", "echo", "encode_message_batch", "full_sentence", "system_topic_problem",
 ]

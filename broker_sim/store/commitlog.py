@@ -3,6 +3,11 @@
 Writers append under one lock, which also assigns queue offsets (RocketMQ's topic-queue
 table): a record's QUEUEOFFSET is the next offset of its queue, and it advances by the number
 of messages the record holds. Indexes are built from the log afterwards by the dispatcher.
+
+An append is all or nothing: its space is allocated before its bytes are written, every
+write is checked whole, and ``max_offset`` (what the dispatcher, flushes and readers see) and
+the queue offsets move only once every record is written. A failed append is undone: its
+bytes are zeroed and the segments it opened removed, so the log is as it was before it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Callable
 
 from . import format as fmt
 from .config import StoreConfig
+from .disk import DiskGuard
 from .mapped_file import MappedFile, MappedFileQueue
 
 _PROPS_LEN = struct.Struct(">h")
@@ -24,6 +30,8 @@ _PHYSICAL = struct.Struct(">q")  # PHYSICALOFFSET, at byte 28 of a record
 _MAGIC_BYTES = struct.pack(">I", fmt.MAGIC_V1)
 _BLANK_MAGIC_BYTES = struct.pack(">I", fmt.BLANK_MAGIC)
 _INNER_BASE_KEY = fmt.PROPERTY_INNER_BASE.encode() + fmt.NAME_VALUE_SEPARATOR
+# Segments are allocated this much at a time (one fallocate per step, not per append).
+_ALLOCATION_STEP = 4 << 20
 
 
 def wall_clock_ms() -> int:
@@ -71,9 +79,11 @@ class Appended:
 
 
 class CommitLog:
-    def __init__(self, directory: Path, config: StoreConfig, now_ms: Callable[[], int] = wall_clock_ms):
+    def __init__(self, directory: Path, config: StoreConfig, now_ms: Callable[[], int] = wall_clock_ms,
+                 disk: DiskGuard | None = None):
         self.config = config
         self.now_ms = now_ms
+        self.disk = disk or DiskGuard(directory.parent, config.disk_reserve_bytes)
         self.segments = MappedFileQueue(directory, config.segment_bytes)
         self._store_host = config.store_host_bytes
         self._write_lock = threading.Lock()
@@ -81,6 +91,7 @@ class CommitLog:
         self._topic_parts: dict[str, bytes] = {}
         self.queue_offsets: dict[tuple[str, int], int] = {}  # next offset of each queue
         self.max_offset = self.segments.min_offset  # end of the last complete record
+        self._written_end = self.max_offset  # how far the append under way may have written
         self.flushed_offset = self.max_offset
         self.damaged: dict[int, int] = {}  # damaged records kept by recovery: position -> end
 
@@ -98,7 +109,9 @@ class CommitLog:
         """Append records of one queue with consecutive queue offsets; callers checked sizes.
 
         ``guard`` is called under the append lock; when it returns False nothing is appended
-        and the result is None (the topic was deleted after the caller checked it)."""
+        and the result is None (the topic was deleted after the caller checked it). Raises
+        ``DiskFullError`` (no room) or ``OSError`` (the disk failed); nothing is appended then.
+        """
         topic_part = self._topic_part(topic)
         with self._write_lock:
             if guard is not None and not guard():
@@ -107,21 +120,30 @@ class CommitLog:
             first_offset = queue_offset = self.queue_offsets.get(key, 0)
             store_ts = self.now_ms()
             physical = []
-            for record in records:
-                properties = record.properties
-                if record.sys_flag & fmt.SysFlag.INNER_BATCH:
-                    properties += _INNER_BASE_KEY + str(queue_offset).encode() + fmt.PROPERTY_SEPARATOR
-                physical.append(self._write(topic_part, queue_id, queue_offset, store_ts, record, properties))
-                queue_offset += record.count
+            position = self.max_offset
+            try:
+                for record in records:
+                    properties = record.properties
+                    if record.sys_flag & fmt.SysFlag.INNER_BATCH:
+                        properties += _INNER_BASE_KEY + str(queue_offset).encode() + fmt.PROPERTY_SEPARATOR
+                    at, position = self._write(topic_part, queue_id, queue_offset, store_ts, record, properties,
+                                               position)
+                    physical.append(at)
+                    queue_offset += record.count
+            except BaseException:
+                self._undo()
+                raise
+            self.max_offset = position
             self.queue_offsets[key] = queue_offset
             return Appended(first_offset, tuple(physical), store_ts, self.max_offset)
 
     def _write(self, topic_part: bytes, queue_id: int, queue_offset: int, store_ts: int,
-               record: PendingRecord, properties: bytes) -> int:
+               record: PendingRecord, properties: bytes, position: int) -> tuple[int, int]:
+        """Write a record at ``position`` (or at the next segment's start); returns where it
+        went and where it ends."""
         body = record.body
         total = fmt.record_size(len(body), len(topic_part) - 1, len(properties))
-        segment = self._segment_with_room(total)
-        physical = self.max_offset
+        segment, physical = self._place(position, total)
         header = fmt.HEADER.pack(
             total, fmt.MAGIC_V1, record.body_crc, queue_id, record.flag, queue_offset, physical,
             record.sys_flag, record.born_timestamp, record.born_host, store_ts, self._store_host,
@@ -131,9 +153,46 @@ class CommitLog:
         crc = fmt.crc_property(fmt.record_crc(header, after_body))
         # pwritev, not a copy into the map: it releases the GIL, and a write of whole pages
         # skips the zero-fill that a first write through the map costs.
-        os.pwritev(segment.fd, [header, body, after_body, crc], physical - segment.start)
-        self.max_offset = physical + total
-        return physical
+        self._write_whole(segment, [header, body, after_body, crc], physical, total)
+        return physical, physical + total
+
+    def _place(self, position: int, total: int) -> tuple[MappedFile, int]:
+        """The segment and position of a record of ``total`` bytes appended at ``position``,
+        its space allocated. When it does not fit, the next segment is opened and allocated
+        first, then RocketMQ's end of file (a BLANK marker over the rest) is written."""
+        segment = self.segments.find(position)
+        if segment is not None and total + fmt.END_FILE_MIN_BLANK_BYTES <= segment.end - position:
+            self._allocate(segment, position - segment.start + total)
+            return segment, position
+        following = self.segments.create_file(position if segment is None else segment.end)
+        self._allocate(following, total)
+        if segment is not None:
+            left = segment.end - position
+            self._allocate(segment, position - segment.start + fmt.BLANK.size)
+            self._write_whole(segment, [fmt.BLANK.pack(left, fmt.BLANK_MAGIC)], position, fmt.BLANK.size)
+        return following, following.start
+
+    def _allocate(self, segment: MappedFile, end: int) -> None:
+        """Allocate ``segment`` up to ``end`` (relative) and the next header's bytes after it:
+        a BLANK marker written there, or recovery's read of the header past the tail through
+        the map, never meets a hole. Growing takes the reserve's check."""
+        self.disk.grow(segment, min(segment.size, end + fmt.FIXED_BYTES), min(_ALLOCATION_STEP, segment.size))
+
+    def _write_whole(self, segment: MappedFile, parts: list, position: int, total: int) -> None:
+        """pwritev ``parts`` (``total`` bytes) at log ``position``; a short write is a failure."""
+        self._written_end = max(self._written_end, position + total)
+        segment.write(parts, position - segment.start, total)
+
+    def _undo(self) -> None:
+        """Take back a failed append: remove the segments it opened and zero what it wrote
+        after ``max_offset`` (a crash must not bring back records that were refused)."""
+        start, end = self.max_offset, self._written_end
+        self._written_end = start
+        self.segments.drop_files_from(start)
+        segment = self.segments.find(start)
+        if segment is not None and end > start:
+            end = min(end, segment.end)
+            os.pwrite(segment.fd, bytes(end - start), start - segment.start)
 
     def appends_paused(self) -> threading.Lock:
         """The append lock, as a context manager: no record is appended while it is held."""
@@ -144,18 +203,6 @@ class CommitLog:
         for key in [key for key in self.queue_offsets if key[0] == topic]:
             del self.queue_offsets[key]
         self._topic_parts.pop(topic, None)
-
-    def _segment_with_room(self, total: int) -> MappedFile:
-        segment = self.segments.last()
-        if segment is None or self.max_offset >= segment.end:
-            return self.segments.create_file(self.max_offset)
-        left = segment.end - self.max_offset
-        if total + fmt.END_FILE_MIN_BLANK_BYTES <= left:
-            return segment
-        # RocketMQ's end of file: a BLANK marker over the rest, the record in the next segment.
-        os.pwrite(segment.fd, fmt.BLANK.pack(left, fmt.BLANK_MAGIC), self.max_offset - segment.start)
-        self.max_offset = segment.end
-        return self.segments.create_file(segment.end)
 
     def _topic_part(self, topic: str) -> bytes:
         part = self._topic_parts.get(topic)
@@ -168,6 +215,7 @@ class CommitLog:
 
     def flush(self, until: int | None = None) -> int:
         """Put every byte up to ``until`` (default: all appended) on disk; returns the flushed end.
+        Raises ``DiskFailedError`` when a flush fails, and on every call after that.
 
         Threads that wait for one flush share it (group commit): whoever holds the lock
         flushes everything appended so far.
@@ -175,12 +223,16 @@ class CommitLog:
         if until is not None and self.flushed_offset >= until:
             return self.flushed_offset
         with self._flush_lock:
+            self.disk.check_healthy()  # after a failed flush, a later one could succeed falsely
             target = self.max_offset
             if self.flushed_offset >= target:
                 return self.flushed_offset
             for segment in self.segments.files:
                 if segment.end > self.flushed_offset and segment.start < target:
-                    segment.flush()
+                    try:
+                        segment.flush()
+                    except OSError as err:
+                        raise self.disk.fail(f"to flush commitlog segment {segment.path.name}", err) from err
             self.flushed_offset = target
             return target
 
@@ -301,8 +353,9 @@ class CommitLog:
     def truncate(self, tail: int) -> None:
         """Make ``tail`` the end of the log: nothing at or after it is kept."""
         self.segments.truncate(tail)
-        self.max_offset = tail
+        self.max_offset = self._written_end = tail
         self.flushed_offset = min(self.flushed_offset, tail)
 
     def close(self) -> None:
         self.segments.close()
+

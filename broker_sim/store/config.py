@@ -40,6 +40,7 @@ class StoreConfig:
     dispatch_workers: int = 2  # concurrent mode: chunks parsed at once
     dispatch_chunk_bytes: int = 4 << 20  # concurrent mode: the scanner's chunk size (whole records)
     dispatch_ring_slots: int = 16  # concurrent mode: how far parsing may run ahead of the index writer
+    disk_reserve_bytes: int = 64 << 20  # appends are refused when less is free (RocketMQ's DISK_FULL)
     store_host: str = "127.0.0.1"
     store_port: int = 10911
 
@@ -53,6 +54,8 @@ class StoreConfig:
         smallest_segment = 4096
         if self.segment_bytes < smallest_segment:
             raise ValueError(f"segment_bytes={self.segment_bytes}: use at least {smallest_segment}")
+        if self.disk_reserve_bytes < 0:
+            raise ValueError(f"disk_reserve_bytes={self.disk_reserve_bytes}: must be 0 or more")
         if self.max_message_bytes < 1:
             raise ValueError(f"max_message_bytes={self.max_message_bytes}: must be positive")
         for name in ("flush_interval_ms", "index_flush_interval_ms", "index_flush_thorough_interval_ms",

@@ -2,6 +2,11 @@
 
 Both are series of fixed-size unit files, as RocketMQ's ConsumeQueue and BatchConsumeQueue.
 Only the dispatcher writes them, in commitlog order, so each queue's units are in offset order.
+
+Units are written through the map, so a unit file is allocated ahead of the units written
+(a page at first, then as much again as the file holds, up to 1 MiB at a time): a full disk
+then fails the allocation with ``DiskFullError`` before any unit of the put is written, where
+a write into a hole would kill the broker with SIGBUS. The dispatcher retries later.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ import numpy as np
 
 from .config import StoreConfig
 from .errors import IndexGapError
-from .mapped_file import MappedFileQueue, fsync_dir
+from .mapped_file import PAGE_BYTES, MappedFile, MappedFileQueue, fsync_dir
 from .topics import QueueType
 
 SIZE_AT = 8  # both unit kinds keep the record size at byte 8; 0 marks an unwritten unit
+_LARGEST_ALLOCATION_STEP = 1 << 20
 
 
 class IndexUnit(NamedTuple):
@@ -57,7 +63,9 @@ class ConsumeQueue:
         last = self.files.last()
         if last is None:
             return
-        lo, hi = 0, self.units_per_file  # units are written in order: find the first unwritten one
+        # Units are written in order: find the first unwritten one, among the allocated pages
+        # (reading a hole through the map allocates a page on tmpfs: SIGBUS when it is full).
+        lo, hi = 0, min(self.units_per_file, last.allocated // self.UNIT.size)
         while lo < hi:
             mid = (lo + hi) // 2
             if struct.unpack_from(">i", last.map, mid * self.UNIT.size + SIZE_AT)[0] > 0:
@@ -138,13 +146,14 @@ class ConsumeQueue:
         return len(units)
 
     def _append_units(self, units: np.ndarray, queue_offsets: np.ndarray) -> None:
-        """Write packed units after the last one, file by file."""
+        """Write packed units after the last one, file by file, once all their space is allocated."""
+        self._allocate_units(len(units))
         raw = memoryview(units.tobytes())
         size = self.UNIT.size
         done = 0
         while done < len(units):
             position = self.unit_count * size
-            mapped = self.files.find(position) or self.files.create_file(position)
+            mapped = self.files.find(position)
             if position == mapped.start:
                 self._file_started(int(queue_offsets[done]))
             take = min(len(units) - done, (mapped.end - position) // size)
@@ -158,8 +167,21 @@ class ConsumeQueue:
     def append_unit(self, values: tuple) -> None:
         position = self.unit_count * self.UNIT.size
         mapped = self.files.find(position) or self.files.create_file(position)
+        end = position - mapped.start + self.UNIT.size
+        if end > mapped.allocated:
+            _allocate(mapped, end)
         self.UNIT.pack_into(mapped.map, position - mapped.start, *values)
         self.unit_count += 1
+
+    def _allocate_units(self, count: int) -> None:
+        """Allocate the space of the next ``count`` units, creating files as needed."""
+        size = self.UNIT.size
+        position, end = self.unit_count * size, (self.unit_count + count) * size
+        while position < end:
+            mapped = self.files.find(position) or self.files.create_file(position)
+            stop = min(end, mapped.end)
+            _allocate(mapped, stop - mapped.start)
+            position = stop
 
     def truncate_units(self, keep: int) -> None:
         """Keep the first ``keep`` units (counted from the series' start), drop the rest."""
@@ -207,6 +229,12 @@ class ConsumeQueue:
     @staticmethod
     def _decode(index: int, values: tuple) -> IndexUnit:
         raise NotImplementedError
+
+
+def _allocate(mapped: MappedFile, end: int) -> None:
+    """Allocate a unit file up to ``end`` and ahead: as much again as it holds, a page to 1 MiB
+    (10,000 queues with a few units each take a page each; a busy one grows in few calls)."""
+    mapped.allocate(end, min(_LARGEST_ALLOCATION_STEP, max(PAGE_BYTES, mapped.allocated)))
 
 
 class SimpleConsumeQueue(ConsumeQueue):
@@ -263,9 +291,10 @@ class BatchConsumeQueue(ConsumeQueue):
         return self._file_bases[0] if self._file_bases else self.max_offset
 
     def _append(self, physical_offset, size, tags_code, store_ts, queue_offset, count) -> None:
-        if self.unit_count % self.units_per_file == 0:
-            self._file_bases.append(queue_offset)
+        starts_file = self.unit_count % self.units_per_file == 0
         self.append_unit((physical_offset, size, tags_code, store_ts, queue_offset, count, -1, 0))
+        if starts_file:  # once written: a put that failed for room is retried
+            self._file_bases.append(queue_offset)
 
     @classmethod
     def _units(cls, physical_offsets, sizes, tags_codes, store_timestamps, queue_offsets, counts) -> np.ndarray:

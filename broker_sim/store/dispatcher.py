@@ -9,6 +9,10 @@ batch on a BatchCQ topic. A message is readable only once dispatched; waiters ar
 each pass. Dispatching is idempotent per queue (a unit whose offset is already indexed is
 skipped), so recovery can re-dispatch from any record boundary at or before the indexed end.
 
+An index file that cannot grow (the disk is full) stops the pass before the record: it stays
+in the log, acknowledged, and the thread retries until there is room (the record becomes
+readable then); the broker's reserve of free space (``disk.py``) makes that rare.
+
 Records of a topic that no longer exists, or that lie below the topic's ``created_at_offset``
 (they belong to an earlier topic of the same name, deleted since), are not indexed. Each
 record is indexed under ``lock``, which topic deletion holds while it removes the indexes.
@@ -24,6 +28,7 @@ from . import format as fmt
 from .chunk_index import tags_code
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueTable
+from .errors import DiskFullError
 from .topics import QueueType, TopicTable
 
 log = logging.getLogger(__name__)
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 _TAGS_KEY = fmt.PROPERTY_TAGS.encode()
 _INNER_NUM_KEY = fmt.PROPERTY_INNER_NUM.encode()
 _IDLE_WAIT_S = 0.05
+_NO_ROOM_WAIT_S = 0.2
 
 
 class Dispatcher:
@@ -55,18 +61,20 @@ class Dispatcher:
         limit = self.limit() if limit is None else limit
         count = 0
         start = position = self.position
-        while position < limit:
-            segment = self.commitlog.segment_at(position)
-            if segment is None:
-                break
-            with self.lock:
-                if fmt.BLANK.unpack_from(segment.map, position - segment.start)[1] == fmt.BLANK_MAGIC:
-                    position = self.position = segment.end  # the segment's end: the next record opens the next one
-                    continue
-                position = self.position = self._dispatch_record(segment, position)
-            count += 1
-        if position != start:
-            self.on_progress()
+        try:
+            while position < limit:
+                segment = self.commitlog.segment_at(position)
+                if segment is None:
+                    break
+                with self.lock:
+                    if fmt.BLANK.unpack_from(segment.map, position - segment.start)[1] == fmt.BLANK_MAGIC:
+                        position = self.position = segment.end  # the segment's end: the next record opens the next one
+                        continue
+                    position = self.position = self._dispatch_record(segment, position)
+                count += 1
+        finally:  # also when a record could not be indexed: those before it are readable
+            if position != start:
+                self.on_progress()
         return count
 
     def _dispatch_record(self, segment, position: int) -> int:
@@ -114,6 +122,7 @@ class Dispatcher:
         self._thread.start()
 
     def _run(self) -> None:
+        no_room = False
         while self._running:
             try:
                 if self.dispatch() == 0:
@@ -123,6 +132,17 @@ class Dispatcher:
                         self._wake.wait(_IDLE_WAIT_S)
                     self._wake.clear()
                     self._idle = False
+                if no_room:
+                    log.warning("index files have room again: indexing goes on from commitlog offset %d",
+                                self.position)
+                    no_room = False
+            except DiskFullError as err:
+                if not no_room:
+                    log.warning("indexing waits at commitlog offset %d for disk space (%s): the records after it "
+                                "are stored but not readable until there is room", self.position, err)
+                    no_room = True
+                self._wake.wait(_NO_ROOM_WAIT_S)
+                self._wake.clear()
             except Exception:  # a fault here must not stop indexing silently
                 log.exception("dispatch failed at commitlog offset %d; retrying", self.position)
                 self._wake.wait(1.0)

@@ -27,6 +27,11 @@ class StoreClosedError(StoreError):
     """The store was closed."""
 
 
+class DiskFullError(StoreError):
+    """A file of the store could not be allocated or written for lack of space; nothing of
+    the write that needed it was kept."""
+
+
 class IndexGapError(StoreError):
     """An index unit would leave a gap: the queue's index lost units (recovery rebuilds it), or
     a damaged record held the offsets before ``offset`` (recovery indexes them to it)."""

@@ -4,6 +4,12 @@ As RocketMQ's MappedFile / MappedFileQueue: every file of a queue has the same s
 named by the 20-digit, zero-padded offset of its first byte in the whole series. Files are
 created at full size (sparse), mapped shared, written through the map and flushed with
 fdatasync, which on Linux writes back pages dirtied through the map too.
+
+A page of the map that the filesystem has not allocated must never be written through the
+map (nor, on tmpfs, read): when the filesystem is full the kernel answers that fault with
+SIGBUS, which kills the process. So a file's blocks are allocated (``allocate``) before the
+bytes that use them are written; a failed allocation is a ``DiskFullError``, raised before
+anything is written.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ import resource
 import threading
 from pathlib import Path
 
-from .errors import StoreError
+from .errors import DiskFullError, StoreError
 
 NAME_DIGITS = 20
+PAGE_BYTES = mmap.PAGESIZE
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def file_name(offset: int) -> str:
@@ -70,6 +78,8 @@ class MappedFile:
             raise
         if os.fstat(fd).st_size != size:
             os.ftruncate(fd, size)
+        # Bytes before the first hole are allocated (files are written front to back).
+        self.allocated = os.lseek(fd, 0, os.SEEK_HOLE)
         self._map(fd)
         if for_index:
             os.close(fd)
@@ -87,6 +97,37 @@ class MappedFile:
         else:
             os.fdatasync(self.fd)
 
+    def allocate(self, end: int, step: int) -> None:
+        """Allocate the file's blocks up to ``end`` (relative), rounded up to ``step`` (but
+        at least to ``end`` when the disk has no room for more); raises ``DiskFullError``."""
+        if end <= self.allocated:
+            return
+        target = min(self.size, -(-end // step) * step)
+        fd = os.open(self.path, os.O_RDWR) if self.fd is None else self.fd
+        try:
+            try:
+                os.posix_fallocate(fd, self.allocated, target - self.allocated)
+            except OSError as err:
+                if err.errno not in _NO_SPACE or target == end:
+                    raise
+                os.posix_fallocate(fd, self.allocated, end - self.allocated)
+                target = end
+        except OSError as err:
+            if err.errno in _NO_SPACE:
+                raise DiskFullError(f"{self.path} could not grow to {end} bytes: {err.strerror}") from err
+            raise
+        finally:
+            if self.fd is None:
+                os.close(fd)
+        self.allocated = target
+
+    def write(self, parts: list, at: int, total: int) -> None:
+        """pwritev ``parts`` (``total`` bytes) at ``at`` through the descriptor; a short write
+        (which Linux makes when the disk fills up midway) raises ``DiskFullError``."""
+        written = os.pwritev(self.fd, parts, at)
+        if written != total:
+            raise DiskFullError(f"{self.path} took {written} of {total} bytes written at {at}")
+
     def release_pages(self) -> None:
         """Drop this map's page-table entries (MADV_DONTNEED on a shared file map: the data
         stays in the page cache and in the file, and faults back in when read)."""
@@ -99,6 +140,7 @@ class MappedFile:
         try:
             os.ftruncate(fd, position)
             os.ftruncate(fd, self.size)
+            self.allocated = min(self.allocated, position)
             os.fdatasync(fd)
             self._map(fd)
         finally:
@@ -169,8 +211,14 @@ class MappedFileQueue:
         with self._lock:
             if self.files and start != self.files[-1].end:
                 raise RuntimeError(f"new file at {start} does not follow {self.files[-1].end}")
-            self.directory.mkdir(parents=True, exist_ok=True)
-            mapped = MappedFile(self.directory / file_name(start), start, self.file_size, self.for_index)
+            path = self.directory / file_name(start)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                mapped = MappedFile(path, start, self.file_size, self.for_index)
+            except OSError as err:
+                if err.errno in _NO_SPACE:
+                    raise DiskFullError(f"{path} could not be created: {err.strerror}") from err
+                raise
             if self.for_index:
                 self.unsynced_names = True
             else:
@@ -186,11 +234,16 @@ class MappedFileQueue:
         index = (offset - files[0].start) // self.file_size
         return files[index] if index < len(files) else None
 
-    def truncate(self, offset: int) -> None:
-        """Drop every byte at and after ``offset``: zero the rest of its file, delete later files."""
+    def drop_files_from(self, offset: int) -> None:
+        """Delete the files that start at or after ``offset``."""
         with self._lock:
             while self.files and self.files[-1].start >= offset:
                 self.files.pop().destroy()
+
+    def truncate(self, offset: int) -> None:
+        """Drop every byte at and after ``offset``: zero the rest of its file, delete later files."""
+        self.drop_files_from(offset)
+        with self._lock:
             if self.files and offset < self.files[-1].end:
                 last = self.files[-1]
                 last.zero_from(offset - last.start)

@@ -26,8 +26,9 @@ from .commitlog import CommitLog, PendingRecord, wall_clock_ms
 from .concurrent_dispatcher import ConcurrentDispatcher
 from .config import DispatchMode, FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
+from .disk import DiskFailedError, DiskGuard, full_sentence
 from .dispatcher import Dispatcher
-from .errors import DataDirInUseError, StoreClosedError, UnknownTopicError, echo
+from .errors import DataDirInUseError, DiskFullError, StoreClosedError, UnknownTopicError, echo
 from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
 from .mapped_file import fsync_dir, raise_open_file_limit
 from .producer_state import ProducerState, stamp_problem, stamp_property
@@ -77,7 +78,8 @@ class MessageStore:
         self._dispatched = threading.Condition()
         self._admin_lock = threading.Lock()  # topic creation and deletion, and index flushes
         self.topics = TopicTable(self.data_dir / "config" / "topics.json")
-        self.commitlog = CommitLog(self.data_dir / "commitlog", self.config, self.now_ms)
+        self.disk = DiskGuard(self.data_dir, self.config.disk_reserve_bytes)
+        self.commitlog = CommitLog(self.data_dir / "commitlog", self.config, self.now_ms, self.disk)
         self.queues = ConsumeQueueTable(self.data_dir, self.config)
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
@@ -328,12 +330,23 @@ class MessageStore:
         topic = config.name
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
-        appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
+        if self.disk.failure:
+            return PutResult(PutStatus.DISK_FAILED, self.disk.failure)
+        try:
+            appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
+        except DiskFullError as err:
+            return PutResult(PutStatus.DISK_FULL, full_sentence(err))
+        except OSError as err:  # the append was undone, but the disk cannot be trusted any more
+            return PutResult(PutStatus.DISK_FAILED, str(self.disk.fail("a write", err)))
         if appended is None:
             return PutResult(PutStatus.TOPIC_NOT_FOUND, f"topic {topic!r} was deleted while the message was being "
                              f"stored; nothing was stored. {_unknown_topic(topic, self.topics)}")
         if self._sync:
-            self.commitlog.flush(until=appended.end_offset)
+            try:
+                self.commitlog.flush(until=appended.end_offset)
+            except DiskFailedError as err:
+                return PutResult(PutStatus.DISK_FAILED, f"{err}. The message was written but may not be on disk: "
+                                 "after the restart it is there or not; an idempotent send is stored once")
         self.dispatcher.wake()
         count = sum(r.count for r in records)
         return PutResult(PutStatus.PUT_OK, "", queue_id, appended.queue_offset, count, appended.physical_offsets,
@@ -536,8 +549,12 @@ class MessageStore:
         """Flush index files and save the checkpoint. Only a thorough flush (every index file)
         moves the checkpoint's index position, from which recovery re-dispatches."""
         with self._admin_lock:  # a topic's indexes are not deleted under the flush
+            self.disk.check_healthy()  # a checkpoint after a failed flush could claim lost data
             indexed = self.dispatcher.position  # read before flushing: units up to it are written
-            self.queues.flush(least_bytes=0 if thorough else self.config.index_flush_least_bytes)
+            try:
+                self.queues.flush(least_bytes=0 if thorough else self.config.index_flush_least_bytes)
+            except OSError as err:
+                raise self.disk.fail("to flush an index file", err) from err
             if thorough:
                 save_queue_table(self._queue_table_path, [(topic, queue_id, queue.max_offset, queue.indexed_end)
                                                           for (topic, queue_id), queue in self.queues.all()])
@@ -559,6 +576,8 @@ class MessageStore:
                     next_index = now + config.index_flush_interval_ms / 1000
                     if thorough:
                         next_thorough = now + config.index_flush_thorough_interval_ms / 1000
+            except DiskFailedError:
+                return  # said once, by the guard: nothing is flushed again until a restart
             except Exception:
                 log.exception("flush failed; retrying in %d ms", config.flush_interval_ms)
 
@@ -570,16 +589,27 @@ class MessageStore:
         self._stop_flusher.set()
         self._flusher.join()
         self.dispatcher.stop()
-        self.commitlog.flush()
-        self.dispatcher.dispatch()
-        self.dispatcher.close()
-        self._flush_indexes(thorough=True)
-        self.queues.close()
-        self.commitlog.close()
-        self.topics.close()
+        try:
+            self._last_flush()
+        finally:
+            self.dispatcher.close()
+            self.queues.close()
+            self.commitlog.close()
+            self.topics.close()
+            os.close(self._lock_fd)
+
+    def _last_flush(self) -> None:
+        """Flush, index and checkpoint everything, and mark the stop clean; after a disk
+        failure or with no room for the indexes, the abort marker stays: the next start recovers."""
+        try:
+            self.commitlog.flush()
+            self.dispatcher.dispatch()
+            self._flush_indexes(thorough=True)
+        except (DiskFailedError, DiskFullError) as err:
+            log.error("the store stops without a clean flush, and recovers at its next start: %s", err)
+            return
         (self.data_dir / "abort").unlink(missing_ok=True)
         fsync_dir(self.data_dir)
-        os.close(self._lock_fd)
 
     def __enter__(self) -> "MessageStore":
         return self

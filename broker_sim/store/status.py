@@ -17,6 +17,8 @@ class PutStatus(enum.Enum):
     WRONG_QUEUE_TYPE = "WRONG_QUEUE_TYPE"  # an inner batch sent to a SimpleCQ topic
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is closed
     SEND_IN_PROGRESS = "SEND_IN_PROGRESS"  # an earlier attempt of this idempotent send is being stored
+    DISK_FULL = "DISK_FULL"  # free space is below the reserve, or a file could not grow: nothing stored
+    DISK_FAILED = "DISK_FAILED"  # a flush failed: no write is accepted until the broker restarts
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import dataclasses
 import enum
 import errno
 import json
+import logging
 import os
 import re
 import threading
@@ -30,6 +31,8 @@ from . import format as fmt
 from .errors import StoreError, echo
 from .mapped_file import fsync_dir
 from .status import CreateStatus
+
+log = logging.getLogger(__name__)
 
 # RocketMQ's characters, and '+' of pop retry topics (%RETRY%{group}+{topic}).
 TOPIC_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]+$")
@@ -147,7 +150,7 @@ class TopicTable:
         """Fold the journal into the snapshot (a clean data directory has topics.json alone)."""
         with self._lock:
             if self._journal_lines:
-                self._compact()
+                self._compact_or_keep_journal()
             if self._journal_fd is not None:
                 os.close(self._journal_fd)
                 self._journal_fd = None
@@ -173,7 +176,15 @@ class TopicTable:
         """Compact once the journal costs more to replay than the snapshot to write (amortized:
         a change costs O(1) writes, whatever the number of topics)."""
         if self._journal_lines > max(MIN_JOURNAL_LINES, len(self._topics)):
+            self._compact_or_keep_journal()
+
+    def _compact_or_keep_journal(self) -> None:
+        """Compact; when the disk refuses, the synced journal still holds every change."""
+        try:
             self._compact()
+        except OSError as err:
+            log.warning("cannot compact %s into %s (%s); the journal keeps the changes", self.journal_path,
+                        self.path, err)
 
     def _compact(self) -> None:
         """Write the table as a new snapshot, then empty the journal (replaying it over the new

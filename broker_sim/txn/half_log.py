@@ -8,7 +8,9 @@ commitlog once, as ordinary records. A segment is deleted as soon as every trans
 batch in it has ended (RocketMQ's half topic keeps them until commitlog retention).
 
 Segments are fixed-size sparse files named by their 20-digit start position, as commitlog
-segments. Each starts with an 8-byte magic, so no record sits at position 0 (the commitlog's
+segments, allocated ahead of the records written, as theirs, under the store's disk guard
+(its free-space reserve and failed state, ``broker_sim.store.disk``). An append is written
+whole or not at all: a failed or short write leaves the write position where it was. Each starts with an 8-byte magic, so no record sits at position 0 (the commitlog's
 PREPARED TX OFFSET uses 0 for "none"). A record never spans segments::
 
     TOTAL 4 | META_CRC 4 | BODY_CRC 4 | QUEUE_ID 4 | FLAG 4 | SYS_FLAG 4 | COUNT 4 |
@@ -24,6 +26,7 @@ CRCs before they are committed (an OS crash may have torn them).
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -33,11 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_sim.store.commitlog import PendingRecord
+from broker_sim.store.disk import DiskGuard
+from broker_sim.store.errors import DiskFullError
 from broker_sim.store.mapped_file import NAME_DIGITS, MappedFile, file_name, fsync_dir
 
 SEGMENT_MAGIC = b"RMQHALF1"
 _HEAD = struct.Struct(">IIIiiiiiq8sHHi")
 _AFTER_CRC = 8  # TOTAL and META_CRC
+_ALLOCATION_STEP = 4 << 20
 
 
 class HalfLogError(Exception):
@@ -63,9 +69,11 @@ class HalfLog:
     ``next_segment`` next time: positions are never reused, even once segments are deleted.
     """
 
-    def __init__(self, directory: Path, segment_bytes: int, next_segment: int = 0, on_new_segment=None):
+    def __init__(self, directory: Path, segment_bytes: int, next_segment: int = 0, on_new_segment=None,
+                 disk: DiskGuard | None = None):
         self.directory = Path(directory)
         self.segment_bytes = segment_bytes
+        self.disk = disk or DiskGuard(self.directory, 0)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -86,7 +94,8 @@ class HalfLog:
 
     def append(self, transaction_id: str, topic: str, queue_id: int, record: PendingRecord) -> tuple[int, int]:
         """Store a record; returns its (position, size). The record counts as live until
-        ``release``d."""
+        ``release``d. Raises ``DiskFullError``, ``DiskFailedError`` or ``OSError``; nothing
+        is stored then."""
         topic_raw, txn_raw = topic.encode(), transaction_id.encode()
         body = record.body
         meta = _HEAD.pack(0, 0, record.body_crc, queue_id, record.flag, record.sys_flag, record.count,
@@ -98,9 +107,11 @@ class HalfLog:
                              f"{self.segment_bytes} bytes")
         head = struct.pack(">II", total, zlib.crc32(meta))
         with self._lock:
+            self.disk.check_healthy()
             segment = self._segment_with_room(total)
             position = self._write_pos
-            os.pwritev(segment.fd, [head, meta, body], position - segment.start)
+            self._grow(segment, position - segment.start + total)
+            segment.write([head, meta, body], position - segment.start, total)
             self._write_pos = position + total
             self._live[self._write_index] += 1
         return position, total
@@ -111,15 +122,29 @@ class HalfLog:
             return segment
         if self._on_new_segment is not None:
             self._on_new_segment(self._write_index + 2)
-        self._write_index += 1
-        start = self._write_index * self.segment_bytes
-        segment = self._segments[self._write_index] = _open_segment(self.directory / file_name(start), start,
-                                                                    self.segment_bytes)
-        os.pwrite(segment.fd, SEGMENT_MAGIC, 0)
-        fsync_dir(self.directory)
-        self._live[self._write_index] = 0
+        index = self._write_index + 1
+        start = index * self.segment_bytes
+        try:
+            segment = _open_segment(self.directory / file_name(start), start, self.segment_bytes)
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(f"half log segment {file_name(start)} could not be created: {err.strerror}") from err
+            raise
+        try:  # the segment is used once its magic and the record's room are there
+            self._grow(segment, len(SEGMENT_MAGIC) + total)
+            segment.write([SEGMENT_MAGIC], 0, len(SEGMENT_MAGIC))
+            fsync_dir(self.directory)
+        except BaseException:
+            segment.destroy()
+            raise
+        self._write_index = index
+        self._segments[index] = segment
+        self._live[index] = 0
         self._write_pos = start + len(SEGMENT_MAGIC)
         return segment
+
+    def _grow(self, segment: MappedFile, end: int) -> None:
+        self.disk.grow(segment, end, min(_ALLOCATION_STEP, self.segment_bytes))
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -188,8 +213,12 @@ class HalfLog:
                 target = self._write_pos
                 self._flushing = [i for i, s in self._segments.items() if s.end > self._flushed and s.start < target]
             try:
+                self.disk.check_healthy()  # after a failed flush, a later one could succeed falsely
                 for index in self._flushing:
-                    self._segments[index].flush()
+                    try:
+                        self._segments[index].flush()
+                    except OSError as err:
+                        raise self.disk.fail("to flush the transaction half log", err) from err
             finally:
                 with self._lock:
                     self._flushing = []
@@ -206,3 +235,4 @@ def _open_segment(path: Path, start: int, size: int) -> MappedFile:
     segment = MappedFile(path, start, size)
     segment.map.madvise(mmap.MADV_SEQUENTIAL)  # read once, front to back, by commits
     return segment
+

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from broker_sim.store import MessageStore, PutResult, PutStatus, QueueRecords, echo
+from broker_sim.store import (DiskFailedError, DiskFullError, MessageStore, PutResult, PutStatus, QueueRecords, echo,
+                              full_sentence)
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
 from broker_sim.store.producer_state import stamp_problem
@@ -142,7 +143,7 @@ class TransactionService:
             segment_bytes = max(self.config.half_segment_bytes,
                                 2 * store.config.max_message_bytes + _HALF_HEADROOM_BYTES)
             self.half = HalfLog(directory / "half", segment_bytes, self.state.next_half_segment(),
-                                self.state.set_next_half_segment)
+                                self.state.set_next_half_segment, store.disk)
             for txn in unended:
                 for batch in txn.batches:
                     self.half.retain(batch.position)
@@ -178,8 +179,9 @@ class TransactionService:
         self._check_open(txn, transaction_id)  # early: before writing anything
         if txn is not None and producer in txn.stamps:
             return _duplicate(txn.stamps[producer])
-        topic = built.config.name
-        written = [self.half.append(transaction_id, topic, built.queue_id, r) for r in built.records]
+        written = self._write_half(transaction_id, built)
+        if isinstance(written, PutResult):
+            return written
         now = self.now_ms()
         with self._lock:
             txn = self._open.get(transaction_id)
@@ -206,6 +208,22 @@ class TransactionService:
                 self.state.add_batch(txn, batch, first, stamp)
                 first, stamp = False, b""
         return PutResult(PutStatus.PUT_OK, "", built.queue_id, -1, built.count, (), now)
+
+    def _write_half(self, transaction_id: str, built: "QueueRecords") -> "list[tuple[int, int]] | PutResult":
+        """Append the records to the half log: their (position, size), or the refusal when the
+        disk is full or failed (none of them is kept then)."""
+        written = []
+        try:
+            for record in built.records:
+                written.append(self.half.append(transaction_id, built.config.name, built.queue_id, record))
+            return written
+        except (DiskFullError, DiskFailedError, OSError) as err:
+            self.half.release([position for position, _ in written])
+            if isinstance(err, DiskFullError):
+                return PutResult(PutStatus.DISK_FULL, full_sentence(err))
+            if not isinstance(err, DiskFailedError):
+                err = self.store.disk.fail("a write to the transaction half log", err)
+            return PutResult(PutStatus.DISK_FAILED, str(err))
 
     def _check_open(self, txn: Transaction | None, transaction_id: str) -> None:
         if txn is None or txn.state is TxnState.OPEN:
@@ -445,10 +463,14 @@ class TransactionService:
             self._sweeper.join()
             self._sweeper = None
         with self._end_lock:
-            self.half.flush()
-            self.half.drop_unused()
-            self.half.close()
-            self.state.close()
+            try:
+                self.half.flush()
+                self.half.drop_unused()
+            except DiskFailedError as err:  # the half records are checked against their CRCs at the next start
+                log.error("the transaction half log closes without a flush: %s", err)
+            finally:
+                self.half.close()
+                self.state.close()
 
 
 class PreparedPuts:

@@ -87,7 +87,8 @@ class Admin:
                            r.messages_read, r.resident_memory_bytes, r.data_dir, r.flush_mode,
                            r.dispatch_lag_ms, r.corrupted_records, tuple(
                                CorruptedRecord(c.commitlog_offset, c.size, c.topic, c.queue_id, c.first_offset,
-                                               c.end_offset, c.reason, c.found_by) for c in r.corrupted))
+                                               c.end_offset, c.reason, c.found_by) for c in r.corrupted),
+                           r.disk_failure)
 
     def _call(self, method, request):
         return self._transport.call(method, request)

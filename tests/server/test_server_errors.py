@@ -7,7 +7,8 @@ import pytest
 from broker_sim.server import errors
 from broker_sim.server.errors import CODES, BrokerError, Reason
 from broker_sim.server.servicers import CallGate
-from broker_sim.store import CreateStatus, PutResult, PutStatus, StoreClosedError, UnknownTopicError
+from broker_sim.store import (CreateStatus, DiskFailedError, DiskFullError, PutResult, PutStatus, StoreClosedError,
+                              UnknownTopicError)
 
 EXPECTED = {
     "TOPIC_NOT_FOUND": "NOT_FOUND",
@@ -28,6 +29,8 @@ EXPECTED = {
     "SERVICE_NOT_AVAILABLE": "UNAVAILABLE",
     "SEND_IN_PROGRESS": "ABORTED",
     "STREAM_STALLED": "DEADLINE_EXCEEDED",
+    "DISK_FULL": "RESOURCE_EXHAUSTED",
+    "DISK_FAILED": "UNAVAILABLE",
     "INTERNAL": "INTERNAL",
 }
 
@@ -50,6 +53,10 @@ def test_faults_and_creation_outcomes():
     assert errors.from_exception(UnknownTopicError("topic 'x' does not exist")).reason is Reason.TOPIC_NOT_FOUND
     assert errors.from_exception(UnknownTopicError("topic 't' has queues 0 to 1; there is no queue 5")).reason \
         is Reason.QUEUE_NOT_FOUND
+    full = errors.from_exception(OSError(28, "No space left on device", "config/topics.json.tmp"))
+    assert full.reason is Reason.DISK_FULL and "topics.json" in full.message and "broker bug" not in full.message
+    assert errors.from_exception(DiskFullError("no room")).reason is Reason.DISK_FULL
+    assert errors.from_exception(DiskFailedError("restart it")).reason is Reason.DISK_FAILED
     internal = errors.from_exception(KeyError("boom"))
     assert internal.reason is Reason.INTERNAL and "KeyError" in internal.message
     assert errors.from_create(CreateStatus.CONFLICT, "fixed").reason is Reason.TOPIC_CONFLICT

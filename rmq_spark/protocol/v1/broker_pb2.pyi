@@ -176,7 +176,7 @@ class BrokerStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatsResponse(_message.Message):
-    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode", "dispatch_lag_ms", "corrupted_records", "corrupted")
+    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode", "dispatch_lag_ms", "corrupted_records", "corrupted", "disk_failure")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +192,7 @@ class BrokerStatsResponse(_message.Message):
     DISPATCH_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     CORRUPTED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     CORRUPTED_FIELD_NUMBER: _ClassVar[int]
+    DISK_FAILURE_FIELD_NUMBER: _ClassVar[int]
     topics: int
     queues: int
     commitlog_min_offset: int
@@ -207,7 +208,8 @@ class BrokerStatsResponse(_message.Message):
     dispatch_lag_ms: int
     corrupted_records: int
     corrupted: _containers.RepeatedCompositeFieldContainer[CorruptedRecord]
-    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., dispatch_lag_ms: _Optional[int] = ..., corrupted_records: _Optional[int] = ..., corrupted: _Optional[_Iterable[_Union[CorruptedRecord, _Mapping]]] = ...) -> None: ...
+    disk_failure: str
+    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., dispatch_lag_ms: _Optional[int] = ..., corrupted_records: _Optional[int] = ..., corrupted: _Optional[_Iterable[_Union[CorruptedRecord, _Mapping]]] = ..., disk_failure: _Optional[str] = ...) -> None: ...
 
 class CorruptedRecord(_message.Message):
     __slots__ = ("commitlog_offset", "size", "topic", "queue_id", "first_offset", "end_offset", "reason", "found_by")
