@@ -134,17 +134,18 @@ def test_a_failed_flush_refuses_writes_until_restart(tmp_path, monkeypatch, flus
 
 
 def test_a_topic_that_cannot_be_saved_is_not_created(tmp_path, monkeypatch):
-    """A topic whose topics.json write fails (a full disk) must not be served from memory: its
-    messages would be acknowledged and then lost with the topic at the next start."""
+    """A topic whose topic journal write fails (a full disk) must not be served from memory:
+    its messages would be acknowledged and then lost with the topic at the next start."""
     with MessageStore(tmp_path, SMALL) as store:
-        real = os.replace
+        real = os.fdatasync
+        journal = tmp_path / "config" / "topics.journal"
 
-        def replace(src, dst):
-            if str(dst).endswith("topics.json"):
-                raise OSError(errno.ENOSPC, "No space left on device", str(src))
-            return real(src, dst)
+        def fdatasync(fd):
+            if journal.exists() and os.path.samestat(os.fstat(fd), journal.stat()):
+                raise OSError(errno.ENOSPC, "No space left on device", str(journal))
+            return real(fd)
 
-        monkeypatch.setattr(os, "replace", replace)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
         with pytest.raises(OSError):
             store.create_topic("t", 1, QueueType.SIMPLE_CQ)
         monkeypatch.undo()
