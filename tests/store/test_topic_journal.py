@@ -4,7 +4,6 @@ change that cannot be written (a full filesystem) leaves the table as it was."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -18,6 +17,7 @@ import pytest
 from broker_sim.store import CreateStatus, StoreError
 from broker_sim.store import topics as topics_module
 from broker_sim.store.topics import QueueType, TopicConfig, TopicTable
+from small_disk import mounted
 
 WAIT_S = 60.0
 
@@ -138,22 +138,8 @@ def test_a_damaged_line_before_good_ones_is_refused_with_its_line_number(tmp_pat
         TopicTable(path)
 
 
-@contextlib.contextmanager
-def small_tmpfs(where: Path):
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
 def test_a_change_that_cannot_be_written_leaves_the_table_as_it_was(tmp_path):
-    with small_tmpfs(tmp_path / "fs") as fs:
+    with mounted("tmpfs", 1, tmp_path) as fs:
         path = fs / "topics.json"
         table = TopicTable(path)
         table.create("kept", 1, "SimpleCQ")
