@@ -268,6 +268,22 @@ def translated(method):
     return handler
 
 
+def translated_async(method):
+    """``translated`` for a unary handler that is a coroutine of the asyncio server."""
+
+    @functools.wraps(method)
+    async def handler(self, request, context):
+        try:
+            if isinstance(request, MalformedRequest):
+                raise request.refusal()
+            return await method(self, request, context)
+        except Exception as err:
+            error = from_exception(err)
+        await abort_stream(context, error)
+
+    return handler
+
+
 def translated_stream(method):
     """Decorate a response-streaming handler for the asyncio server: ``method`` is an async
     generator of responses, each sent by the servicer's ``write_response``. A client that takes
@@ -303,5 +319,5 @@ def translated_stream(method):
 
 
 async def abort_stream(context: grpc.aio.ServicerContext, error: BrokerError):
-    """``abort`` for the asyncio handlers."""
+    """``abort`` for the asyncio handlers, unary or streaming."""
     await context.abort(error.code, error.message, ((REASON_KEY, error.reason.value),))
