@@ -21,7 +21,8 @@ _HOMES = {
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
         "BrokerStats", "CommitResult", "CorruptedRecord", "GroupOffset", "Message", "OffsetRange",
-        "PreparedTransaction", "QueueOffsets", "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus", "TopicInfo", "TransactionInfo",
+        "PreparedTransaction", "QueueOffsets", "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus",
+        "TopicInfo", "TransactionInfo",
         "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError",

@@ -54,6 +54,10 @@ class ConsumeQueue:
         self.indexed_end = 0  # set here too: a flush may read it before the first unit is put
         self._load()
         self.flushed_units = self.unit_count  # units known to be on disk
+        # Units read from the files (index bytes may have rotted since they were written):
+        # reads check them against their records. Units put since were made here from records
+        # just appended or scanned.
+        self.units_from_disk = self.unit_count
 
     @property
     def first_unit(self) -> int:
@@ -190,6 +194,7 @@ class ConsumeQueue:
         self.files.truncate(keep * self.UNIT.size)
         self.unit_count = keep
         self.flushed_units = min(self.flushed_units, keep)
+        self.units_from_disk = min(self.units_from_disk, keep)
         self._after_truncate()
 
     @property

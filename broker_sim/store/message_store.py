@@ -409,11 +409,12 @@ class MessageStore:
             units = queue.units(index, 64)
             if not units:
                 break
+            from_disk = queue.units_from_disk - index  # the first this many units of the call
             for i, unit in enumerate(units):
                 if unit.base_offset >= end or taken >= max_bytes:
                     break
                 view = self.commitlog.view(unit.physical_offset, unit.size)
-                problem = self._record_problem(view, unit, topic_raw, queue_id)
+                problem = self._record_problem(view, unit, topic_raw, queue_id, i < from_disk)
                 if problem:
                     if batches:  # serve what came before it; the next read starts at it
                         return GetResult(GetStatus.FOUND, unit.base_offset, low, high, batches)
@@ -424,9 +425,13 @@ class MessageStore:
             index += len(units)
         return GetResult(GetStatus.FOUND, min(next_offset, end), low, high, batches)
 
-    def _record_problem(self, view, unit: IndexUnit, topic: bytes, queue_id: int) -> str | None:
-        """Why a record may not be served as ``unit``; its CRCs are checked once since open."""
+    def _record_problem(self, view, unit: IndexUnit, topic: bytes, queue_id: int,
+                        unit_from_disk: bool) -> str | None:
+        """Why a record may not be served as ``unit``; its CRCs are checked once since open, and
+        whether it is the unit's record when the unit was read from disk."""
         check_crc = self._verified.needs_check(unit.physical_offset)
+        if not (unit_from_disk or check_crc):
+            return None
         problem = record_problem(view, unit, topic, queue_id, check_crc)
         if check_crc and problem is None:
             self._verified.checked(unit.physical_offset)

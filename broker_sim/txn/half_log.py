@@ -10,7 +10,8 @@ batch in it has ended (RocketMQ's half topic keeps them until commitlog retentio
 Segments are fixed-size sparse files named by their 20-digit start position, as commitlog
 segments, allocated ahead of the records written, as theirs, under the store's disk guard
 (its free-space reserve and failed state, ``broker_sim.store.disk``). An append is written
-whole or not at all: a failed or short write leaves the write position where it was. Each starts with an 8-byte magic, so no record sits at position 0 (the commitlog's
+whole or not at all: a failed or short write leaves the write position where it was. Each
+segment starts with an 8-byte magic, so no record sits at position 0 (the commitlog's
 PREPARED TX OFFSET uses 0 for "none"). A record never spans segments::
 
     TOTAL 4 | META_CRC 4 | BODY_CRC 4 | QUEUE_ID 4 | FLAG 4 | SYS_FLAG 4 | COUNT 4 |
