@@ -234,8 +234,13 @@ def from_exception(err: BaseException) -> BrokerError:
         return BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
     if isinstance(err, DiskFullError):
         return BrokerError(Reason.DISK_FULL, full_sentence(err))
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # topics.json, offsets, RocksDB files
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # the topic journal, offsets
         return BrokerError(Reason.DISK_FULL, full_sentence(DiskFullError(f"{err.filename or 'a file'}: {err.strerror}")))
+    if _rocksdb_out_of_space(err):
+        return BrokerError(Reason.DISK_FULL, f"out of disk space: the pop or transaction state (RocksDB) could not "
+                                             f"be written ({err}); nothing was changed. Free space on that disk and "
+                                             "restart the broker: RocksDB refuses writes after such a failure until "
+                                             "it is opened again")
     if isinstance(err, DiskFailedError):
         return BrokerError(Reason.DISK_FAILED, str(err))
     if isinstance(err, UnknownTopicError):
@@ -244,6 +249,12 @@ def from_exception(err: BaseException) -> BrokerError:
     log.error("internal error while serving a call", exc_info=err)
     return BrokerError(Reason.INTERNAL, f"the broker failed with {type(err).__name__}: {err}. This is a broker bug; "
                                         "its log has the details")
+
+
+def _rocksdb_out_of_space(err: Exception) -> bool:
+    """RocksDB (pop and transaction state, through rocksdict) raises a plain Exception holding
+    its Status text, "IO error: No space left on device: ..."."""
+    return type(err) is Exception and "No space left on device" in str(err)
 
 
 def abort(context: grpc.ServicerContext, error: BrokerError):

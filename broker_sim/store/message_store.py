@@ -610,7 +610,7 @@ class MessageStore:
             self.commitlog.flush()
             self.dispatcher.dispatch()
             self._flush_indexes(thorough=True)
-        except (DiskFailedError, DiskFullError) as err:
+        except (DiskFailedError, DiskFullError, OSError) as err:  # OSError: no room for the queue table
             log.error("the store stops without a clean flush, and recovers at its next start: %s", err)
             return
         (self.data_dir / "abort").unlink(missing_ok=True)

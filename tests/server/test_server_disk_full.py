@@ -14,8 +14,8 @@ import pytest
 from small_disk import MIB, fill, mounted, thin_ext4
 
 from bench.broker_process import broker_process
-from rmq_spark import (Admin, DiskFailedError, DiskFullError, Message, OffsetRange, Producer, RangeReader,
-                       TransportConfig)
+from rmq_spark import (Admin, DiskFailedError, DiskFullError, Message, OffsetRange, PopConsumer, Producer,
+                       RangeReader, TransportConfig)
 
 TOPIC = "full"
 QUEUES = 2
@@ -178,4 +178,23 @@ def test_a_failed_flush_refuses_writes_until_restart(tmp_path):
             assert all(read[q][:len(acked[q])] == acked[q] for q in acked)
             with Producer(endpoint) as producer:  # a restart takes writes again
                 assert producer.send_batch(batch(6000, 0))[0].queue_offset == len(read[0])
+            stop(process)
+
+
+def test_pop_state_on_a_full_disk_is_refused_as_disk_full(tmp_path):
+    """Pop keeps its state in RocksDB, which raises a plain Exception when the disk is full: the
+    consumer gets DiskFullError saying what to do (not "a broker bug"), and the broker, stopped
+    on the full disk, exits cleanly."""
+    with mounted("tmpfs", 24, tmp_path) as disk:
+        args = ("--segment-bytes", "1m", "--disk-reserve", "1m")
+        with broker_process(disk / "data", *args) as (endpoint, process):
+            with Admin(endpoint) as admin:
+                admin.create_topic(TOPIC, QUEUES, "BatchCQ")
+            with Producer(endpoint) as producer:
+                producer.send_batch(batch(0, 0))
+            fill(disk / "filler")
+            with PopConsumer(endpoint, "g", [TOPIC]) as consumer, pytest.raises(DiskFullError) as refused:
+                for _ in range(100):  # RocksDB's write buffer takes a few pops before its log must grow
+                    consumer.ack(consumer.receive(1, poll_ms=0))
+            assert "RocksDB" in str(refused.value) and "restart the broker" in str(refused.value)
             stop(process)
