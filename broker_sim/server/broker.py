@@ -224,6 +224,7 @@ class _LoopThread:
         """Stop ``server`` (calls in flight get ``grace`` seconds, then are cancelled), then the loop."""
         try:
             self.run(server.stop(grace), (grace or 0) + _DRAIN_TIMEOUT_S)
+            self.run(_finish_other_tasks(), _DRAIN_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
             log.warning("the gRPC server did not stop within %.0f s; stopping its loop anyway", _DRAIN_TIMEOUT_S)
         finally:
@@ -232,6 +233,16 @@ class _LoopThread:
             if not self._thread.is_alive():
                 self.loop.close()
             self.pool.shutdown(wait=False)
+
+
+async def _finish_other_tasks() -> None:
+    """Let the tasks a stopped server leaves on the loop (a handler still waiting for the pool)
+    end, rather than have them destroyed pending when the loop closes; cancel what is left."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    if tasks:
+        _done, pending = await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT_S / 2)
+        for task in pending:
+            task.cancel()
 
 
 async def _new_server(pool: ThreadPoolExecutor, options: list) -> grpc.aio.Server:

@@ -569,6 +569,7 @@ class MessageStore:
     def _flush_loop(self) -> None:
         config = self.config
         next_index, next_thorough = 0.0, config.index_flush_thorough_interval_ms / 1000
+        out_of_space = False  # said once until a flush succeeds again
         while not self._stop_flusher.wait(config.flush_interval_ms / 1000):
             try:
                 if not self._sync:
@@ -583,8 +584,15 @@ class MessageStore:
                         next_thorough = now + config.index_flush_thorough_interval_ms / 1000
             except DiskFailedError:
                 return  # said once, by the guard: nothing is flushed again until a restart
+            except (DiskFullError, OSError) as err:
+                if not out_of_space:
+                    log.warning("cannot write the checkpoint or the indexes (%s); retrying every %d ms", err,
+                                config.flush_interval_ms)
+                out_of_space = True
             except Exception:
                 log.exception("flush failed; retrying in %d ms", config.flush_interval_ms)
+            else:
+                out_of_space = False
 
     def close(self) -> None:
         """Stop cleanly: flush, index everything, checkpoint, and remove the abort marker."""
