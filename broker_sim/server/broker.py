@@ -132,6 +132,9 @@ class Broker:
             try:
                 offsets = ConsumerOffsetTable(self.data_dir / "config" / "consumerOffset.json",
                                               self.offsets_flush_interval_ms)
+                forgotten = offsets.keep_topics({topic.name for topic in store.topics.all()})
+                if forgotten:
+                    log.warning("forgot %d group offsets of topics deleted before the last stop", forgotten)
             except BaseException:
                 store.close()
                 loop.close(server)

@@ -92,10 +92,18 @@ class ConsumerOffsetTable:
 
         Written at once, not at the next interval: offsets of a deleted topic that came back
         after a crash would make its groups skip the messages of a topic created again."""
+        return self._remove(lambda name: name == topic)
+
+    def keep_topics(self, topics: set[str]) -> int:
+        """Forget every group's offsets of topics not in ``topics`` (deleted by a delete that a
+        crash cut short before its offsets were removed); returns how many."""
+        return self._remove(lambda name: name not in topics)
+
+    def _remove(self, gone) -> int:
         removed = 0
         with self._lock:
             for table in self._offsets.values():
-                for key in [key for key in table if key[0] == topic]:
+                for key in [key for key in table if gone(key[0])]:
                     del table[key]
                     removed += 1
             for group in [group for group, table in self._offsets.items() if not table]:

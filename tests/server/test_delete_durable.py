@@ -5,6 +5,7 @@ again is consumed from its start, nothing skipped."""
 import signal
 
 from bench.broker_process import broker_process
+from broker_sim.store import MessageStore
 from rmq_spark import Admin, Message, PopConsumer, Producer
 
 
@@ -36,3 +37,18 @@ def test_a_deleted_topics_offsets_do_not_come_back_after_sigkill(tmp_path):
         with PopConsumer(endpoint, "g", "gone", max_messages=10, poll_ms=2_000) as consumer:
             fresh = consumer.receive()
             assert [m.body for d in fresh for m in d.messages()] == [b"new0", b"new1", b"new2"]
+
+
+def test_offsets_of_a_topic_deleted_before_a_crash_are_forgotten_at_start(tmp_path):
+    """A crash between deleting the topic and writing its offsets' removal (the delete was never
+    acknowledged) leaves offsets of a topic that no longer exists: the broker drops them at start."""
+    data = tmp_path / "data"
+    with broker_process(data) as (endpoint, _process):
+        send(endpoint, [b"old%d" % i for i in range(4)])
+        with Admin(endpoint) as admin:
+            admin.commit_group_offsets("c", {("gone", 0): 4})
+    with MessageStore(data) as store:  # the topic's half of the delete, as the crash left it
+        assert store.delete_topic("gone")
+    with broker_process(data) as (endpoint, _process):
+        with Admin(endpoint) as admin:
+            assert [o.group for o in admin.group_offsets("c")] == []
