@@ -4,12 +4,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
+.PHONY: demo lint test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
 
-test: $(STAMP) check-java
+lint: $(STAMP)  ## ruff, configured in pyproject.toml; `$(PY) -m ruff check --fix .` fixes most of what it reports
+	$(PY) -m ruff check .
+
+test: lint check-java
 	$(PY) -m pytest -q tests
 
 bench: bench-store bench-read bench-model

@@ -29,7 +29,8 @@ setup(
     ],
     extras_require={
         # grpcio-tools is pinned: the generated code must not change under the regeneration test.
-        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "pyyaml>=6.0,<7"],
+        # ruff is pinned to a minor version: its rules change between minors.
+        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "pyyaml>=6.0,<7", "ruff>=0.17,<0.18"],
         "bench": ["matplotlib>=3.8,<4"],
     },
     entry_points={"console_scripts": [

@@ -189,7 +189,8 @@ def run_row(endpoint: str, label: str, topic: str, queue_type: str, queues: int,
     consume = read["seen"] / max((read["last_ns"] - started_ns) / 1e9, 1e-9)
     return {"row": label, "queues": queues, "dispatch": dispatch, "messages": messages,
             "produce msgs/s": produce_rate, "consume msgs/s": consume, "p50 visible ms": read["p50"],
-            "p99 visible ms": read["p99"], "p99 stored-visible ms": read["stored p99"], "max lag MB": lag.bytes / 1e6, "max lag ms": lag.ms}
+            "p99 visible ms": read["p99"], "p99 stored-visible ms": read["stored p99"],
+            "max lag MB": lag.bytes / 1e6, "max lag ms": lag.ms}
 
 
 def store_alone(messages: int, workers: int) -> tuple[list[str], dict]:

@@ -67,7 +67,8 @@ def rows(spark, rows_per_batch: int, partitions: int):
 
 def run(df, sink: str, options: dict, checkpoint: Path, batches: int) -> tuple[int, float]:
     """Run ``batches`` micro-batches (after the warm-up ones) into ``sink``: rows, rows/s."""
-    writer = df.writeStream.format(sink).option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds")
+    writer = (df.writeStream.format(sink).option("checkpointLocation", str(checkpoint))
+              .trigger(processingTime="0 seconds"))
     for name, value in options.items():
         writer = writer.option(name, value)
     query = writer.start()

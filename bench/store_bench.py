@@ -173,7 +173,8 @@ def main(argv=None) -> int:
                 _keep_best(best, (queue_type, mode, batch, queues), row)
     rows = list(best.values())
     notes = _checks(rows, queue_counts)
-    notes.append(f"peak RSS of the benchmark process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    notes.append(f"peak RSS of the benchmark process: {peak_rss_mib:,.0f} MiB")
     columns = ["index", "way in", "queues", "messages", "append msgs/s", "append+index msgs/s", "read msgs/s",
                "msgs/s", "warm-up s"]
     report.write("store", rows, columns, notes, plot=lambda ax: _plot(ax, rows))
