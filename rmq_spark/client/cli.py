@@ -39,43 +39,47 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rmq-admin", description="Administer a broker_sim broker.")
     parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help=f"HOST:PORT (default {DEFAULT_ENDPOINT})")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    # Every command takes --json after its own arguments too, as the usage line shows. SUPPRESS keeps a
+    # command's parser from resetting a --json given before the command.
+    after = argparse.ArgumentParser(add_help=False)
+    after.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for machines")
     commands = parser.add_subparsers(dest="noun", required=True)
 
     topic = commands.add_parser("topic", help="create, list and describe topics").add_subparsers(
         dest="verb", required=True)
-    create = topic.add_parser("create", help="create a topic")
+    create = topic.add_parser("create", help="create a topic", parents=[after])
     create.add_argument("name")
     create.add_argument("--queues", type=int, required=True, help="number of queues")
     create.add_argument("--type", default="BatchCQ", choices=["BatchCQ", "SimpleCQ"], help="index type")
     create.set_defaults(run=_create)
-    topic.add_parser("list", help="list topics").set_defaults(run=_list)
-    describe = topic.add_parser("describe", help="per-queue min / max offsets")
+    topic.add_parser("list", help="list topics", parents=[after]).set_defaults(run=_list)
+    describe = topic.add_parser("describe", help="per-queue min / max offsets", parents=[after])
     describe.add_argument("name")
     describe.set_defaults(run=_describe)
-    delete = topic.add_parser("delete", help="delete a topic")
+    delete = topic.add_parser("delete", help="delete a topic", parents=[after])
     delete.add_argument("name")
     delete.set_defaults(run=_delete)
 
     group = commands.add_parser("group", help="consumer group offsets").add_subparsers(dest="verb", required=True)
-    offsets = group.add_parser("offsets", help="committed offsets and lag of a group")
+    offsets = group.add_parser("offsets", help="committed offsets and lag of a group", parents=[after])
     offsets.add_argument("group")
     offsets.set_defaults(run=_group_offsets)
 
     broker = commands.add_parser("broker", help="the broker's state").add_subparsers(dest="verb", required=True)
-    broker.add_parser("stats", help="log positions, dispatch lag, counters, damaged records").set_defaults(
-        run=_broker_stats)
-    broker.add_parser("corrupted", help="damaged records the broker keeps and never serves").set_defaults(
-        run=_corrupted)
+    broker.add_parser("stats", help="log positions, dispatch lag, counters, damaged records",
+                      parents=[after]).set_defaults(run=_broker_stats)
+    broker.add_parser("corrupted", help="damaged records the broker keeps and never serves",
+                      parents=[after]).set_defaults(run=_corrupted)
 
     txn = commands.add_parser("transaction", help="prepared transactions and sink batches").add_subparsers(
         dest="verb", required=True)
-    listing = txn.add_parser("list", help="open transactions, or the ones named")
+    listing = txn.add_parser("list", help="open transactions, or the ones named", parents=[after])
     listing.add_argument("ids", nargs="*")
     listing.set_defaults(run=_transactions)
-    rollback = txn.add_parser("rollback", help="roll transactions back")
+    rollback = txn.add_parser("rollback", help="roll transactions back", parents=[after])
     rollback.add_argument("ids", nargs="+")
     rollback.set_defaults(run=_rollback)
-    sink = txn.add_parser("sink", help="whether a sink batch was committed")
+    sink = txn.add_parser("sink", help="whether a sink batch was committed", parents=[after])
     sink.add_argument("sink_id")
     sink.add_argument("batch_id", type=int)
     sink.set_defaults(run=_sink_batch)

@@ -47,3 +47,13 @@ def test_group_offsets_show_lag(capsys, endpoint, topic_name):
 def test_errors_go_to_stderr_with_exit_code_1(capsys, endpoint):
     code, out, err = run(capsys, endpoint, "topic", "describe", "no-such-topic")
     assert code == 1 and out == "" and "'no-such-topic' does not exist" in err
+
+
+def test_json_is_taken_before_and_after_the_command(capsys, endpoint, topic_name):
+    run(capsys, endpoint, "topic", "create", topic_name, "--queues", "2")
+    _, before, _ = run(capsys, endpoint, "--json", "topic", "describe", topic_name)
+    code, after, _ = run(capsys, endpoint, "topic", "describe", topic_name, "--json")
+    assert code == 0 and json.loads(after) == json.loads(before) == [
+        {"queue_id": q, "min_offset": 0, "max_offset": 0, "messages": 0} for q in (0, 1)]
+    _, table, _ = run(capsys, endpoint, "topic", "describe", topic_name)
+    assert table.split()[:2] == ["queue_id", "min_offset"]  # without --json in either place: a table
