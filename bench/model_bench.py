@@ -45,7 +45,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from bench.broker_process import broker_process  # noqa: E402
+from broker_sim.testing import broker_process  # noqa: E402
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader  # noqa: E402
 
 BODY_BYTES = 1024

@@ -28,8 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from bench.broker_process import broker_process, rss_bytes  # noqa: E402
+from bench.process_memory import rss_bytes  # noqa: E402
 from bench.read_bench import fill, read_all  # noqa: E402
+from broker_sim.testing import broker_process  # noqa: E402
 from rmq_spark import PopConsumer  # noqa: E402
 
 TARGETS = {"SimpleCQ": 40_000, "BatchCQ": 200_000}

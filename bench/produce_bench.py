@@ -26,7 +26,8 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from bench.broker_process import broker_process, peak_rss_bytes  # noqa: E402
+from bench.process_memory import peak_rss_bytes  # noqa: E402
+from broker_sim.testing import broker_process  # noqa: E402
 from rmq_spark import Admin, Message, Producer  # noqa: E402
 
 BODY = os.urandom(1024)

@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from bench.broker_process import broker_process, peak_rss_bytes, rss_bytes  # noqa: E402
+from bench.process_memory import peak_rss_bytes, rss_bytes  # noqa: E402
+from broker_sim.testing import broker_process  # noqa: E402
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader  # noqa: E402
 
 BODY_BYTES = 1024

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from bench.broker_process import broker_process  # noqa: E402
+from broker_sim.testing import broker_process  # noqa: E402
 
 BODY_BYTES = 1024
 QUEUES = 16

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from bench.broker_process import broker_process  # noqa: E402
 from broker_sim.store import MessageStore, StoreConfig  # noqa: E402
+from broker_sim.testing import broker_process  # noqa: E402
 from rmq_spark import Admin  # noqa: E402
 
 

@@ -5,7 +5,7 @@ in flight come back after their invisible time)."""
 import threading
 import time
 
-from bench.broker_process import broker_process
+from broker_sim.testing import broker_process
 from rmq_spark import Admin, Message, PopConsumer, Producer, RmqError
 
 MESSAGES = 3000

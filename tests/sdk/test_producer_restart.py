@@ -6,7 +6,7 @@ import threading
 import time
 from collections import Counter
 
-from bench.broker_process import broker_process
+from broker_sim.testing import broker_process
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader, TransportConfig
 
 

@@ -4,8 +4,8 @@ again is consumed from its start, nothing skipped."""
 
 import signal
 
-from bench.broker_process import broker_process
 from broker_sim.store import MessageStore
+from broker_sim.testing import broker_process
 from rmq_spark import Admin, Message, PopConsumer, Producer
 
 

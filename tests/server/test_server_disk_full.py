@@ -11,11 +11,20 @@ import signal
 import time
 
 import pytest
-from small_disk import MIB, fill, mounted, thin_ext4
 
-from bench.broker_process import broker_process
-from rmq_spark import (Admin, DiskFailedError, DiskFullError, Message, OffsetRange, PopConsumer, Producer,
-                       RangeReader, TransportConfig)
+from broker_sim.testing import broker_process
+from rmq_spark import (
+    Admin,
+    DiskFailedError,
+    DiskFullError,
+    Message,
+    OffsetRange,
+    PopConsumer,
+    Producer,
+    RangeReader,
+    TransportConfig,
+)
+from small_disk import MIB, fill, mounted, thin_ext4
 
 TOPIC = "full"
 QUEUES = 2

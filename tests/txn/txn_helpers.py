@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from bench.broker_process import wait_listening
 from broker_sim.server import Broker
 from broker_sim.store import StoreConfig
+from broker_sim.testing import wait_listening
 from broker_sim.txn import TransactionConfig
 from rmq_spark import Admin, OffsetRange, RangeReader
 

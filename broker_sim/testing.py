@@ -1,5 +1,11 @@
-"""A broker in a process of its own for benchmarks (so that it has the other core), started
-through the `rmq-broker-sim` CLI as users start it."""
+"""The broker in a process of its own, started through the `rmq-broker-sim` CLI as users start it:
+for tests that kill it or fill its disk, and for benchmarks that give it the other core.
+
+    with broker_process(data_dir, "--flush", "sync") as (endpoint, process):
+        ...                                     # point clients at endpoint; process.kill() to crash it
+
+`broker_sim.embedded()` runs the same broker in this process.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +17,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+__all__ = ["broker_process", "wait_listening"]
+
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
 
 
 @contextmanager
 def broker_process(data_dir: Path, *extra_args: str, timeout_s: float = 60):
-    """Run `rmq-broker-sim` on a free port; yields (endpoint, process)."""
+    """Run `rmq-broker-sim` on a free port (unless ``extra_args`` name one); yields (endpoint,
+    process) and stops it with SIGTERM (SIGKILL after ``timeout_s``) unless it is gone already."""
     command = [sys.executable, "-m", "broker_sim.server.cli", "--port", "0", "--data-dir", str(data_dir), *extra_args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -44,22 +53,3 @@ def wait_listening(process: subprocess.Popen, timeout_s: float) -> tuple[str, st
         if match:
             return f"{match.group(1)}:{match.group(2)}", "".join(lines)
     raise RuntimeError(f"the broker did not listen within {timeout_s} s:\n" + "".join(lines))
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process (VmRSS)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def peak_rss_bytes(pid: int) -> int:
-    """Peak resident memory of a process (VmHWM)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-__all__ = ["broker_process", "rss_bytes", "peak_rss_bytes"]

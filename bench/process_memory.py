@@ -1,0 +1,25 @@
+"""Resident memory of a process, for the benchmarks' tables (the broker runs in a process of its
+own: broker_sim.testing.broker_process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """Peak resident memory of a process (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+__all__ = ["rss_bytes", "peak_rss_bytes"]
