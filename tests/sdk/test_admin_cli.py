@@ -2,10 +2,9 @@
 
 import json
 
-from sdk_helpers import wait_indexed
-
 from rmq_spark import Message, Producer
 from rmq_spark.client.cli import main
+from sdk_helpers import wait_indexed
 
 
 def run(capsys, endpoint, *args):
