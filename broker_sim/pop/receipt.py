@@ -15,8 +15,8 @@ import hashlib
 import hmac
 import os
 import struct
-from pathlib import Path
 from binascii import a2b_base64, b2a_base64
+from pathlib import Path
 from typing import NamedTuple
 
 from .errors import InvalidReceiptHandle

@@ -27,17 +27,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol
 
-from broker_sim.store import (ConsumerOffsetTable, CreateStatus, GetStatus, MessageStore, QueueType, StoredBatch,
-                              UnknownTopicError, echo)
+from broker_sim.store import (
+    ConsumerOffsetTable,
+    CreateStatus,
+    GetStatus,
+    MessageStore,
+    QueueType,
+    StoredBatch,
+    UnknownTopicError,
+    echo,
+)
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
 
 from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from .receipt import ReceiptSigner
-from .state import (ORDERLY, PULL, REVIVABLE, REVIVING, Checkpoint, PopStateStore, RocksDBState, decode_marker,
-                    decode_pull, expired_bound, key_parts, marker_value, pull_key, pull_value, queue_prefix,
-                    unit_suffix)
+from .state import (
+    ORDERLY,
+    PULL,
+    REVIVABLE,
+    REVIVING,
+    Checkpoint,
+    PopStateStore,
+    RocksDBState,
+    decode_marker,
+    decode_pull,
+    expired_bound,
+    key_parts,
+    marker_value,
+    pull_key,
+    pull_value,
+    queue_prefix,
+    unit_suffix,
+)
 
 log = logging.getLogger(__name__)
 
@@ -576,7 +599,7 @@ class PopService:
     def _first_offset(self, group: str, topic: str, queue_id: int) -> int:
         """Where a group's first pop of a queue starts: its committed offset, else the queue's
         first stored offset."""
-        for name, queue, offset in self.offsets.query(group, [topic]):
+        for _name, queue, offset in self.offsets.query(group, [topic]):
             if queue == queue_id:
                 return offset
         try:

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import grpc
 from google.protobuf.message import DecodeError
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.codec import check_batch
-from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 
 from broker_sim.pop import PopConfig, PopService, ReviveService
 from broker_sim.store import ConsumerOffsetTable, FlushMode, MessageStore, StoreConfig
 from broker_sim.store.commitlog import wall_clock_ms
 from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
 from broker_sim.txn import TransactionConfig, TransactionService
+from rmq_spark.codec import check_batch
+from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 
 from .errors import MalformedRequest
 from .pop_servicer import PopServicer

@@ -88,8 +88,16 @@ import logging
 import grpc
 
 from broker_sim.pop import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
-from broker_sim.store import (CreateStatus, DiskFailedError, DiskFullError, PutResult, PutStatus, StoreClosedError,
-                              UnknownTopicError, full_sentence)
+from broker_sim.store import (
+    CreateStatus,
+    DiskFailedError,
+    DiskFullError,
+    PutResult,
+    PutStatus,
+    StoreClosedError,
+    UnknownTopicError,
+    full_sentence,
+)
 from broker_sim.txn import Refusal, TransactionRefused
 
 log = logging.getLogger(__name__)
@@ -235,7 +243,8 @@ def from_exception(err: BaseException) -> BrokerError:
     if isinstance(err, DiskFullError):
         return BrokerError(Reason.DISK_FULL, full_sentence(err))
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # the topic journal, offsets
-        return BrokerError(Reason.DISK_FULL, full_sentence(DiskFullError(f"{err.filename or 'a file'}: {err.strerror}")))
+        full = DiskFullError(f"{err.filename or 'a file'}: {err.strerror}")
+        return BrokerError(Reason.DISK_FULL, full_sentence(full))
     if _rocksdb_out_of_space(err):
         return BrokerError(Reason.DISK_FULL, f"out of disk space: the pop or transaction state (RocksDB) could not "
                                              f"be written ({err}); nothing was changed. Free space on that disk and "

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from broker_sim.pop import AckStatus, PopService
 from rmq_spark.protocol.v1 import pop_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2_grpc as pb_grpc
-
-from broker_sim.pop import AckStatus, PopService
 
 from .errors import translated
 from .serialized import with_bytes_field

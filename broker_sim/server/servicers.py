@@ -15,12 +15,20 @@ import re
 import struct
 import threading
 
+from broker_sim.store import (
+    ConsumerOffsetTable,
+    CreateStatus,
+    FlushMode,
+    GetStatus,
+    MessageStore,
+    QueueType,
+    TopicConfig,
+    echo,
+    system_topic_problem,
+)
+from broker_sim.store import format as fmt
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
-
-from broker_sim.store import (ConsumerOffsetTable, CreateStatus, FlushMode, GetStatus, MessageStore, QueueType,
-                              TopicConfig, echo, system_topic_problem)
-from broker_sim.store import format as fmt
 
 from . import errors
 from .errors import BrokerError, Reason, bad_range, invalid, translated, translated_async, translated_stream

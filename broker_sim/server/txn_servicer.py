@@ -3,11 +3,10 @@ Prepared sends arrive through Messaging.Send with ``transaction_id`` set (servic
 
 from __future__ import annotations
 
-from rmq_spark.protocol.v1 import txn_pb2 as pb
-from rmq_spark.protocol.v1 import txn_pb2_grpc as pb_grpc
-
 from broker_sim.store import echo
 from broker_sim.txn import TransactionService, TxnState
+from rmq_spark.protocol.v1 import txn_pb2 as pb
+from rmq_spark.protocol.v1 import txn_pb2_grpc as pb_grpc
 
 from .errors import invalid, translated
 from .servicers import CallGate

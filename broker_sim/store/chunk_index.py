@@ -80,7 +80,8 @@ def parse_records(buf, base: int, chunk_id: int, start: int, end: int, positions
     for record, tags in props.values(_TAGS_KEY).items():
         tags_codes[record] = tags_code(tags)
     return ChunkIndex(
-        chunk_id, start, end, positions, sizes.astype(np.int32), _field(data, rel, _QUEUE_ID_AT, ">i4").astype(np.int32),
+        chunk_id, start, end, positions, sizes.astype(np.int32),
+        _field(data, rel, _QUEUE_ID_AT, ">i4").astype(np.int32),
         _field(data, rel, _QUEUE_OFFSET_AT, ">i8").astype(np.int64), sys_flags.astype(np.int32),
         _field(data, rel, _STORE_TIMESTAMP_AT, ">i8").astype(np.int64), tags_codes, counts,
         topic_indexes.astype(np.int32), topics)

@@ -259,7 +259,8 @@ class ConcurrentDispatcher(Dispatcher):
         keep = np.ones(len(index.positions), dtype=bool)
         configs = [self._topic_config(index, t, name, keep) for t, name in enumerate(index.topics)]
         rows = np.flatnonzero(keep)
-        keys = (index.topic_indexes[rows].astype(np.int64) << 32) | (index.queue_ids[rows].astype(np.int64) & 0xFFFFFFFF)
+        keys = ((index.topic_indexes[rows].astype(np.int64) << 32)
+                | (index.queue_ids[rows].astype(np.int64) & 0xFFFFFFFF))
         order = np.argsort(keys, kind="stable")
         rows, keys = rows[order], keys[order]
         columns = (index.positions, index.sizes, index.tags_codes, index.store_timestamps, index.queue_offsets,

@@ -161,7 +161,8 @@ class ConsumeQueue:
             if position == mapped.start:
                 self._file_started(int(queue_offsets[done]))
             take = min(len(units) - done, (mapped.end - position) // size)
-            mapped.map[position - mapped.start : position - mapped.start + take * size] = raw[done * size : (done + take) * size]
+            at = position - mapped.start
+            mapped.map[at : at + take * size] = raw[done * size : (done + take) * size]
             self.unit_count += take
             done += take
 

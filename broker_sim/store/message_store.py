@@ -292,7 +292,8 @@ class MessageStore:
             if problem:
                 return _illegal(problem)
             first = records[0]
-            records[0] = dataclasses.replace(first, properties=first.properties + stamp_property(*producer, len(records)))
+            stamped = first.properties + stamp_property(*producer, len(records))
+            records[0] = dataclasses.replace(first, properties=stamped)
         failed = self._check_sizes(config, records)
         if failed:
             return failed
@@ -364,8 +365,8 @@ class MessageStore:
 
     def _check_body(self, size: int, what: str = "message body") -> PutResult | None:
         if size > self.config.max_message_bytes:
-            return PutResult(PutStatus.MESSAGE_TOO_LARGE, f"the {what} is {size} bytes; the largest accepted is {self.config.max_message_bytes} "
-                            "bytes (max_message_bytes): split it")
+            return PutResult(PutStatus.MESSAGE_TOO_LARGE, f"the {what} is {size} bytes; the largest accepted is "
+                             f"{self.config.max_message_bytes} bytes (max_message_bytes): split it")
         return None
 
     def _born(self, born_timestamp_ms: int | None) -> int:
@@ -537,7 +538,10 @@ class MessageStore:
     def _store_time_of(self, queue: ConsumeQueue):
         if queue.queue_type is QueueType.BATCH_CQ:
             return lambda unit: unit.store_timestamp
-        return lambda unit: fmt.HEADER.unpack_from(self.commitlog.view(unit.physical_offset, fmt.HEADER.size))[10]  # STORETIMESTAMP
+        def store_timestamp(unit):
+            return fmt.HEADER.unpack_from(self.commitlog.view(unit.physical_offset, fmt.HEADER.size))[10]
+
+        return store_timestamp
 
     def _notify_dispatched(self) -> None:
         with self._dispatched:

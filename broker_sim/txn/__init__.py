@@ -6,8 +6,15 @@ records, a rollback or the timeout discards them; state and sink batches live in
 (state.py). The protocol and its crash safety are described in service.py.
 """
 
-from .service import (EndResult, Outcome, PreparedPuts, Refusal, TransactionConfig, TransactionRefused,
-                      TransactionService)
+from .service import (
+                      EndResult,
+                      Outcome,
+                      PreparedPuts,
+                      Refusal,
+                      TransactionConfig,
+                      TransactionRefused,
+                      TransactionService,
+)
 from .state import SinkRecord, Transaction, TxnState
 
 __all__ = ["EndResult", "Outcome", "PreparedPuts", "Refusal", "SinkRecord", "Transaction", "TransactionConfig",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import mmap
-import os
 import struct
 import threading
 import zlib
@@ -129,7 +128,8 @@ class HalfLog:
             segment = _open_segment(self.directory / file_name(start), start, self.segment_bytes)
         except OSError as err:
             if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(f"half log segment {file_name(start)} could not be created: {err.strerror}") from err
+                raise DiskFullError(f"half log segment {file_name(start)} could not be created: "
+                                    f"{err.strerror}") from err
             raise
         try:  # the segment is used once its magic and the record's room are there
             self._grow(segment, len(SEGMENT_MAGIC) + total)

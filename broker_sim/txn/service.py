@@ -40,8 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from broker_sim.store import (DiskFailedError, DiskFullError, MessageStore, PutResult, PutStatus, QueueRecords, echo,
-                              full_sentence)
+from broker_sim.store import (
+    DiskFailedError,
+    DiskFullError,
+    MessageStore,
+    PutResult,
+    PutStatus,
+    QueueRecords,
+    echo,
+    full_sentence,
+)
 from broker_sim.store import format as fmt
 from broker_sim.store.commitlog import wall_clock_ms
 from broker_sim.store.producer_state import stamp_problem

@@ -39,8 +39,16 @@ from ..producer.routing import Router
 from ..producer.sender import PB_CODECS, PB_COMPRESSIONS
 from ..protocol.v1 import broker_pb2 as pb
 from ..protocol.v1 import txn_pb2, txn_pb2_grpc
-from ..structs import (CommitResult, Message, PreparedTransaction, QueueType, SinkBatchStatus, TransactionInfo,
-                       TransactionOutcome, TransactionState)
+from ..structs import (
+    CommitResult,
+    Message,
+    PreparedTransaction,
+    QueueType,
+    SinkBatchStatus,
+    TransactionInfo,
+    TransactionOutcome,
+    TransactionState,
+)
 from .transport import Transport, TransportConfig
 
 # The broker's rule for transaction and sink ids (broker_sim/txn/service.py).

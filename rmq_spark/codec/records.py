@@ -35,8 +35,7 @@ from ._gather import RangeColumn
 from ._messages import Finished, MessageColumns
 from .columns import BATCH_SCHEMA, PROPERTIES_TYPE
 from .compression import Compression, PayloadError, decompress_all, decompress_each
-from .properties import (PROPERTY_BATCH_CODEC, PROPERTY_INNER_BASE, PROPERTY_INNER_NUM, PROPERTY_TAGS,
-                         decode_properties)
+from .properties import PROPERTY_BATCH_CODEC, PROPERTY_INNER_BASE, PROPERTY_INNER_NUM, PROPERTY_TAGS, decode_properties
 
 MAGIC_V1 = 0xDAA320A7
 _OTHER_MAGICS = {0xDAA320AB: "a V2 record (2-byte topic length), not supported by this client",

@@ -20,8 +20,7 @@ import pyarrow.compute as pc
 from ._bytes import ChainError, chains_entry_starts, entry_starts, read_at
 from ._messages import MessageColumns
 from .columns import BATCH_SCHEMA
-from .properties import (MAX_PROPERTIES_BYTES, PROPERTY_KEYS, PROPERTY_TAGS, SYSTEM_PROPERTIES,
-                         encode_property_column)
+from .properties import MAX_PROPERTIES_BYTES, PROPERTY_KEYS, PROPERTY_TAGS, SYSTEM_PROPERTIES, encode_property_column
 
 HEADER_BYTES = 20  # TOTALSIZE .. BODYLEN
 FIXED_BYTES = HEADER_BYTES + 2  # + PROPLEN

@@ -15,8 +15,14 @@ import pyarrow as pa
 from ..client.transport import Transport, TransportConfig
 from ..codec.properties import SYSTEM_PROPERTIES, decode_properties
 from ..codec.records import RecordFormatError, decode_records
-from ..errors import (ConfigError, InvalidReceiptHandleError, ReceiptHandleError, ReceiptHandleExpiredError,
-                      RmqError, UndecodableBatchError)
+from ..errors import (
+    ConfigError,
+    InvalidReceiptHandleError,
+    ReceiptHandleError,
+    ReceiptHandleExpiredError,
+    RmqError,
+    UndecodableBatchError,
+)
 from ..protocol.v1 import pop_pb2 as pb
 from ..protocol.v1 import pop_pb2_grpc
 from ..structs import ReceivedMessage

@@ -6,11 +6,11 @@ import itertools
 import threading
 import zlib
 
+from ..client.admin import topic_from_pb
+from ..client.transport import Transport
 from ..errors import ConfigError, QueueNotFoundError
 from ..protocol.v1 import broker_pb2 as pb
 from ..structs import Message, TopicInfo
-from ..client.admin import topic_from_pb
-from ..client.transport import Transport
 
 QUEUE_SELECTORS = ("hash", "round_robin")
 

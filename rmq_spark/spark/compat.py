@@ -15,7 +15,11 @@ from dataclasses import dataclass
 
 try:
     from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
     )
 
     HAS_ADMISSION_CONTROL = True

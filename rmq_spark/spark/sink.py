@@ -30,7 +30,15 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
-    BinaryType, ByteType, IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampNTZType,
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
     TimestampType,
 )
 

@@ -11,7 +11,14 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
-    BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 from ..client.admin import Admin

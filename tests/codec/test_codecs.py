@@ -7,8 +7,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rmq_spark.codec import (BATCH_SCHEMA, PROPERTIES_TYPE, Codec, Compression, decode_batch, encode_batch,
-                             encode_messages)
+from rmq_spark.codec import (
+    BATCH_SCHEMA,
+    PROPERTIES_TYPE,
+    Codec,
+    Compression,
+    decode_batch,
+    encode_batch,
+    encode_messages,
+)
 
 CODECS = ["rmq", "arrow"]
 COMPRESSIONS = ["none", "lz4", "zstd"]

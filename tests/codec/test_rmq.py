@@ -74,7 +74,7 @@ def test_random_layouts_match_a_plain_python_decoder():
     rng = random.Random(3)
     for _ in range(30):
         msgs = []
-        for i in range(rng.randrange(1, 80)):
+        for _i in range(rng.randrange(1, 80)):
             pairs = [(rng.choice(["TAGS", "KEYS", "a", "bb", "TAG", "KEYSX"]), rng.choice(["", "v", "vv" * 9]))
                      for _ in range(rng.randrange(0, 4))]
             msgs.append((os.urandom(rng.randrange(0, 40)), properties(pairs), pairs))

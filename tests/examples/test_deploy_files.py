@@ -45,7 +45,7 @@ def test_every_compose_command_exists_with_its_flags():
     health = broker["healthcheck"]["test"]
     assert health[0] == "CMD"
     check_command(health[1:])
-    for name, service in services.items():
+    for _name, service in services.items():
         check_command(service["command"])
     assert services["spark-job"]["depends_on"]["broker"]["condition"] == "service_healthy"
 

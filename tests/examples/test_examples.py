@@ -4,8 +4,6 @@ prints what it did; the results it prints are checked."""
 import importlib.util
 from pathlib import Path
 
-import pytest
-
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from pop_helpers import Clock, Node
 
 

@@ -4,11 +4,21 @@ import threading
 
 import pyarrow as pa
 import pytest
-from pop_helpers import CONFIG, Clock
 
 from broker_sim.server import Broker
-from rmq_spark import (Admin, ConfigError, GroupNotFoundError, InvalidReceiptHandleError, InvalidRequestError, Message,
-                       PopConsumer, Producer, ReceiptHandleExpiredError, TopicNotFoundError)
+from pop_helpers import CONFIG, Clock
+from rmq_spark import (
+    Admin,
+    ConfigError,
+    GroupNotFoundError,
+    InvalidReceiptHandleError,
+    InvalidRequestError,
+    Message,
+    PopConsumer,
+    Producer,
+    ReceiptHandleExpiredError,
+    TopicNotFoundError,
+)
 
 
 @pytest.fixture

@@ -4,9 +4,8 @@ the number of waiting pops is limited. Bounded waits only; no timing assertions.
 import dataclasses
 import threading
 
-from pop_helpers import CONFIG, Node, Tags, bodies
-
 from broker_sim.store import QueueType
+from pop_helpers import CONFIG, Node, Tags, bodies
 
 
 def _pop_in_thread(node, **kwargs):

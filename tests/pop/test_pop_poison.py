@@ -5,10 +5,10 @@ the consume loop without stopping it, and goes through the retry topic to the DL
 import dataclasses
 
 import pytest
-from pop_helpers import CONFIG, Clock
 
 from broker_sim.server import Broker
 from broker_sim.store import MessageStore
+from pop_helpers import CONFIG, Clock
 from rmq_spark import OffsetRange, PopConsumer, RangeReader, UndecodableBatchError
 from rmq_spark.codec import encode_messages
 
@@ -48,7 +48,7 @@ def test_only_the_bad_delivery_fails(broker):
         assert first.records.column("body").to_pylist() == [b"m0", b"m1", b"m2"]
         assert [m.body for m in last.messages()] == [b"m6", b"m7", b"m8"]
         with pytest.raises(UndecodableBatchError) as caught:
-            bad.records
+            _ = bad.records
         assert "p queue 0: the stored batch at offsets 3 to 5 does not decode" in str(caught.value)
         with pytest.raises(UndecodableBatchError):
             bad.messages()
@@ -63,7 +63,7 @@ def test_the_consume_loop_goes_on_and_the_bad_batch_ends_in_the_dlq(broker, cloc
         (again,) = consumer.receive()
         assert (again.retry, again.reconsume_times, again.count) == (True, 1, 3)
         with pytest.raises(UndecodableBatchError):
-            again.records
+            _ = again.records
         revive(broker, clock)  # past max_reconsume_times: to the DLQ
         assert consumer.receive() == []
     assert broker.store.max_offset("%DLQ%g", 0) == 3

@@ -4,12 +4,19 @@ revive to retry and DLQ, orderly pop, tag filters, bad input, restarts."""
 import dataclasses
 
 import pytest
-from pop_helpers import CONFIG, Node, Tags, bodies, handles
 
-from broker_sim.pop import (AckStatus, GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired,
-                            dlq_topic, retry_topic)
+from broker_sim.pop import (
+    AckStatus,
+    GroupNotFound,
+    InvalidPopRequest,
+    InvalidReceiptHandle,
+    ReceiptHandleExpired,
+    dlq_topic,
+    retry_topic,
+)
 from broker_sim.store import QueueType, UnknownTopicError
 from broker_sim.store import format as fmt
+from pop_helpers import CONFIG, Node, Tags, bodies, handles
 
 
 def fill(node, topic="t", queues=1, count=10, queue_type=QueueType.SIMPLE_CQ, tags=None):

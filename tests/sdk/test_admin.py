@@ -1,11 +1,18 @@
 import pytest
-from sdk_helpers import wait_indexed
 
 import broker_sim
 from rmq_spark import (
-    Admin, BrokerUnavailableError, ConfigError, Message, Producer, QueueType, TopicConflictError,
-    TopicNotFoundError, TransportConfig,
+    Admin,
+    BrokerUnavailableError,
+    ConfigError,
+    Message,
+    Producer,
+    QueueType,
+    TopicConflictError,
+    TopicNotFoundError,
+    TransportConfig,
 )
+from sdk_helpers import wait_indexed
 
 
 @pytest.fixture

@@ -5,9 +5,19 @@ import threading
 import grpc
 import pytest
 
-from rmq_spark import (Admin, BrokerUnavailableError, BufferFullError, ClosedError, ConfigError, Message, OffsetRange,
-                       Producer, RangeReader, TopicNotFoundError, TransportConfig)
-
+from rmq_spark import (
+    Admin,
+    BrokerUnavailableError,
+    BufferFullError,
+    ClosedError,
+    ConfigError,
+    Message,
+    OffsetRange,
+    Producer,
+    RangeReader,
+    TopicNotFoundError,
+    TransportConfig,
+)
 from rmq_spark.producer.sender import join_sends
 from rmq_spark.protocol.v1.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
 from sdk_helpers import wait_indexed
@@ -206,7 +216,8 @@ def test_ready_batches_go_together_in_one_call(endpoint, clock, topic):
     futures = [producer.send_async(Message(topic, b"x", queue_id=q, tags=t)) for q in (0, 1) for t in "ABC"]
     clock.now += 10
     assert producer.timer.tick() == 6 and spy.calls == [6]
-    assert {(f.result().queue_id, f.result().queue_offset) for f in futures} == {(q, o) for q in (0, 1) for o in range(3)}
+    stored = {(f.result().queue_id, f.result().queue_offset) for f in futures}
+    assert stored == {(q, o) for q in (0, 1) for o in range(3)}
     producer.close()
 
 

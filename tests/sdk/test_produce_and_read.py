@@ -7,11 +7,19 @@ import pyarrow as pa
 import pytest
 
 import broker_sim
-from sdk_helpers import wait_indexed
 from rmq_spark import (
-    Admin, ClosedError, ConfigError, Message, MessageTooLargeError, OffsetRange, Producer, QueueNotFoundError,
-    RangeReader, TopicNotFoundError,
+    Admin,
+    ClosedError,
+    ConfigError,
+    Message,
+    MessageTooLargeError,
+    OffsetRange,
+    Producer,
+    QueueNotFoundError,
+    RangeReader,
+    TopicNotFoundError,
 )
+from sdk_helpers import wait_indexed
 
 
 def make_messages(topic, n, start=0, queue_id=0, tags="TagA"):
@@ -64,7 +72,7 @@ def test_many_ranges_in_one_call_and_a_small_budget(endpoint, topic_name):
             table = reader.read_table(ranges)
         assert len(table) == sum(100 - 2 * q for q in range(8))
         by_queue = {}
-        for topic, queue_id, offset, *_ in rows(table):
+        for _topic, queue_id, offset, *_ in rows(table):
             by_queue.setdefault(queue_id, []).append(offset)
         assert by_queue == {q: list(range(q, 100 - q)) for q in range(8)}
         if budget > 3000:

@@ -3,8 +3,17 @@
 import pyarrow as pa
 import pytest
 
-from rmq_spark import (Admin, BufferFullError, ConfigError, Message, OffsetRange, Producer, QueueNotFoundError,
-                       RangeReader, TopicNotFoundError)
+from rmq_spark import (
+    Admin,
+    BufferFullError,
+    ConfigError,
+    Message,
+    OffsetRange,
+    Producer,
+    QueueNotFoundError,
+    RangeReader,
+    TopicNotFoundError,
+)
 from sdk_helpers import wait_indexed
 
 

@@ -1,8 +1,8 @@
 import pytest
-from server_rpc import Client
 
 from broker_sim.server import Broker
 from broker_sim.store import StoreConfig
+from server_rpc import Client
 
 # Small commitlog segments: reads and writes cross segment files.
 CONFIG = StoreConfig(segment_bytes=16 << 20, simple_cq_units_per_file=64, batch_cq_units_per_file=16)

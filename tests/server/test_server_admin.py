@@ -5,6 +5,7 @@ import time
 
 import grpc
 import pytest
+
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from server_rpc import CALL_TIMEOUT_S, refusal
 

@@ -7,8 +7,15 @@ import pytest
 from broker_sim.server import errors
 from broker_sim.server.errors import CODES, BrokerError, Reason
 from broker_sim.server.servicers import CallGate
-from broker_sim.store import (CreateStatus, DiskFailedError, DiskFullError, PutResult, PutStatus, StoreClosedError,
-                              UnknownTopicError)
+from broker_sim.store import (
+    CreateStatus,
+    DiskFailedError,
+    DiskFullError,
+    PutResult,
+    PutStatus,
+    StoreClosedError,
+    UnknownTopicError,
+)
 
 EXPECTED = {
     "TOPIC_NOT_FOUND": "NOT_FOUND",

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from server_rpc import Client, filler_batch
 
 import broker_sim
 from broker_sim.server import BindError, Broker
 from broker_sim.store import DataDirInUseError, StoreConfig
+from rmq_spark.protocol.v1 import broker_pb2 as pb
+from server_rpc import Client, filler_batch
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -103,7 +103,8 @@ def test_stop_during_a_read_stream_is_bounded_and_clean(tmp_path):
     client = Client(broker.endpoint)
     client.create("big", 1, pb.BATCH_CQ)
     for i in range(12):
-        client.send("big", 0, inner_batch=pb.InnerBatch(payload=filler_batch(i, 1 << 20, 4), count=4, codec=pb.CODEC_RMQ))
+        batch = pb.InnerBatch(payload=filler_batch(i, 1 << 20, 4), count=4, codec=pb.CODEC_RMQ)
+        client.send("big", 0, inner_batch=batch)
     client.wait_readable("big", 0, 48)
     stream = client.messaging.ReadRanges(pb.ReadRangesRequest(ranges=[pb.ReadRange(topic="big")]), timeout=30)
     next(stream)  # the first chunk; the rest waits for us

@@ -9,6 +9,7 @@ import grpc
 import pyarrow as pa
 import pytest
 import zstandard
+
 from rmq_spark.codec import compress, encode_messages
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from server_rpc import refusal

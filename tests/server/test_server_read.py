@@ -6,11 +6,11 @@ import random
 
 import grpc
 import pytest
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from server_rpc import filler_batch, stream_refusal
 
 from broker_sim.server.servicers import CHUNK_BYTES
 from broker_sim.store import encode_message_batch
+from rmq_spark.protocol.v1 import broker_pb2 as pb
+from server_rpc import filler_batch, stream_refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 SIZES = [3, 5, 2, 7]  # inner batches at bases 0, 3, 8, 10; max offset 17
@@ -212,7 +212,8 @@ def test_a_topic_deleted_during_a_read(broker, client, monkeypatch, recreate):
     TOPIC_NOT_FOUND, the broker serves on, and the topic created again is empty."""
     client.create("big", 1, pb.BATCH_CQ)
     for i in range(6):
-        client.send("big", 0, inner_batch=pb.InnerBatch(payload=filler_batch(i, 1 << 20, 2), count=2, codec=pb.CODEC_RMQ))
+        batch = pb.InnerBatch(payload=filler_batch(i, 1 << 20, 2), count=2, codec=pb.CODEC_RMQ)
+        client.send("big", 0, inner_batch=batch)
     client.wait_readable("big", 0, 12)
     store, calls = broker.store, []
     original = store.get_messages

@@ -6,12 +6,12 @@ import random
 import threading
 
 import grpc
+
+from broker_sim.server import Broker
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from server_rpc import Client, refusal, stream_refusal
 from test_server_read import READ_REFUSALS, read_request
 from test_server_send import MALFORMED_SENDS
-
-from broker_sim.server import Broker
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 METHODS = ["/rmq_spark.protocol.v1.Messaging/Send", "/rmq_spark.protocol.v1.Admin/CreateTopic",

@@ -3,12 +3,11 @@ pop's system topics, and error sentences that echoed unbounded input."""
 
 import grpc
 import pytest
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import pop_pb2
-from rmq_spark.protocol.v1 import pop_pb2_grpc
-from server_rpc import refusal
 
 from broker_sim.store.errors import ECHO_CHARS
+from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_spark.protocol.v1 import pop_pb2, pop_pb2_grpc
+from server_rpc import refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

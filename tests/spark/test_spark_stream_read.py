@@ -6,9 +6,9 @@ stream reader's admission control driven directly with its own clock."""
 import threading
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 import broker_sim
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from rmq_spark import Admin, DataLossError
 from rmq_spark.spark.offsets import to_json
 from rmq_spark.spark.options import parse_options

@@ -7,11 +7,10 @@ a full tmpfs and ext4, and a thinly provisioned ext4 whose fdatasync fails)."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from pathlib import Path
-
-import dataclasses
 
 import pytest
 

@@ -7,7 +7,6 @@ ring releases in id order with back-pressure."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import threading
 from pathlib import Path
@@ -15,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from broker_sim.store import GetStatus, MessageStore, StoreConfig
+from broker_sim.store import GetStatus, MessageStore, StoreConfig, concurrent_dispatcher
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.chunk_index import parse_records
-from broker_sim.store import concurrent_dispatcher
 from broker_sim.store.concurrent_dispatcher import ConcurrentDispatcher, OrderlyRing
 
 SERIAL = StoreConfig(segment_bytes=64 * 1024, simple_cq_units_per_file=16, batch_cq_units_per_file=8,
@@ -129,7 +127,8 @@ def crash_image(tmp_path: Path) -> Path:
         store.close()
     assert (image / "abort").exists()
     middle = physical[len(physical) // 2]
-    Checkpoint(commitlog_flushed_offset=middle, index_flushed_offset=middle, updated_ms=CLOCK_MS).save(image / "checkpoint")
+    checkpoint = Checkpoint(commitlog_flushed_offset=middle, index_flushed_offset=middle, updated_ms=CLOCK_MS)
+    checkpoint.save(image / "checkpoint")
     kept, *lost = sorted((image / "consumequeue" / "S" / "1").iterdir())
     assert len(lost) >= 3
     for path in lost:  # units of records before the checkpoint: the queue is rebuilt from the log

@@ -1,8 +1,8 @@
 """Idempotent puts: a (producer id, sequence) stamp is stored once, also across reopening."""
 
 from broker_sim.store import PutStatus, QueueType
-from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store import format as fmt
+from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.producer_state import ProducerState
 
 

@@ -109,7 +109,7 @@ def test_reads_return_whole_stored_records_covering_the_range(store):
 
 def test_reads_stop_at_the_byte_budget(store):
     store.create_topic("s", 1)
-    for i in range(30):
+    for _i in range(30):
         store.put_message("s", 0, b"x" * 1000)
     store.wait_dispatched(5)
     read = store.get_messages("s", 0, 0, max_bytes=5000)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_sim.store import (
-    DataDirInUseError,
-)
+from broker_sim.store import DataDirInUseError, StoreError
 from recovery_helpers import WAIT_S, Model, assert_log_ends_at, check_model, create_topics, fill, open_at
 
 # --- 5: the abort marker and clean stops -------------------------------------------------------
@@ -84,7 +82,7 @@ def test_failed_open_releases_the_data_dir(tmp_path):
     topics = data / "config" / "topics.json"
     good = topics.read_bytes()
     topics.write_text("{not json")
-    with pytest.raises(Exception):
+    with pytest.raises(StoreError, match="topics.json"):
         open_at(data)
     topics.write_bytes(good)
     with open_at(data) as store:

@@ -6,7 +6,13 @@ import json
 import pytest
 
 from broker_sim.store import (
-    CreateStatus, MessageStore, PutStatus, QueueType, StoreClosedError, UnknownTopicError, decode_record,
+    CreateStatus,
+    MessageStore,
+    PutStatus,
+    QueueType,
+    StoreClosedError,
+    UnknownTopicError,
+    decode_record,
 )
 from broker_sim.store import format as fmt
 

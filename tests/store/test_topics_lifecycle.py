@@ -178,7 +178,8 @@ def test_index_files_left_by_an_interrupted_delete_are_not_reused(store):
 
 def test_a_topic_created_past_a_cut_tail_gets_the_tail(open_store):
     """Recovery cuts the log below a topic's creation offset (the last records before it were
-    torn, past the flushed position): the topic then starts at the new tail, and what it is sent from there is indexed."""
+    torn, past the flushed position): the topic then starts at the new tail, and what it is sent
+    from there is indexed."""
     store = open_store()
     store.create_topic("a", 1)
     for i in range(3):

@@ -1,4 +1,5 @@
 import pytest
+
 from txn_helpers import FakeClock, start_broker
 
 

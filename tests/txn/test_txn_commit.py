@@ -2,10 +2,17 @@
 order as ordinary batches; rollback, repeated commits, sink batches."""
 
 import pytest
-from txn_helpers import bodies, offsets, read_queue, start_broker, table_of, wait_offsets
 
-from rmq_spark import (Admin, Message, Producer, TransactionalSender, Transactions, TransactionState,
-                       TransactionStateError)
+from rmq_spark import (
+    Admin,
+    Message,
+    Producer,
+    TransactionalSender,
+    Transactions,
+    TransactionState,
+    TransactionStateError,
+)
+from txn_helpers import bodies, offsets, read_queue, start_broker, table_of, wait_offsets
 
 
 def test_prepared_batches_are_invisible_and_take_no_offsets(broker, topic):

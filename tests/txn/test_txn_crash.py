@@ -6,10 +6,17 @@ import random
 import threading
 
 import pytest
-from txn_helpers import bodies, broker_process, kill9, offsets, read_queue, table_of, wait_offsets
 
-from rmq_spark import (Admin, BrokerUnavailableError, RmqError, TransactionalSender, Transactions, TransactionState,
-                       TransportConfig)
+from rmq_spark import (
+    Admin,
+    BrokerUnavailableError,
+    RmqError,
+    TransactionalSender,
+    Transactions,
+    TransactionState,
+    TransportConfig,
+)
+from txn_helpers import bodies, broker_process, kill9, offsets, read_queue, table_of, wait_offsets
 
 NO_RETRY = TransportConfig(retries=0, timeout_ms=20_000)
 
@@ -96,7 +103,7 @@ def test_kill_at_random_moments_of_a_commit(tmp_path):
             prepared = prepare(endpoint, "big", big)
             outcome = []
 
-            def commit():
+            def commit(prepared=prepared, outcome=outcome, attempt=attempt):
                 try:
                     with Transactions(endpoint, NO_RETRY) as txns:
                         outcome.append(txns.commit([prepared], sink_id="sink", batch_id=attempt))

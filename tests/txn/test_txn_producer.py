@@ -1,10 +1,10 @@
 """The producer under a transaction: AutoBatch and send_arrow prepare, a commit shows them."""
 
 import pyarrow as pa
-from txn_helpers import offsets, wait_offsets
 
 from rmq_spark import Message, OffsetRange, Producer, RangeReader
 from rmq_spark.client.transactions import Transactions, new_transaction_id
+from txn_helpers import offsets, wait_offsets
 
 
 def test_a_transactional_producer_prepares_everything_it_sends(broker, topic):

@@ -4,14 +4,25 @@ import time
 
 import grpc
 import pytest
-from txn_helpers import FakeClock, bodies, offsets, read_queue, start_broker, table_of, wait_offsets
 
 from broker_sim.txn import TransactionConfig
-from rmq_spark import (Admin, ConfigError, InvalidRequestError, Message, TopicNotFoundError, TransactionalSender,
-                       TransactionIncompleteError, TransactionNotFoundError, Transactions, TransactionState,
-                       TransactionStateError, WrongQueueTypeError)
+from rmq_spark import (
+    Admin,
+    ConfigError,
+    InvalidRequestError,
+    Message,
+    TopicNotFoundError,
+    TransactionalSender,
+    TransactionIncompleteError,
+    TransactionNotFoundError,
+    Transactions,
+    TransactionState,
+    TransactionStateError,
+    WrongQueueTypeError,
+)
 from rmq_spark.codec import encode_messages
 from rmq_spark.protocol.v1 import broker_pb2, broker_pb2_grpc, txn_pb2, txn_pb2_grpc
+from txn_helpers import FakeClock, bodies, offsets, read_queue, start_broker, table_of, wait_offsets
 
 
 def test_transactions_without_a_batch_for_the_timeout_are_rolled_back(broker, topic, clock):
