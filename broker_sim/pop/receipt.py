@@ -19,6 +19,8 @@ from binascii import a2b_base64, b2a_base64
 from pathlib import Path
 from typing import NamedTuple
 
+from broker_sim.store.files import write_atomically
+
 from .errors import InvalidReceiptHandle
 from .state import Checkpoint, decode_key
 
@@ -62,16 +64,8 @@ class ReceiptSigner:
         try:
             secret = path.read_bytes()
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
             secret = os.urandom(SECRET_BYTES)
-            tmp = path.with_name(path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, secret)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+            write_atomically(path, secret, mode=0o600)
         if len(secret) != SECRET_BYTES:
             raise ValueError(f"receipt secret {path} holds {len(secret)} bytes, not {SECRET_BYTES}: it is damaged; "
                              "remove it (handles given out so far then stop working)")

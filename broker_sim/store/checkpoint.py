@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +43,13 @@ class Checkpoint:
     def save(self, path: Path) -> None:
         raw = _LAYOUT.pack(_MAGIC, _VERSION, self.commitlog_flushed_offset, self.index_flushed_offset, self.updated_ms)
         raw += struct.pack(">I", zlib.crc32(raw))
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, raw)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_atomically(path, raw)
 
 
 def save_queue_table(path: Path, entries: list[tuple[str, int, int, int]]) -> None:
     """Save (topic, queue id, max offset, end of the last indexed record) per queue, as of a
     full index flush: recovery compares the indexes with it to find ones that lost units."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as out:
-        json.dump({"queues": entries}, out, separators=(",", ":"))
-        out.flush()
-        os.fdatasync(out.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps({"queues": entries}, separators=(",", ":")).encode())
 
 
 def load_queue_table(path: Path) -> list[tuple[str, int, int, int]]:

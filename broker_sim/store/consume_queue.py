@@ -22,7 +22,8 @@ import numpy as np
 
 from .config import StoreConfig
 from .errors import IndexGapError
-from .mapped_file import PAGE_BYTES, MappedFile, MappedFileQueue, fsync_dir
+from .files import fsync_dir
+from .mapped_file import PAGE_BYTES, MappedFile, MappedFileQueue
 from .topics import QueueType
 
 SIZE_AT = 8  # both unit kinds keep the record size at byte 8; 0 marks an unwritten unit

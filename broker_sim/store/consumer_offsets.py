@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Iterable
 
 from .errors import StoreError
-from .mapped_file import fsync_dir
+from .files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ class ConsumerOffsetTable:
                     for (topic, queue_id), offset in offsets.items():
                         table.setdefault(f"{topic}{SEPARATOR}{group}", {})[str(queue_id)] = offset
                 data = {"offsetTable": table}
-            _write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
+            write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
             self._written = version
             return True
 
@@ -191,17 +190,3 @@ def _entry_problem(topic, queue_id, offset) -> str | None:
         return f"offset {offset!r} of topic {topic!r} queue {queue_id}: must be 0 or more"
     return None
 
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)

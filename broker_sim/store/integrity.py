@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import format as fmt
+from .files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +96,8 @@ class CorruptionReport:
                 self._save()
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as out:
-            json.dump({"records": [dataclasses.asdict(r) for r in self._records.values()]}, out)
-            out.flush()
-            os.fdatasync(out.fileno())
-        os.replace(tmp, self.path)
+        records = [dataclasses.asdict(r) for r in self._records.values()]
+        write_atomically(self.path, json.dumps({"records": records}).encode())
 
 
 class VerifiedRecords:

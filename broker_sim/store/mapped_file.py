@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from .errors import DiskFullError, StoreError
+from .files import fsync_dir
 
 NAME_DIGITS = 20
 PAGE_BYTES = mmap.PAGESIZE
@@ -31,13 +32,6 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 def file_name(offset: int) -> str:
     return f"{offset:0{NAME_DIGITS}d}"
 
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def raise_open_file_limit() -> int:

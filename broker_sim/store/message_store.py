@@ -29,8 +29,9 @@ from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from .disk import DiskFailedError, DiskGuard, full_sentence
 from .dispatcher import Dispatcher
 from .errors import DataDirInUseError, DiskFullError, StoreClosedError, UnknownTopicError, echo
+from .files import fsync_dir
 from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
-from .mapped_file import fsync_dir, raise_open_file_limit
+from .mapped_file import raise_open_file_limit
 from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
 from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch

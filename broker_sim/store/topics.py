@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import format as fmt
 from .errors import StoreError, echo
-from .mapped_file import fsync_dir
+from .files import fsync_dir, write_atomically
 from .status import CreateStatus
 
 log = logging.getLogger(__name__)
@@ -189,15 +189,8 @@ class TopicTable:
     def _compact(self) -> None:
         """Write the table as a new snapshot, then empty the journal (replaying it over the new
         snapshot, as after a crash in between, gives the same table)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {"topics": [_to_json(t) for t in self.all()]}
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as out:
-            json.dump(data, out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        write_atomically(self.path, json.dumps(data, indent=1).encode())
         if self._journal_fd is not None:
             os.ftruncate(self._journal_fd, 0)
             os.fdatasync(self._journal_fd)

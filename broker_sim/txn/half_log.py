@@ -38,7 +38,8 @@ from pathlib import Path
 from broker_sim.store.commitlog import PendingRecord
 from broker_sim.store.disk import DiskGuard
 from broker_sim.store.errors import DiskFullError
-from broker_sim.store.mapped_file import NAME_DIGITS, MappedFile, file_name, fsync_dir
+from broker_sim.store.files import fsync_dir
+from broker_sim.store.mapped_file import NAME_DIGITS, MappedFile, file_name
 
 SEGMENT_MAGIC = b"RMQHALF1"
 _HEAD = struct.Struct(">IIIiiiiiq8sHHi")
