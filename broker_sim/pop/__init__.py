@@ -9,11 +9,11 @@ from .config import PopConfig
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, PopError, ReceiptHandleExpired
 from .receipt import ReceiptSigner
 from .revive import ReviveService
-from .service import AckFailure, AckStatus, Delivery, PopResult, PopService, dlq_topic, retry_topic
-from .state import Checkpoint, PopStateStore, RocksDBState
+from .service import AckFailure, AckStatus, PoppedUnit, PopResult, PopService, dlq_topic, retry_topic
+from .state import PopCheckpoint, PopStateStore, RocksDBState
 
 __all__ = [
-    "AckFailure", "AckStatus", "Checkpoint", "Delivery", "GroupNotFound", "InvalidPopRequest", "InvalidReceiptHandle",
-    "PopConfig", "PopError", "PopResult", "PopService", "PopStateStore", "ReceiptHandleExpired", "ReceiptSigner",
-    "ReviveService", "RocksDBState", "dlq_topic", "retry_topic",
+    "AckFailure", "AckStatus", "GroupNotFound", "InvalidPopRequest", "InvalidReceiptHandle", "PopCheckpoint",
+    "PoppedUnit", "PopConfig", "PopError", "PopResult", "PopService", "PopStateStore", "ReceiptHandleExpired",
+    "ReceiptSigner", "ReviveService", "RocksDBState", "dlq_topic", "retry_topic",
 ]

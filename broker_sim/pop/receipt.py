@@ -22,7 +22,7 @@ from typing import NamedTuple
 from broker_sim.store.files import write_atomically
 
 from .errors import InvalidReceiptHandle
-from .state import Checkpoint, decode_key
+from .state import PopCheckpoint, decode_key
 
 VERSION = 1
 _HEAD = struct.Struct(">Bqii")  # version, nonce, count, reconsume times
@@ -71,7 +71,7 @@ class ReceiptSigner:
                              "remove it (handles given out so far then stop working)")
         return cls(secret)
 
-    def sign(self, key: bytes, ck: Checkpoint) -> str:
+    def sign(self, key: bytes, ck: PopCheckpoint) -> str:
         """The handle of the record ``key`` holding ``ck``."""
         payload = _HEAD.pack(VERSION, ck.nonce, ck.count, ck.reconsume_times) + key
         tag = hashlib.blake2b(payload, key=self._secret, digest_size=_TAG_BYTES).digest()

@@ -48,7 +48,7 @@ from .state import (
     PULL,
     REVIVABLE,
     REVIVING,
-    Checkpoint,
+    PopCheckpoint,
     PopStateStore,
     RocksDBState,
     decode_marker,
@@ -103,11 +103,11 @@ class AckFailure(NamedTuple):
     detail: str
 
 
-class Delivery(NamedTuple):
+class PoppedUnit(NamedTuple):
     """A popped unit: its checkpoint (where it lives, how often it was consumed), the handle that
     acks it, the topic it was first sent to, and its record's size."""
 
-    checkpoint: Checkpoint
+    checkpoint: PopCheckpoint
     receipt_handle: str
     origin_topic: str
     retry: bool
@@ -158,12 +158,12 @@ class _Changes:
     Records travel with their keys: a key is made once."""
 
     def __init__(self):
-        self.added: list[tuple[bytes, Checkpoint]] = []
-        self.removed: list[tuple[bytes, Checkpoint]] = []
+        self.added: list[tuple[bytes, PopCheckpoint]] = []
+        self.removed: list[tuple[bytes, PopCheckpoint]] = []
         self.pulls: dict[tuple[str, str, int], int] = {}
-        self.delivered: list[tuple[bytes, Checkpoint, memoryview, str, bool]] = []
+        self.delivered: list[tuple[bytes, PopCheckpoint, memoryview, str, bool]] = []
 
-    def deliver(self, key: bytes, ck: Checkpoint, unit: StoredBatch, origin: str, retry: bool) -> None:
+    def deliver(self, key: bytes, ck: PopCheckpoint, unit: StoredBatch, origin: str, retry: bool) -> None:
         self.added.append((key, ck))
         self.delivered.append((key, ck, unit.data, origin, retry))
 
@@ -194,7 +194,7 @@ class PopService:
         self.config = config or PopConfig()
         self.now_ms = now_ms
         self._lock = threading.Lock()
-        self._checkpoints: dict[bytes, Checkpoint] = {}
+        self._checkpoints: dict[bytes, PopCheckpoint] = {}
         self._queues: dict[tuple[str, str, int], _Queue] = {}
         self._groups: set[str] = set()
         self._rotation: dict[tuple[str, str], int] = {}
@@ -228,7 +228,7 @@ class PopService:
             self._groups.add(group)
         for kind in (REVIVABLE, ORDERLY):
             for key, value in self.state.scan(kind, bytes([kind[0] + 1])):
-                ck = Checkpoint.decode(key, value)
+                ck = PopCheckpoint.decode(key, value)
                 self._checkpoints[key] = ck
                 self._queue(ck.group, ck.topic, ck.queue_id).add(ck.offset, key)
                 self._groups.add(ck.group)
@@ -304,7 +304,7 @@ class PopService:
             self._groups.add(group)
             self._apply(changes)
             sign = self.signer.sign
-            deliveries = [Delivery(ck, sign(key, ck), origin, retry, len(data))
+            deliveries = [PoppedUnit(ck, sign(key, ck), origin, retry, len(data))
                           for key, ck, data, origin, retry in changes.delivered]
             return PopResult(deliveries, [item[2] for item in changes.delivered])
 
@@ -330,8 +330,9 @@ class PopService:
             for unit in units:
                 reconsume = _reconsume_times(unit) if retry else 0  # a retried record counts its retries
                 key = head + prefix + unit_suffix(queue_id, unit.base_offset)
-                changes.deliver(key, Checkpoint(False, deadline, group, topic, queue_id, unit.base_offset, unit.count,
-                                                reconsume, next(nonces), now), unit, origin, retry)
+                checkpoint = PopCheckpoint(False, deadline, group, topic, queue_id, unit.base_offset, unit.count,
+                                           reconsume, next(nonces), now)
+                changes.deliver(key, checkpoint, unit, origin, retry)
         if after != queue.pull:
             changes.pulls[(group, topic, queue_id)] = after
 
@@ -362,7 +363,7 @@ class PopService:
                 return  # the queue is held by what came again (or what is left of it)
         units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
         for unit in units:
-            ck = Checkpoint(True, deadline, group, topic, queue_id, unit.base_offset, unit.count, 0,
+            ck = PopCheckpoint(True, deadline, group, topic, queue_id, unit.base_offset, unit.count, 0,
                             next(self._nonces), now)
             changes.deliver(ck.key(), ck, unit, topic, False)
         if after != queue.pull:
@@ -404,7 +405,7 @@ class PopService:
                     budget[0] -= len(unit.data)
         return taken, offset
 
-    def _unit(self, ck: Checkpoint) -> StoredBatch | None:
+    def _unit(self, ck: PopCheckpoint) -> StoredBatch | None:
         """The stored unit a checkpoint names, or None when it is no longer stored."""
         try:
             result = self.store.get_messages(ck.topic, ck.queue_id, ck.offset, ck.offset + 1)
@@ -457,7 +458,7 @@ class PopService:
             self._apply(changes)
             return self.signer.sign(moved_key, moved), moved.deadline_ms
 
-    def _held(self, group: bytes, handle: str) -> tuple[bytes, Checkpoint]:
+    def _held(self, group: bytes, handle: str) -> tuple[bytes, PopCheckpoint]:
         """The record a handle names, with its key; raises InvalidReceiptHandle or
         ReceiptHandleExpired."""
         receipt = self.signer.open(handle)
@@ -489,7 +490,7 @@ class PopService:
             changes = _Changes()
             copies = []
             for key, value in self.state.scan(REVIVABLE, expired_bound(now), limit or self.config.revive_batch):
-                ck = self._checkpoints.get(key) or Checkpoint.decode(key, value)
+                ck = self._checkpoints.get(key) or PopCheckpoint.decode(key, value)
                 changes.removed.append((key, ck))
                 unit = self._unit(ck)
                 if unit is None:
@@ -510,7 +511,7 @@ class PopService:
             self._apply(changes, also_delete=[key for key, _value in markers])
             return len(changes.removed)
 
-    def _revive_target(self, ck: Checkpoint) -> str:
+    def _revive_target(self, ck: PopCheckpoint) -> str:
         """Where an expired unit goes: its group's retry topic, or its DLQ past the maximum
         retries (made on first use: the retry topic of the unit's queue type, the DLQ BatchCQ,
         which holds single messages and batches alike)."""
@@ -534,7 +535,7 @@ class PopService:
         except UnknownTopicError:
             return 0
 
-    def _forward(self, ck: Checkpoint, unit: StoredBatch, target: str, origin: str | None = None) -> bool:
+    def _forward(self, ck: PopCheckpoint, unit: StoredBatch, target: str, origin: str | None = None) -> bool:
         """Store a copy of the unit's record in ``target`` (queue 0) with RECONSUMETIMES + 1,
         the first topic in RETRY_TOPIC and the pop's nonce in POP_CK."""
         record = fmt.decode_record(unit.data)

@@ -39,7 +39,7 @@ def queue_prefix(group: str, topic: str) -> bytes:
     return f"{group}@{topic}@".encode()
 
 
-class Checkpoint(NamedTuple):
+class PopCheckpoint(NamedTuple):
     """One popped unit (a message, or a BatchCQ unit with its whole batch) while invisible.
     (A tuple: pops make one per message, and a tuple is quick to make.)"""
 
@@ -63,11 +63,11 @@ class Checkpoint(NamedTuple):
         return _VALUE.pack(self.pop_time_ms, self.reconsume_times, self.count, self.nonce, self.revive_failures)
 
     @classmethod
-    def decode(cls, key: bytes, value: bytes) -> "Checkpoint":
+    def decode(cls, key: bytes, value: bytes) -> "PopCheckpoint":
         pop_time, reconsume, count, nonce, failures = _VALUE.unpack(value)
         return cls(*decode_key(key), count, reconsume, nonce, pop_time, failures)
 
-    def moved(self, deadline_ms: int, nonce: int, **changes) -> "Checkpoint":
+    def moved(self, deadline_ms: int, nonce: int, **changes) -> "PopCheckpoint":
         return self._replace(deadline_ms=deadline_ms, nonce=nonce, **changes)
 
 
@@ -101,14 +101,14 @@ def expired_bound(now_ms: int) -> bytes:
 _MARK = struct.Struct(">q")
 
 
-def marker_value(ck: Checkpoint, target: str, start: int) -> bytes:
+def marker_value(ck: PopCheckpoint, target: str, start: int) -> bytes:
     """A revive marker: the record's value, then the end of ``target``'s queue 0 before the copy."""
     return ck.value() + _MARK.pack(start) + target.encode()
 
 
-def decode_marker(key: bytes, value: bytes) -> tuple[Checkpoint, str, int]:
+def decode_marker(key: bytes, value: bytes) -> tuple[PopCheckpoint, str, int]:
     """(record, target topic, its queue end before the copy) of a revive marker."""
-    ck = Checkpoint.decode(key[1:], value[:_VALUE.size])
+    ck = PopCheckpoint.decode(key[1:], value[:_VALUE.size])
     (start,) = _MARK.unpack_from(value, _VALUE.size)
     return ck, value[_VALUE.size + _MARK.size:].decode(), start
 
