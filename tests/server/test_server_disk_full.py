@@ -184,7 +184,10 @@ def test_a_failed_flush_refuses_writes_until_restart(tmp_path):
         with broker_process(data, "--flush", "sync", "--segment-bytes", "4m", "--disk-reserve", "1m") \
                 as (endpoint, process):
             read = wait_readable(endpoint, acked)
-            assert all(read[q][:len(acked[q])] == acked[q] for q in acked)
+            assert all(read[q][:len(acked[q])] == acked[q] for q in acked), (
+                f"after the restart: read {[len(read[q]) for q in acked]} messages of queues whose acknowledged "
+                f"counts are {[len(acked[q]) for q in acked]}; the first differing offsets "
+                f"{[next((i for i, (a, b) in enumerate(zip(read[q], acked[q])) if a != b), None) for q in acked]}")
             with Producer(endpoint) as producer:  # a restart takes writes again
                 assert producer.send_batch(batch(6000, 0))[0].queue_offset == len(read[0])
             stop(process)
