@@ -25,13 +25,14 @@ _HOMES = {
         "TopicInfo", "TransactionInfo",
         "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
-        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "ConfigError",
+        "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "CodecError", "ConfigError",
         "CorruptedRecordError", "DataLossError", "DiskFailedError", "DiskFullError",
         "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
         "ReceiptHandleExpiredError",
         "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
-        "RequestTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
-        "TransactionNotFoundError", "TransactionStateError", "UndecodableBatchError", "WrongQueueTypeError")},
+        "RequestTimeoutError", "ResultTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
+        "SendInProgressError", "TransactionNotFoundError", "TransactionStateError", "UndecodableBatchError",
+        "WrongQueueTypeError")},
 }
 
 __all__ = sorted(_HOMES)

@@ -36,6 +36,11 @@ class RequestTimeoutError(RmqError):
     retriable = True
 
 
+class ResultTimeoutError(RequestTimeoutError, TimeoutError):
+    """A send's future had no answer within the timeout given to ``result()`` or
+    ``exception()``; the send goes on, and waiting again may still get its answer."""
+
+
 class TopicNotFoundError(RmqError, LookupError):
     """The topic does not exist."""
 
@@ -50,6 +55,11 @@ class TopicConflictError(RmqError):
 
 class InvalidRequestError(RmqError, ValueError):
     """The broker refused a malformed request."""
+
+
+class CodecError(InvalidRequestError):
+    """Messages or stored bytes that do not encode or decode: a bad column, message tuple,
+    property, codec name, or a damaged payload or record; the message says which and where."""
 
 
 class MessageTooLargeError(InvalidRequestError):

@@ -11,6 +11,8 @@ records into the read schema (``records.decode_records``).
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import enum
 
 import pyarrow as pa
@@ -39,7 +41,7 @@ class Codec(enum.Enum):
     def parse(cls, value: "Codec | str | None") -> "Codec":
         """The codec named by ``value`` ("rmq" or "arrow", any case); ``None`` means rmq.
 
-        Raises ValueError naming the accepted values.
+        Raises CodecError naming the accepted values.
         """
         if value is None:
             return cls.RMQ
@@ -49,7 +51,7 @@ class Codec(enum.Enum):
             for codec in cls:
                 if codec.value == value.strip().lower():
                     return codec
-        raise ValueError(f"unknown codec {value!r}; use one of: {', '.join(c.value for c in cls)}")
+        raise CodecError(f"unknown codec {value!r}; use one of: {', '.join(c.value for c in cls)}")
 
 
 _ENCODERS = {Codec.RMQ: rmq.encode, Codec.ARROW: arrow.encode}
@@ -75,7 +77,7 @@ def encode_batch(columns: "pa.Table | pa.RecordBatch", codec: "Codec | str", com
 
     Raises
     ------
-    ValueError
+    CodecError
         For a missing or null body, columns of the wrong type, and (rmq) property names or
         values that RocketMQ's encoding cannot carry.
     """
@@ -110,10 +112,10 @@ def encode_messages(messages, codec: "Codec | str", compression: "Compression | 
         try:
             body, props, key, tag, born_ms = message
         except (TypeError, ValueError):
-            raise ValueError(f"message {index}: expected (body, properties, keys, tags, born_timestamp_ms), "
+            raise CodecError(f"message {index}: expected (body, properties, keys, tags, born_timestamp_ms), "
                              f"got {message!r:.80}") from None
         if not isinstance(body, (bytes, bytearray, memoryview, str)):
-            raise ValueError(f"message {index}: the body must be bytes or str, got {type(body).__name__}")
+            raise CodecError(f"message {index}: the body must be bytes or str, got {type(body).__name__}")
         bodies.append(body.encode() if isinstance(body, str) else body)
         properties.append(list(props.items()) if props else [])
         keys.append(key)
@@ -150,7 +152,7 @@ def decode_batch(payload, codec: "Codec | str", compression: "Compression | str"
 
     Raises
     ------
-    ValueError
+    CodecError
         For a payload that does not decompress or parse (saying where and why), or whose
         message count differs from ``count``.
     """
@@ -171,7 +173,7 @@ def check_batch(payload, codec: "Codec | str", compression: "Compression | str |
     TOTALSIZE, BODYLEN and PROPLEN agree and the last entry ends at the payload's end; arrow:
     one IPC stream of one record batch with a body column, whose buffers are valid.
 
-    Raises ValueError saying what is wrong.
+    Raises CodecError saying what is wrong.
     """
     codec, compression = Codec.parse(codec), Compression.parse(compression)
     plain = decompress_bounded(payload, compression, max_decompressed_bytes)
@@ -182,12 +184,12 @@ def check_batch(payload, codec: "Codec | str", compression: "Compression | str |
         try:
             batch.validate(full=True)  # offsets inside their buffers, valid UTF-8: what readers rely on
         except pa.ArrowInvalid as err:
-            raise ValueError(f"arrow batch payload has invalid columns: {err}") from None
+            raise CodecError(f"arrow batch payload has invalid columns: {err}") from None
         found = batch.num_rows
     _check_count(codec, found, count)
 
 
 def _check_count(codec: Codec, found: int, count: int) -> None:
     if found != count:
-        raise ValueError(f"{codec.value} batch holds {found} messages where {count} were expected "
+        raise CodecError(f"{codec.value} batch holds {found} messages where {count} were expected "
                          "(its INNER_NUM): the payload or the count is wrong")

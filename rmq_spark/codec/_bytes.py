@@ -10,6 +10,8 @@ entries at once by ``read_at``.
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import struct
 
 import numpy as np
@@ -73,7 +75,7 @@ def matches(buf, positions: np.ndarray, expected: bytes) -> np.ndarray:
     return found
 
 
-class ChainError(ValueError):
+class ChainError(CodecError):
     """A TOTALSIZE chain that does not parse: ``index`` and ``position`` say where."""
 
     def __init__(self, index: int, position: int, message: str):
@@ -85,7 +87,7 @@ class ChainError(ValueError):
 def entry_starts(buf, min_size: int, what: str) -> np.ndarray:
     """Where each entry of a chain of ``[TOTALSIZE int32 big-endian][...]`` entries starts.
 
-    The entries must fill ``buf`` exactly. Raises ChainError (a ValueError naming ``what``,
+    The entries must fill ``buf`` exactly. Raises ChainError (a CodecError naming ``what``,
     the entry's index and byte position) on a size below ``min_size`` or past the end.
     """
     end = len(buf)

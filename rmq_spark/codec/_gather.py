@@ -13,6 +13,8 @@ the column is a copy: it never refers to the buffers it was gathered from.
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import numpy as np
 import pyarrow as pa
 
@@ -197,7 +199,7 @@ def gather_ranges(source: np.ndarray, rows: np.ndarray, starts: np.ndarray, leng
         try:
             array.validate(full=True)
         except pa.ArrowInvalid as err:
-            raise ValueError(f"a property value is not UTF-8: {err}") from None
+            raise CodecError(f"a property value is not UTF-8: {err}") from None
     return array
 
 

@@ -8,12 +8,14 @@ Nulls mean "absent". The stream is not compressed by Arrow: the whole payload is
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import pyarrow as pa
 
 from .columns import BATCH_SCHEMA, to_batch_columns
 
 
-class ArrowPayloadError(ValueError):
+class ArrowPayloadError(CodecError):
     """An arrow batch payload that does not read; the message says why, ``payload`` which of
     those decoded together."""
 

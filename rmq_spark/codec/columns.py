@@ -7,6 +7,8 @@ Unix epoch, UTC; null when unknown).
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,15 +28,15 @@ def to_batch_columns(columns: "pa.Table | pa.RecordBatch") -> pa.RecordBatch:
 
     ``body`` (binary or string) is required and may not hold nulls; ``keys``, ``tags``
     (strings), ``properties`` (a map of strings; a null map means none) and ``born_timestamp``
-    (int64 milliseconds, or a timestamp) are optional. Raises ValueError on anything else.
+    (int64 milliseconds, or a timestamp) are optional. Raises CodecError on anything else.
     """
     if isinstance(columns, pa.Table):
         columns = columns.combine_chunks()
     elif not isinstance(columns, pa.RecordBatch):
-        raise ValueError(f"columns must be a pyarrow Table or RecordBatch, not {type(columns).__name__}")
+        raise CodecError(f"columns must be a pyarrow Table or RecordBatch, not {type(columns).__name__}")
     names = columns.schema.names
     if "body" not in names:
-        raise ValueError(f"columns need a 'body' column (binary or string); found: {', '.join(names) or 'none'}")
+        raise CodecError(f"columns need a 'body' column (binary or string); found: {', '.join(names) or 'none'}")
     rows = columns.num_rows
     arrays = [
         _body(_column(columns, "body")),
@@ -55,10 +57,10 @@ def _body(body: pa.Array) -> pa.Array:
     if not (pa.types.is_binary(body.type) or pa.types.is_string(body.type) or pa.types.is_large_binary(body.type)
             or pa.types.is_large_string(body.type) or pa.types.is_binary_view(body.type)
             or pa.types.is_string_view(body.type)):
-        raise ValueError(f"column 'body' is {body.type}; use binary or string")
+        raise CodecError(f"column 'body' is {body.type}; use binary or string")
     if body.null_count:
         row = pc.index(pc.is_null(body), True).as_py()
-        raise ValueError(f"column 'body' is null at row {row}; every message needs a body (b'' for an empty one)")
+        raise CodecError(f"column 'body' is null at row {row}; every message needs a body (b'' for an empty one)")
     return body.cast(pa.binary())
 
 
@@ -71,7 +73,7 @@ def _strings(columns, name: str, rows: int) -> pa.Array:
     try:
         return column.cast(pa.string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-        raise ValueError(f"column {name!r} is {column.type}; use string: {err}") from None
+        raise CodecError(f"column {name!r} is {column.type}; use string: {err}") from None
 
 
 def _properties(columns, rows: int) -> pa.Array:
@@ -83,7 +85,7 @@ def _properties(columns, rows: int) -> pa.Array:
     try:
         column = column.cast(PROPERTIES_TYPE)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-        raise ValueError(f"column 'properties' is {column.type}; use map<string, string>: {err}") from None
+        raise CodecError(f"column 'properties' is {column.type}; use map<string, string>: {err}") from None
     if column.null_count:
         column = _nulls_as_empty(column)
     return column
@@ -113,4 +115,4 @@ def _born(columns, rows: int) -> pa.Array:
         return pc.cast(column, pa.timestamp("ms", tz=column.type.tz), safe=False).cast(pa.int64())
     if pa.types.is_integer(column.type) or pa.types.is_null(column.type):
         return column.cast(pa.int64())
-    raise ValueError(f"column 'born_timestamp' is {column.type}; use int64 milliseconds or a timestamp")
+    raise CodecError(f"column 'born_timestamp' is {column.type}; use int64 milliseconds or a timestamp")

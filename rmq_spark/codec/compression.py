@@ -6,6 +6,8 @@ record (with the COMPRESSED bit 0x1 set when the type is not NONE).
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import enum
 import threading
 
@@ -35,7 +37,7 @@ class Compression(enum.IntEnum):
     def parse(cls, value: "Compression | str | int | None") -> "Compression":
         """The compression named by ``value`` ("none", "lz4", "zstd", any case), an int or a member.
 
-        ``None`` means NONE. Raises ValueError naming the accepted values.
+        ``None`` means NONE. Raises CodecError naming the accepted values.
         """
         if value is None:
             return cls.NONE
@@ -47,20 +49,20 @@ class Compression(enum.IntEnum):
                 return member
         elif isinstance(value, int) and not isinstance(value, bool) and value in cls._value2member_map_:
             return cls(value)
-        raise ValueError(f"unknown compression {value!r}; use one of: {', '.join(c.name.lower() for c in cls)}")
+        raise CodecError(f"unknown compression {value!r}; use one of: {', '.join(c.name.lower() for c in cls)}")
 
     @classmethod
     def from_sys_flag(cls, sys_flag: int) -> "Compression":
         """The compression recorded in a commitlog record's SYSFLAG.
 
-        Raises ValueError for a compression type this client cannot decode.
+        Raises CodecError for a compression type this client cannot decode.
         """
         found = _BY_SYS_FLAG_BITS.get(sys_flag & (SYSFLAG_COMPRESSED | COMPRESSION_MASK))
         if found is not None:
             return found
         kind = (sys_flag & COMPRESSION_MASK) >> COMPRESSION_SHIFT
         name = _UNSUPPORTED_TYPES.get(kind, "unknown")
-        raise ValueError(f"SYSFLAG {sys_flag:#x} marks compression type {kind} ({name}); this client reads "
+        raise CodecError(f"SYSFLAG {sys_flag:#x} marks compression type {kind} ({name}); this client reads "
                          f"{', '.join(c.name.lower() for c in cls)} only")
 
     def sys_flag(self) -> int:
@@ -113,7 +115,7 @@ def compress(data, compression: Compression) -> bytes:
 def decompress(data, compression: Compression) -> "bytes | memoryview":
     """The payload ``data`` decompressed; NONE returns a memoryview of ``data`` (no copy).
 
-    Raises ValueError when the data is not a valid frame of that compression.
+    Raises CodecError when the data is not a valid frame of that compression.
     """
     compression = Compression.parse(compression)
     try:
@@ -122,7 +124,7 @@ def decompress(data, compression: Compression) -> "bytes | memoryview":
         if compression is Compression.ZSTD:
             return _zstd_decompress(data)
     except (RuntimeError, zstandard.ZstdError) as err:
-        raise ValueError(f"payload of {len(memoryview(data))} bytes is not a valid {compression.name.lower()} "
+        raise CodecError(f"payload of {len(memoryview(data))} bytes is not a valid {compression.name.lower()} "
                          f"frame: {err}") from None
     return memoryview(data)
 
@@ -132,7 +134,7 @@ def decompress_bounded(data, compression: Compression, max_size: int) -> "bytes 
     allocating them (a small frame can claim gigabytes): the size in the frame's header is
     checked first, and a frame without one is decompressed only up to ``max_size + 1`` bytes.
 
-    Raises ValueError saying what is wrong.
+    Raises CodecError saying what is wrong.
     """
     compression = Compression.parse(compression)
     view = memoryview(data).cast("B")
@@ -140,14 +142,14 @@ def decompress_bounded(data, compression: Compression, max_size: int) -> "bytes 
         return view
     size = _frame_size(view, compression)
     if size > max_size:
-        raise ValueError(f"its {compression.name.lower()} frame says it decompresses to {size} bytes; the largest "
+        raise CodecError(f"its {compression.name.lower()} frame says it decompresses to {size} bytes; the largest "
                          f"accepted is {max_size}: send smaller batches")
     if size < 0 and _larger_than(view, compression, max_size):
-        raise ValueError(f"its {compression.name.lower()} frame decompresses to more than {max_size} bytes, the "
+        raise CodecError(f"its {compression.name.lower()} frame decompresses to more than {max_size} bytes, the "
                          "largest accepted: send smaller batches")
     plain = decompress(view, compression)
     if size >= 0 and len(plain) != size:
-        raise ValueError(f"its {compression.name.lower()} frame says {size} bytes decompressed but holds {len(plain)}")
+        raise CodecError(f"its {compression.name.lower()} frame says {size} bytes decompressed but holds {len(plain)}")
     return plain
 
 
@@ -184,7 +186,7 @@ def _zstd_decompress(data) -> bytes:
     stream = decompressor.decompressobj()
     out = stream.decompress(data)
     if not stream.eof:
-        raise ValueError(f"zstd frame of {len(memoryview(data))} bytes is truncated: it ends mid-frame")
+        raise CodecError(f"zstd frame of {len(memoryview(data))} bytes is truncated: it ends mid-frame")
     return out
 
 
@@ -192,7 +194,7 @@ _LZ4_MAGIC = 0x184D2204  # little-endian
 _LZ4_CONTENT_SIZE = 0x08  # FLG bit: an 8-byte content size follows the FLG and BD bytes
 
 
-class PayloadError(ValueError):
+class PayloadError(CodecError):
     """A payload of several that does not decompress: ``index`` says which."""
 
     def __init__(self, index: int, message: str):

@@ -8,6 +8,8 @@ without a ``\\x01`` or with an empty name is skipped, and the last separator may
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -56,7 +58,7 @@ def encode_property_column(tags: pa.Array, keys: pa.Array, properties: pa.Array)
     """Each row's encoded properties (binary): TAGS, KEYS (when not null), user properties.
 
     ``tags`` and ``keys`` are string arrays, ``properties`` a map<string, string> array.
-    Raises ValueError naming the first offending row for separators in names or values,
+    Raises CodecError naming the first offending row for separators in names or values,
     empty, system or null names, null values, or properties over the size limit.
     """
     pieces = [_named_piece(name, values) for name, values in ((PROPERTY_TAGS, tags), (PROPERTY_KEYS, keys))
@@ -82,7 +84,7 @@ def encode_property_column(tags: pa.Array, keys: pa.Array, properties: pa.Array)
     lengths = np.diff(offsets)
     if len(lengths) and lengths.max() > MAX_PROPERTIES_BYTES:
         row = int(np.argmax(lengths > MAX_PROPERTIES_BYTES))
-        raise ValueError(f"message {row}: properties take {lengths[row]} bytes encoded; the limit is "
+        raise CodecError(f"message {row}: properties take {lengths[row]} bytes encoded; the limit is "
                          f"{MAX_PROPERTIES_BYTES}")
     return joined
 
@@ -100,7 +102,7 @@ def _user_piece(properties: pa.Array) -> pa.Array:
     _check_user_names(names, properties)
     if values.null_count:
         entry = pc.index(pc.is_null(values), True).as_py()
-        raise ValueError(f"message {_row_of(entry + first, properties)}: property {names[entry].as_py()!r} is null; "
+        raise CodecError(f"message {_row_of(entry + first, properties)}: property {names[entry].as_py()!r} is null; "
                          "rocketmq properties carry strings only")
     entries = pc.binary_join_element_wise(names, "\x01", values, "\x02", "")
     lists = pa.ListArray.from_arrays(pa.array(offsets - first, type=pa.int32()), entries)
@@ -117,7 +119,7 @@ def _check_user_names(names: pa.Array, properties: pa.Array) -> None:
     if pc.any(bad).as_py():
         entry = pc.index(bad, True).as_py()
         first = properties.offsets[0].as_py()
-        raise ValueError(f"message {_row_of(entry + first, properties)}: property name {names[entry].as_py()!r}: use "
+        raise CodecError(f"message {_row_of(entry + first, properties)}: property name {names[entry].as_py()!r}: use "
                          f"a non-empty name other than the system names ({', '.join(sorted(SYSTEM_PROPERTIES))})")
 
 
@@ -129,7 +131,7 @@ def _check_no_separators(values: pa.Array, what: str, row_of) -> None:
     if pc.any(bad).as_py():
         index = pc.index(bad, True).as_py()
         row = row_of(index)
-        raise ValueError(f"message {row}: {what} {values[index].as_py()!r} contains \\x01 or \\x02, the "
+        raise CodecError(f"message {row}: {what} {values[index].as_py()!r} contains \\x01 or \\x02, the "
                          "property separators")
 
 

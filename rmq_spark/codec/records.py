@@ -23,6 +23,8 @@ of a producer, and many payloads' chains side by side are walked by numpy).
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -72,7 +74,7 @@ def read_schema(include_properties: bool = False) -> pa.Schema:
     return _READ_SCHEMA_WITH_PROPERTIES if include_properties else READ_SCHEMA
 
 
-class RecordFormatError(ValueError):
+class RecordFormatError(CodecError):
     """Stored records that do not parse; the message names the record and byte offset."""
 
 
@@ -244,7 +246,7 @@ def decode_records(buf, start, end=None, include_properties: bool = False) -> pa
 
     Raises
     ------
-    ValueError
+    CodecError
         (RecordFormatError) for records or payloads that do not parse, an unknown codec or
         compression, or a payload whose count differs from INNER_NUM; the message names the
         record, its byte offset and what is wrong.
@@ -278,7 +280,7 @@ class _Cut:
 def _cut(headers: RecordHeaders, inner: _InnerBatches, start, end) -> _Cut:
     for name, bound in (("start", start), ("end", end)):
         if isinstance(bound, np.ndarray) and bound.shape != (len(headers),):
-            raise ValueError(f"{name} gives bounds for {bound.size} records; the buffer holds {len(headers)}")
+            raise CodecError(f"{name} gives bounds for {bound.size} records; the buffer holds {len(headers)}")
     count = np.ones(len(headers), dtype=np.int64)
     count[inner.record] = inner.count
     base = headers.queue_offset

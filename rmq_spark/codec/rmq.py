@@ -10,6 +10,8 @@ born timestamp: the stored record's applies to every message.
 
 from __future__ import annotations
 
+from ..errors import CodecError
+
 import struct
 from dataclasses import dataclass
 
@@ -28,7 +30,7 @@ _BODYLEN_AT = 16
 _HEADER = np.dtype([("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("flag", ">i4"), ("body_length", ">i4")])
 
 
-class BatchFormatError(ValueError):
+class BatchFormatError(CodecError):
     """A MessageBatch payload that does not parse; the message says where and why, ``payload``
     which of those scanned together."""
 
@@ -66,10 +68,10 @@ def _encode_row_properties(index: int, properties, keys, tags) -> bytes:
     entries = [(PROPERTY_TAGS, tags, "tags"), (PROPERTY_KEYS, keys, "keys")]
     for name, value in properties or ():
         if not name or name in SYSTEM_PROPERTIES:
-            raise ValueError(f"message {index}: property name {name!r}: use a non-empty name other than the "
+            raise CodecError(f"message {index}: property name {name!r}: use a non-empty name other than the "
                              f"system names ({', '.join(sorted(SYSTEM_PROPERTIES))})")
         if value is None:
-            raise ValueError(f"message {index}: property {name!r} is null; rocketmq properties carry strings only")
+            raise CodecError(f"message {index}: property {name!r} is null; rocketmq properties carry strings only")
         entries += [(name, value, "property values")]
     out = []
     for name, value, what in entries:
@@ -77,12 +79,12 @@ def _encode_row_properties(index: int, properties, keys, tags) -> bytes:
             continue
         for text, kind in ((name, "property names"), (value, what)):
             if "\x01" in text or "\x02" in text:
-                raise ValueError(f"message {index}: {kind} {text!r} contains \\x01 or \\x02, the property "
+                raise CodecError(f"message {index}: {kind} {text!r} contains \\x01 or \\x02, the property "
                                  "separators")
         out.append(f"{name}\x01{value}\x02")
     encoded = "".join(out).encode()
     if len(encoded) > MAX_PROPERTIES_BYTES:
-        raise ValueError(f"message {index}: properties take {len(encoded)} bytes encoded; the limit is "
+        raise CodecError(f"message {index}: properties take {len(encoded)} bytes encoded; the limit is "
                          f"{MAX_PROPERTIES_BYTES}")
     return encoded
 
@@ -112,7 +114,7 @@ def encode_with_offsets(batch: pa.RecordBatch) -> tuple[pa.Buffer, np.ndarray]:
     props_lengths = np.asarray(pc.binary_length(properties), dtype=np.int64)
     totals = FIXED_BYTES + body_lengths + props_lengths
     if rows and int(totals.max()) > 0x7FFFFFFF:
-        raise ValueError("a message of 2 GiB or more cannot be encoded: TOTALSIZE is a 32-bit integer")
+        raise CodecError("a message of 2 GiB or more cannot be encoded: TOTALSIZE is a 32-bit integer")
     header = np.zeros(rows, dtype=_HEADER)
     header["total"] = totals
     header["body_length"] = body_lengths

@@ -10,6 +10,7 @@ import logging
 import threading
 from typing import Callable, NamedTuple
 
+from ..errors import ResultTimeoutError
 from ..structs import Message, SendResult
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,8 @@ class SendFuture:
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._batch.wait(timeout):
-            raise TimeoutError(f"no answer for the message's batch within {timeout} s")
+            raise ResultTimeoutError(f"no answer for the message's batch within {timeout} s; the send goes on: "
+                                     "wait again, or flush() the producer")
         return self._batch.error
 
     def add_done_callback(self, fn: Callable[["SendFuture"], None]) -> None:

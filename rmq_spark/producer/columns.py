@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from ..codec import Codec, Compression, encode_pieces
 from ..codec.columns import to_batch_columns
-from ..errors import ConfigError, QueueNotFoundError
+from ..errors import ConfigError, QueueNotFoundError, ResultTimeoutError
 from ..structs import QueueType, TopicInfo
 from .batch import BatchKey, ProducerBatch
 
@@ -36,10 +36,10 @@ class ArrowSend:
 
     def wait(self, timeout_s: float | None = None) -> int:
         """Wait for every batch's answer; returns the rows stored, or raises the first error
-        (``TimeoutError`` when answers are missing after ``timeout_s``)."""
+        (``ResultTimeoutError``, a ``TimeoutError``, when answers are missing after ``timeout_s``)."""
         for batch in self.batches:
             if not batch.wait(timeout_s):
-                raise TimeoutError(f"a batch of {batch.encoded[1]} rows was not answered within {timeout_s} s")
+                raise ResultTimeoutError(f"a batch of {batch.encoded[1]} rows was not answered within {timeout_s} s")
             if batch.error is not None:
                 raise batch.error
         return self.rows
