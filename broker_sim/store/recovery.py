@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from . import format as fmt
 from .checkpoint import Checkpoint
-from .chunk_index import tags_code
+from .message_filter import tags_code
 from .commitlog import CommitLog, DamagedRecord
 from .consume_queue import ConsumeQueue, ConsumeQueueTable
 from .dispatcher import Dispatcher
