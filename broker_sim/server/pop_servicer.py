@@ -8,7 +8,7 @@ from rmq_spark.protocol.v1 import pop_pb2_grpc as pb_grpc
 
 from .errors import translated
 from .serialized import with_bytes_field
-from .servicers import CallGate, TagFilter
+from .servicers import CallGate, parse_tag_filter
 
 _RECORDS_FIELD = pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number
 _ACK_STATUS = {AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVALID}
@@ -21,7 +21,7 @@ class PopServicer(pb_grpc.PopServicer):
 
     @translated
     def Pop(self, request, context):
-        tags = TagFilter.parse(request.tag_filter)
+        tags = parse_tag_filter(request.tag_filter)
         with self._gate:  # the records are views of the store: copied into the answer inside
             result = self._service.pop(request.group, request.topic, request.queue_id, request.max_messages,
                                        request.invisible_time_ms, request.poll_time_ms, tags, request.orderly)

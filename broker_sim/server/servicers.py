@@ -27,6 +27,7 @@ from broker_sim.store import (
     system_topic_problem,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.message_filter import TagFilter
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
 
@@ -50,7 +51,6 @@ _RESERVED_PROPERTIES = {fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PRO
 _FIELD_PROPERTIES = {fmt.PROPERTY_TAGS: "tags", fmt.PROPERTY_KEYS: "keys"}
 _SEPARATORS = re.compile("[\x01\x02]")
 _GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")  # RocketMQ's group characters
-_TAGS_KEY = fmt.PROPERTY_TAGS.encode()
 _PEER_IPV4 = re.compile(r"^ipv4:(\d+\.\d+\.\d+\.\d+):(\d+)$")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -369,10 +369,10 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         if request.transaction_id:
             ids = []  # offsets and ids are given at commit
         elif kind == "inner_batch":
-            record_id = message_id(host, result.physical_offsets[0])
+            record_id = fmt.message_id(host, result.physical_offsets[0])
             ids = [f"{record_id}-{i}" for i in range(result.count)]
         else:
-            ids = [message_id(host, p) for p in result.physical_offsets]
+            ids = [fmt.message_id(host, p) for p in result.physical_offsets]
         return pb.SendResponse(queue_id=result.queue_id, base_offset=result.queue_offset, count=result.count,
                                message_ids=ids, store_timestamp_ms=result.store_timestamp,
                                duplicate=result.duplicate)
@@ -382,7 +382,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         if request.max_bytes < 0:
             raise bad_range(f"max_bytes {request.max_bytes} is negative: give a byte budget, or 0 for the "
                             f"broker's default of {DEFAULT_READ_BUDGET >> 20} MiB")
-        tags = TagFilter.parse(request.tag_filter)
+        tags = parse_tag_filter(request.tag_filter)
         with self._s.gate:
             plans = [self._plan(i, r) for i, r in enumerate(request.ranges)]
         budget = _Budget(request.max_bytes or DEFAULT_READ_BUDGET)
@@ -564,48 +564,15 @@ class _RangeReader:
         return out
 
 
-class TagFilter:
-    """RocketMQ's tag subscription "TagA || TagB": a record passes when its TAGS property is one
-    of the tags. The index unit's tags code (the Java hash of the tags) is compared first, as
-    RocketMQ's broker does, then the record's TAGS exactly (hashes collide)."""
-
-    def __init__(self, tags: list[str]):
-        self.tags = {t.encode() for t in tags}
-        self.codes = {fmt.java_string_hash(t) for t in tags}
-
-    @classmethod
-    def parse(cls, expression: str) -> "TagFilter | None":
-        """None for everything ("" or "*")."""
-        text = expression.strip()
-        if not text or text == "*":
-            return None
-        tags = [t.strip() for t in text.split("||")]
-        tags = [t for t in tags if t]
-        if not tags:
-            raise invalid(f"tag filter {echo(expression)} names no tag: write \"TagA || TagB\", or \"*\" for all")
-        return cls(tags)
-
-    def matches(self, batch) -> bool:
-        if batch.tags_code not in self.codes:
-            return False
-        return record_tags(batch.data) in self.tags
-
-
-def record_tags(record) -> bytes | None:
-    """The TAGS property of a stored record (a view of it), without decoding the rest."""
-    (body_len,) = struct.unpack_from(">i", record, fmt.BODYLEN_AT)
-    at = fmt.HEADER.size + body_len
-    topic_len = record[at]
-    return fmt.find_property(bytes(record[at + 3 + topic_len:]), _TAGS_KEY)
-
-
-def message_id(store_host: bytes, physical_offset: int) -> str:
-    """RocketMQ's offsetMsgId: store host (4-byte IPv4, 4-byte port) and the record's 8-byte
-    commitlog offset, as 32 uppercase hex characters."""
-    return (store_host + physical_offset.to_bytes(8, "big")).hex().upper()
-
-
 # --- validation helpers ---------------------------------------------------------------------------
+
+def parse_tag_filter(expression: str) -> TagFilter | None:
+    try:
+        return TagFilter.parse(expression)
+    except ValueError as bad:
+        raise invalid(f"tag filter {echo(expression)} {bad}") from None
+
+
 
 def _user_properties(properties, what: str) -> dict:
     out = {}

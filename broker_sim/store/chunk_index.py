@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
+from .message_filter import tags_code
 
 # Header field positions (see format.HEADER).
 _QUEUE_ID_AT = 12
@@ -134,21 +135,6 @@ class _Properties:
                 at += 1
             at = raw.find(key, at)
         return found
-
-
-_tags_codes: dict[bytes, int] = {}
-
-
-def tags_code(tags: bytes | None) -> int:
-    """RocketMQ's tagsCode of a TAGS value (0 without tags), cached."""
-    if not tags:
-        return 0
-    code = _tags_codes.get(tags)
-    if code is None:
-        if len(_tags_codes) > 65536:
-            _tags_codes.clear()
-        code = _tags_codes[tags] = fmt.java_string_hash(tags.decode())
-    return code
 
 
 # --- in a worker process ------------------------------------------------------------------

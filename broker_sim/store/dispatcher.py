@@ -25,10 +25,10 @@ import threading
 from typing import Callable
 
 from . import format as fmt
-from .chunk_index import tags_code
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueTable
 from .errors import DiskFullError
+from .message_filter import tags_code
 from .topics import QueueType, TopicTable
 
 log = logging.getLogger(__name__)

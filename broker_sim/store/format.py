@@ -154,6 +154,12 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def message_id(store_host: bytes, physical_offset: int) -> str:
+    """RocketMQ's offsetMsgId (MessageDecoder.createMessageId): store host (4-byte IPv4, 4-byte
+    port) and the record's 8-byte commitlog offset, as 32 uppercase hex characters."""
+    return (store_host + physical_offset.to_bytes(8, "big")).hex().upper()
+
+
 def record_size(body_len: int, topic_len: int, properties_len: int) -> int:
     """TOTALSIZE of a record whose properties (without the CRC property) have this length."""
     return FIXED_BYTES + body_len + topic_len + properties_len + CRC_RESERVED_BYTES

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 from . import format as fmt
 from .checkpoint import Checkpoint
-from .chunk_index import tags_code
 from .commitlog import CommitLog, DamagedRecord
 from .consume_queue import ConsumeQueue, ConsumeQueueTable
 from .dispatcher import Dispatcher
 from .errors import IndexGapError, StoreError
 from .integrity import CorruptedRecord, CorruptionReport
+from .message_filter import tags_code
 from .producer_state import ProducerState, StampCollector
 from .topics import QueueType
 

@@ -11,12 +11,11 @@ records into the read schema (``records.decode_records``).
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import enum
 
 import pyarrow as pa
 
+from ..errors import CodecError
 from . import arrow, rmq
 from .columns import BATCH_SCHEMA, PROPERTIES_TYPE, to_batch_columns
 from .compression import Compression, compress, decompress, decompress_bounded

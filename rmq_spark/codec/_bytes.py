@@ -10,11 +10,11 @@ entries at once by ``read_at``.
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import struct
 
 import numpy as np
+
+from ..errors import CodecError
 
 _SIZE = struct.Struct(">i")
 # A run of equal sizes shorter than this is not worth numpy calls: walk on in Python a while.

@@ -13,11 +13,10 @@ the column is a copy: it never refers to the buffers it was gathered from.
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import numpy as np
 import pyarrow as pa
 
+from ..errors import CodecError
 from ._bytes import read_at
 
 _INLINE = 12  # binary_view keeps ranges of up to 12 bytes in the view itself

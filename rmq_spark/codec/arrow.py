@@ -8,10 +8,9 @@ Nulls mean "absent". The stream is not compressed by Arrow: the whole payload is
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import pyarrow as pa
 
+from ..errors import CodecError
 from .columns import BATCH_SCHEMA, to_batch_columns
 
 

@@ -7,11 +7,11 @@ Unix epoch, UTC; null when unknown).
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ..errors import CodecError
 
 PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
 BATCH_SCHEMA = pa.schema([

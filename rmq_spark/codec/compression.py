@@ -6,8 +6,6 @@ record (with the COMPRESSED bit 0x1 set when the type is not NONE).
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import enum
 import threading
 
@@ -16,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import zstandard
 
+from ..errors import CodecError
 from ._bytes import read_at
 
 # SYSFLAG bits that carry the compression of a stored record.

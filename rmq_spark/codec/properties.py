@@ -8,12 +8,11 @@ without a ``\\x01`` or with an empty name is skipped, and the last separator may
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import CodecError
 from ._bytes import as_uint8, matches, read_at
 from ._gather import MapColumn, gather_ranges
 

@@ -23,14 +23,13 @@ of a producer, and many payloads' chains side by side are walked by numpy).
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
+from ..errors import CodecError
 from . import arrow, rmq
 from ._bytes import ChainError, as_uint8, entry_starts, matches, read_at
 from ._gather import RangeColumn

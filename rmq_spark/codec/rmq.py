@@ -10,8 +10,6 @@ born timestamp: the stored record's applies to every message.
 
 from __future__ import annotations
 
-from ..errors import CodecError
-
 import struct
 from dataclasses import dataclass
 
@@ -19,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import CodecError
 from ._bytes import ChainError, chains_entry_starts, entry_starts, read_at
 from ._messages import MessageColumns
 from .columns import BATCH_SCHEMA
