@@ -26,13 +26,13 @@ _HOMES = {
         "TransactionOutcome", "TransactionState")},
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "CodecError", "ConfigError",
-        "CorruptedRecordError", "DataLossError", "DiskFailedError", "DiskFullError",
-        "GroupNotFoundError", "InvalidReceiptHandleError", "InvalidRequestError", "ReceiptHandleError",
-        "ReceiptHandleExpiredError",
-        "MessageTooLargeError", "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError",
-        "RequestTimeoutError", "ResultTimeoutError", "RmqError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
-        "SendInProgressError", "TransactionNotFoundError", "TransactionStateError", "UndecodableBatchError",
-        "WrongQueueTypeError")},
+        "CorruptedRecordError", "DataLossError", "DiskFailedError", "DiskFullError", "GroupNotFoundError",
+        "InvalidReceiptHandleError", "InvalidRequestError", "MessageTooLargeError", "OffsetOutOfRangeError",
+        "PropertiesTooLargeError", "QueueNotFoundError", "ReceiptHandleError", "ReceiptHandleExpiredError",
+        "RequestTimeoutError", "ResultTimeoutError", "RmqError", "SendInProgressError", "TopicConflictError",
+        "TopicNotFoundError", "TransactionIncompleteError", "TransactionNotFoundError", "TransactionStateError",
+        "UndecodableBatchError", "WrongQueueTypeError"
+)},
 }
 
 __all__ = sorted(_HOMES)
