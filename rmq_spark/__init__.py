@@ -31,8 +31,7 @@ _HOMES = {
         "PropertiesTooLargeError", "QueueNotFoundError", "ReceiptHandleError", "ReceiptHandleExpiredError",
         "RequestTimeoutError", "ResultTimeoutError", "RmqError", "SendInProgressError", "TopicConflictError",
         "TopicNotFoundError", "TransactionIncompleteError", "TransactionNotFoundError", "TransactionStateError",
-        "UndecodableBatchError", "WrongQueueTypeError"
-)},
+        "UndecodableBatchError", "WrongQueueTypeError")},
 }
 
 __all__ = sorted(_HOMES)
