@@ -32,12 +32,21 @@ def broker_process(data_dir: Path, *extra_args: str, timeout_s: float = 60):
         endpoint, _output = wait_listening(process, timeout_s)
         yield endpoint, process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_process(process, timeout_s)
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
+    """Stop a broker process unless it is gone already: SIGTERM, SIGKILL after ``timeout_s``;
+    its output pipe is closed."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout_s)
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def wait_listening(process: subprocess.Popen, timeout_s: float) -> tuple[str, str]:

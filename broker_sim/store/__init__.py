@@ -4,8 +4,16 @@ checkpoint, recovery, consumer offsets). Knows nothing of gRPC, RocksDB or rmq_s
 from .config import FlushMode, StoreConfig
 from .consume_queue import IndexUnit
 from .consumer_offsets import ConsumerOffsetTable
-from .disk import DiskFailedError, full_sentence
-from .errors import DataDirInUseError, DiskFullError, StoreClosedError, StoreError, UnknownTopicError, echo
+from .disk import full_sentence
+from .errors import (
+    DataDirInUseError,
+    DiskFailedError,
+    DiskFullError,
+    StoreClosedError,
+    StoreError,
+    UnknownTopicError,
+    echo,
+)
 from .format import Compression, SysFlag, decode_record, encode_message_batch
 from .integrity import CorruptedRecord
 from .message_store import MessageStore

@@ -19,15 +19,11 @@ import os
 import threading
 from pathlib import Path
 
-from .errors import DiskFullError, StoreError
+from .errors import DiskFailedError, DiskFullError
 
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-
-
-class DiskFailedError(StoreError):
-    """A flush failed: the store accepts no write until the broker is restarted."""
 
 
 class DiskGuard:

@@ -32,6 +32,10 @@ class DiskFullError(StoreError):
     the write that needed it was kept."""
 
 
+class DiskFailedError(StoreError):
+    """A flush failed: the store accepts no write until the broker is restarted."""
+
+
 class IndexGapError(StoreError):
     """An index unit would leave a gap: the queue's index lost units (recovery rebuilds it), or
     a damaged record held the offsets before ``offset`` (recovery indexes them to it)."""

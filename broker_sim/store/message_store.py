@@ -26,9 +26,9 @@ from .commitlog import CommitLog, PendingRecord, wall_clock_ms
 from .concurrent_dispatcher import ConcurrentDispatcher
 from .config import DispatchMode, FlushMode, StoreConfig
 from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
-from .disk import DiskFailedError, DiskGuard, full_sentence
+from .disk import DiskGuard, full_sentence
 from .dispatcher import Dispatcher
-from .errors import DataDirInUseError, DiskFullError, StoreClosedError, UnknownTopicError, echo
+from .errors import DataDirInUseError, DiskFailedError, DiskFullError, StoreClosedError, UnknownTopicError, echo
 from .files import fsync_dir
 from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
 from .mapped_file import raise_open_file_limit

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from broker_sim.server import Broker
 from broker_sim.store import StoreConfig
-from broker_sim.testing import wait_listening
+from broker_sim.testing import stop_process, wait_listening
 from broker_sim.txn import TransactionConfig
 from rmq_spark import Admin, OffsetRange, RangeReader
 
@@ -88,14 +88,7 @@ def broker_process(data_dir: Path, crash: str | None = None, timeout_s: float = 
         endpoint, output = wait_listening(process, timeout_s)
         yield endpoint, process, output
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout_s)
-        process.stdout.close()
+        stop_process(process, timeout_s)
 
 
 def kill9(process: subprocess.Popen, timeout_s: float = 30) -> None:
