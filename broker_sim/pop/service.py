@@ -31,14 +31,16 @@ from broker_sim.store import (
     ConsumerOffsetTable,
     CreateStatus,
     GetStatus,
+    InnerBatch,
     MessageStore,
+    PutContext,
     QueueType,
     StoredBatch,
     UnknownTopicError,
     echo,
+    wall_clock_ms,
 )
 from broker_sim.store import format as fmt
-from broker_sim.store.commitlog import wall_clock_ms
 
 from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
@@ -168,6 +170,26 @@ class _Changes:
         self.delivered.append((key, ck, unit.data, origin, retry))
 
 
+@dataclass
+class _PopRound:
+    """One pop call over the queues it reads: who pops what, until when it is invisible, and
+    what it has taken so far (``changes``, and the bytes ``budget_bytes`` left)."""
+
+    group: str
+    topic: str  # the topic popped (a retry queue's units carry it as their origin)
+    want: int
+    budget_bytes: int
+    now_ms: int
+    deadline_ms: int
+    tag_filter: TagMatcher | None
+    changes: _Changes = field(default_factory=_Changes)
+
+    @property
+    def wanted(self) -> int:
+        """Units still wanted."""
+        return self.want - len(self.changes.delivered)
+
+
 class PopService:
     """Pop, ack, change of invisible time and revive of one broker.
 
@@ -289,19 +311,16 @@ class PopService:
         with self._lock:
             config = self.store.topic(topic)
             now = self.now_ms()
-            deadline = now + invisible_ms
-            changes = _Changes()
-            budget = [self.config.max_pop_bytes]
+            pop = _PopRound(group, topic, want, self.config.max_pop_bytes, now, now + invisible_ms, tag_filter)
             for name, queue, retry in self._targets(group, config, queue_id, orderly):
-                left = want - len(changes.delivered)
-                if left <= 0 or budget[0] <= 0:
+                if pop.wanted <= 0 or pop.budget_bytes <= 0:
                     break
                 if orderly:
-                    self._pop_orderly(changes, group, name, queue, left, budget, now, deadline, tag_filter)
+                    self._pop_orderly(pop, name, queue)
                 else:
-                    self._pop_queue(changes, group, name, queue, left, budget, now, deadline, tag_filter, topic,
-                                    retry)
+                    self._pop_queue(pop, name, queue, retry)
             self._groups.add(group)
+            changes = pop.changes
             self._apply(changes)
             sign = self.signer.sign
             deliveries = [PoppedUnit(ck, sign(key, ck), origin, retry, len(data))
@@ -314,39 +333,39 @@ class PopService:
             return [(config.name, queue_id, False)]
         targets = [(config.name, q, False) for q in range(config.queue_count)]
         retry = retry_topic(group, config.name)
-        if not orderly and self.store.topics.get(retry) is not None:
+        if not orderly and self.store.find_topic(retry) is not None:
             targets.append((retry, 0, True))
         key = (group, config.name)
         start = self._rotation.get(key, 0) % len(targets)
         self._rotation[key] = start + 1
         return targets[start:] + targets[:start]
 
-    def _pop_queue(self, changes: _Changes, group: str, topic: str, queue_id: int, want: int, budget: list,
-                   now: int, deadline: int, tag_filter, origin: str, retry: bool) -> None:
-        queue = self._queue(group, topic, queue_id)
-        units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
+    def _pop_queue(self, pop: _PopRound, topic: str, queue_id: int, retry: bool) -> None:
+        queue = self._queue(pop.group, topic, queue_id)
+        units, after = self._read(pop, topic, queue_id, queue.pull)
         if units:
-            head, prefix, nonces = key_parts(False, deadline), queue_prefix(group, topic), self._nonces
+            head, prefix, nonces = key_parts(False, pop.deadline_ms), queue_prefix(pop.group, topic), self._nonces
             for unit in units:
                 reconsume = _reconsume_times(unit) if retry else 0  # a retried record counts its retries
                 key = head + prefix + unit_suffix(queue_id, unit.base_offset)
-                checkpoint = PopCheckpoint(False, deadline, group, topic, queue_id, unit.base_offset, unit.count,
-                                           reconsume, next(nonces), now)
-                changes.deliver(key, checkpoint, unit, origin, retry)
+                checkpoint = PopCheckpoint(False, pop.deadline_ms, pop.group, topic, queue_id, unit.base_offset,
+                                           unit.count, reconsume, next(nonces), pop.now_ms)
+                pop.changes.deliver(key, checkpoint, unit, pop.topic, retry)
         if after != queue.pull:
-            changes.pulls[(group, topic, queue_id)] = after
+            pop.changes.pulls[(pop.group, topic, queue_id)] = after
 
-    def _pop_orderly(self, changes: _Changes, group: str, topic: str, queue_id: int, want: int, budget: list,
-                     now: int, deadline: int, tag_filter) -> None:
+    def _pop_orderly(self, pop: _PopRound, topic: str, queue_id: int) -> None:
         """An orderly pop of a queue: nothing while some of its messages are invisible; its
         expired ones again, with one more reconsume, before anything new."""
+        group, changes = pop.group, pop.changes
         queue = self._queue(group, topic, queue_id)
         held = [(key, self._checkpoints[key]) for key in queue.inflight.values()]
-        if any(ck.deadline_ms > now for _key, ck in held):
+        if any(ck.deadline_ms > pop.now_ms for _key, ck in held):
             return
         again = sorted(((key, ck) for key, ck in held if ck.orderly), key=lambda item: item[1].offset)
         delivered = len(changes.delivered)
         if again:
+            want = pop.wanted
             for key, ck in again[:want]:
                 unit = self._unit(ck)
                 if unit is None or ck.reconsume_times >= self.config.max_reconsume_times:
@@ -355,35 +374,36 @@ class PopService:
                         changes.removed.append((key, ck))
                     continue
                 changes.removed.append((key, ck))
-                moved = ck.moved(deadline, next(self._nonces), reconsume_times=ck.reconsume_times + 1,
-                                 pop_time_ms=now)
+                moved = ck.moved(pop.deadline_ms, next(self._nonces), reconsume_times=ck.reconsume_times + 1,
+                                 pop_time_ms=pop.now_ms)
                 changes.deliver(moved.key(), moved, unit, topic, False)
-                budget[0] -= len(unit.data)
+                pop.budget_bytes -= len(unit.data)
             if len(changes.delivered) > delivered or len(again) > want:
                 return  # the queue is held by what came again (or what is left of it)
-        units, after = self._read(topic, queue_id, queue.pull, want, budget, tag_filter)
+        units, after = self._read(pop, topic, queue_id, queue.pull)
         for unit in units:
-            ck = PopCheckpoint(True, deadline, group, topic, queue_id, unit.base_offset, unit.count, 0,
-                            next(self._nonces), now)
+            ck = PopCheckpoint(True, pop.deadline_ms, group, topic, queue_id, unit.base_offset, unit.count, 0,
+                               next(self._nonces), pop.now_ms)
             changes.deliver(ck.key(), ck, unit, topic, False)
         if after != queue.pull:
             changes.pulls[(group, topic, queue_id)] = after
 
-    def _read(self, topic: str, queue_id: int, start: int, want: int, budget: list,
-              tag_filter) -> tuple[list[StoredBatch], int]:
-        """Up to ``want`` units from ``start`` that pass the filter, within the byte budget;
-        and the offset after the last unit looked at (filtered-out units are passed over)."""
+    def _read(self, pop: _PopRound, topic: str, queue_id: int, start: int) -> tuple[list[StoredBatch], int]:
+        """Up to the units the pop still wants from ``start`` that pass its filter, within its
+        byte budget; and the offset after the last unit looked at (filtered-out units are
+        passed over)."""
         taken: list[StoredBatch] = []
+        want = pop.wanted
         offset, looked = start, 0
         simple = self.store.topic(topic).queue_type is QueueType.SIMPLE_CQ
-        while len(taken) < want and looked < _MAX_SCAN_UNITS and budget[0] > 0:
+        while len(taken) < want and looked < _MAX_SCAN_UNITS and pop.budget_bytes > 0:
             end_of_queue = self.store.max_offset(topic, queue_id)
             if offset >= end_of_queue:
                 # Past the end only when the store lost its tail in a machine crash: go on from
                 # the end (never back: what was popped there may have been acked).
                 return taken, min(offset, end_of_queue)
             end = offset + (want - len(taken)) if simple else None
-            ask = budget[0] if simple else min(budget[0], (want - len(taken)) * _UNIT_BYTES_GUESS)
+            ask = pop.budget_bytes if simple else min(pop.budget_bytes, (want - len(taken)) * _UNIT_BYTES_GUESS)
             result = self.store.get_messages(topic, queue_id, offset, end, max_bytes=ask)
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # deleted below: go on from the first stored
                 offset = result.next_begin_offset
@@ -396,13 +416,13 @@ class PopService:
             if result.status is not GetStatus.FOUND:
                 break
             for unit in result.batches:
-                if len(taken) >= want or (taken and len(unit.data) > budget[0]):
+                if len(taken) >= want or (taken and len(unit.data) > pop.budget_bytes):
                     return taken, offset
                 looked += 1
                 offset = unit.base_offset + unit.count
-                if tag_filter is None or tag_filter.matches(unit):
+                if pop.tag_filter is None or pop.tag_filter.matches(unit):
                     taken.append(unit)
-                    budget[0] -= len(unit.data)
+                    pop.budget_bytes -= len(unit.data)
         return taken, offset
 
     def _unit(self, ck: PopCheckpoint) -> StoredBatch | None:
@@ -519,11 +539,11 @@ class PopService:
             return self._ensure_topic(dlq_topic(ck.group), QueueType.BATCH_CQ)
         if ck.topic.startswith(RETRY_PREFIX):
             return ck.topic
-        source = self.store.topics.get(ck.topic)
+        source = self.store.find_topic(ck.topic)
         return self._ensure_topic(retry_topic(ck.group, ck.topic), source.queue_type if source else QueueType.BATCH_CQ)
 
     def _ensure_topic(self, name: str, queue_type: QueueType) -> str:
-        if self.store.topics.get(name) is None:
+        if self.store.find_topic(name) is None:
             status, detail = self.store.create_topic(name, 1, queue_type)
             if detail and status is not CreateStatus.ALREADY_EXISTS:
                 log.warning("pop: cannot create %s: %s", name, detail)
@@ -542,14 +562,15 @@ class PopService:
         properties = {k: v for k, v in record.properties.items() if k not in _SYSTEM_PROPERTIES}
         properties.setdefault(PROPERTY_RETRY_TOPIC, origin or ck.topic)
         properties[PROPERTY_POP_CK] = str(ck.nonce)
-        common = dict(properties=properties, flag=record.flag, born_timestamp_ms=record.born_timestamp,
-                      born_host=record.born_host, reconsume_times=ck.reconsume_times + 1)
+        context = PutContext(record.born_timestamp, record.born_host, reconsume_times=ck.reconsume_times + 1,
+                             stored_before=True)
         if record.sys_flag & fmt.SysFlag.INNER_BATCH:
-            result = self.store.put_inner_batch(target, 0, bytes(record.body), unit.count,
-                                                codec=record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq"),
-                                                compression=record.compression, stored_before=True, **common)
+            codec = record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq")
+            batch = InnerBatch(bytes(record.body), unit.count, codec, record.compression, properties, record.flag)
+            result = self.store.put_inner_batch(target, 0, batch, context=context)
         else:
-            result = self.store.put_message(target, 0, bytes(record.body), **common)
+            result = self.store.put_message(target, 0, bytes(record.body), properties=properties, flag=record.flag,
+                                            context=context)
         if not result.ok:
             log.warning("pop revive of %s queue %d offset %d (group %s) into %s failed: %s; trying again later",
                         ck.topic, ck.queue_id, ck.offset, ck.group, target, result.detail or result.status.value)

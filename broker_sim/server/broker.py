@@ -1,4 +1,4 @@
-"""Broker: the store, the consumer offsets and a gRPC server, started and stopped together.
+"""Broker: the broker core and its gRPC door (our contract), started and stopped together.
 
 The store host written into records (and so into message ids) is the broker's listening
 address: its IPv4 address and bound port.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import ipaddress
 import logging
@@ -19,11 +20,11 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import DecodeError
 
-from broker_sim.pop import PopConfig, PopService, ReviveService
-from broker_sim.store import ConsumerOffsetTable, FlushMode, MessageStore, StoreConfig
-from broker_sim.store.commitlog import wall_clock_ms
+from broker_sim.core import BrokerCore, CoreOptions
+from broker_sim.pop import PopConfig
+from broker_sim.store import FlushMode, StoreConfig, wall_clock_ms
 from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
-from broker_sim.txn import TransactionConfig, TransactionService
+from broker_sim.txn import TransactionConfig
 from rmq_spark.codec import check_batch
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
@@ -31,7 +32,7 @@ from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 from .errors import MalformedRequest
 from .pop_servicer import PopServicer
 from .serialized import serializer
-from .servicers import STREAM_WRITE_TIMEOUT_S, CallGate, Counters, make_servicers
+from .servicers import STREAM_WRITE_TIMEOUT_S, make_servicers
 from .txn_servicer import TransactionsServicer
 
 log = logging.getLogger(__name__)
@@ -75,11 +76,8 @@ class Broker:
         self.store_config = store_config or StoreConfig()
         self.max_workers = max_workers
         self.offsets_flush_interval_ms = offsets_flush_interval_ms
-        self.store: MessageStore | None = None
-        self.offsets: ConsumerOffsetTable | None = None
         self.transaction_config = transaction_config
         self.transaction_clock_ms = transaction_clock_ms
-        self.transactions: TransactionService | None = None
         # With --flush sync, pop state is synced too: nothing acknowledged is lost to a machine crash.
         self.pop_config = pop_config or PopConfig(sync_writes=self.store_config.flush_mode is FlushMode.SYNC)
         if self.pop_config.max_waiting_pops >= max_workers:
@@ -89,12 +87,9 @@ class Broker:
             raise ValueError(f"stream_write_timeout_s={stream_write_timeout_s!r}: give a positive number of seconds")
         self.stream_write_timeout_s = stream_write_timeout_s
         self.pop_now_ms = pop_now_ms
-        self.pop: PopService | None = None
-        self._revive: ReviveService | None = None
-        self.counters = Counters()
+        self.core: BrokerCore | None = None
         self._server: grpc.aio.Server | None = None
         self._loop: _LoopThread | None = None
-        self._gate = CallGate()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
 
@@ -107,93 +102,84 @@ class Broker:
         with self._lock:
             if self._server is not None or self._stopped.is_set():
                 raise RuntimeError("a Broker starts once; create another one to start again")
-            limit = max(MAX_GRPC_MESSAGE_BYTES, self.store_config.max_message_bytes + _ENVELOPE_BYTES)
-            loop = _LoopThread(ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rmq-rpc"))
-            server = loop.run(_new_server(loop.pool, [
-                ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                ("grpc.so_reuseport", 0)]))
-            address = f"{_host_part(self.host)}:{self.port}"
-            try:
-                port = server.add_insecure_port(address)
-            except RuntimeError as err:
-                port, cause = 0, err
-            else:
-                cause = None
-            if not port:
-                loop.close(server)
-                raise BindError(f"cannot listen on {address}: the port is in use or the host is not an address of "
-                                "this machine; choose another --port (0: any free port) or --host") from cause
-            config = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
-            try:
-                store = MessageStore(self.data_dir, config, payload_check=check_batch)
-            except BaseException:
-                loop.close(server)
-                raise
-            try:
-                offsets = ConsumerOffsetTable(self.data_dir / "config" / "consumerOffset.json",
-                                              self.offsets_flush_interval_ms)
-                forgotten = offsets.keep_topics({topic.name for topic in store.topics.all()})
-                if forgotten:
-                    log.warning("forgot %d group offsets of topics deleted before the last stop", forgotten)
-            except BaseException:
-                store.close()
-                loop.close(server)
-                raise
-            try:  # completes commits a crash interrupted
-                transactions = TransactionService(store, self.data_dir / "txn", self.transaction_config,
-                                                  now_ms=self.transaction_clock_ms)
-            except BaseException:
-                offsets.close()
-                store.close()
-                loop.close(server)
-                raise
-            try:
-                pop = PopService.open(self.data_dir, store, offsets, self.pop_config, now_ms=self.pop_now_ms)
-            except BaseException:
-                transactions.close()
-                offsets.close()
-                store.close()
-                loop.close(server)
-                raise
-            admin, messaging = make_servicers(store, offsets, self._gate, self.counters, transactions, pop,
-                                              self.stream_write_timeout_s)
-            server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin),
-                                             _service_handler(pb, "Messaging", messaging),
-                                             _service_handler(txn_pb2, "Transactions",
-                                                              TransactionsServicer(transactions, self._gate)),
-                                             _service_handler(pop_pb2, "Pop", PopServicer(pop, self._gate))))
-            self._revive = ReviveService(pop)
-            self._revive.start()
-            loop.run(server.start())
-            self.store, self.offsets, self._server, self._loop, self.port = store, offsets, server, loop, port
-            self.transactions, self.pop = transactions, pop
+            with contextlib.ExitStack() as started:  # what started is stopped again when a later part fails
+                limit = max(MAX_GRPC_MESSAGE_BYTES, self.store_config.max_message_bytes + _ENVELOPE_BYTES)
+                loop = _LoopThread(ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rmq-rpc"))
+                server = loop.run(_new_server(loop.pool, [
+                    ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                    ("grpc.so_reuseport", 0)]))
+                started.callback(loop.close, server)
+                port = self._bind(server)
+                core = BrokerCore.open(self.data_dir, self._core_options(port))
+                started.callback(core.close, _DRAIN_TIMEOUT_S)
+                self._add_doors(server, core)
+                loop.run(server.start())
+                started.pop_all()
+            self.core, self._server, self._loop, self.port = core, server, loop, port
             log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
             return port
 
+    def _bind(self, server: grpc.aio.Server) -> int:
+        address = f"{_host_part(self.host)}:{self.port}"
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as err:
+            port, cause = 0, err
+        else:
+            cause = None
+        if not port:
+            raise BindError(f"cannot listen on {address}: the port is in use or the host is not an address of "
+                            "this machine; choose another --port (0: any free port) or --host") from cause
+        return port
+
+    def _core_options(self, port: int) -> CoreOptions:
+        store = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
+        return CoreOptions(store, self.offsets_flush_interval_ms, self.transaction_config,
+                           self.transaction_clock_ms, self.pop_config, self.pop_now_ms, payload_check=check_batch)
+
+    def _add_doors(self, server: grpc.aio.Server, core: BrokerCore) -> None:
+        admin, messaging = make_servicers(core, self.stream_write_timeout_s)
+        server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin),
+                                         _service_handler(pb, "Messaging", messaging),
+                                         _service_handler(txn_pb2, "Transactions", TransactionsServicer(core)),
+                                         _service_handler(pop_pb2, "Pop", PopServicer(core))))
+
     def stop(self, grace: float | None = None) -> None:
         """Stop serving, wait for calls in flight (``grace`` seconds, then they are cancelled),
-        and close the offsets and the store. Idempotent."""
+        and close the core. Idempotent."""
         with self._lock:
             if self._server is None or self._stopped.is_set():
                 self._stopped.set()
                 return
-            self.pop.stop_waiting()  # long-polling pops answer now
-            self._loop.close(self._server, grace)
-            if not self._gate.close(_DRAIN_TIMEOUT_S):
-                log.warning("calls still inside the store after %.0f s; closing it anyway", _DRAIN_TIMEOUT_S)
+            self.core.stop_waiting()  # long-polling pops answer now
             try:
-                # Each part is closed even when one before it fails (a failed disk): what
-                # could not be written is recovered at the next start.
-                for name, close in (("pop revive", self._revive.stop), ("pop", self.pop.close),
-                                    ("transactions", self.transactions.close), ("offsets", self.offsets.close)):
-                    try:
-                        close()
-                    except Exception:
-                        log.exception("closing %s failed; it recovers at the next start", name)
+                self._loop.close(self._server, grace)
+                self.core.close(_DRAIN_TIMEOUT_S)
             finally:
-                self.store.close()
                 self._stopped.set()
             log.info("broker stopped; data in %s", self.data_dir)
+
+    # The core's parts, for tests and tools that look inside a running broker.
+
+    @property
+    def store(self):
+        return self.core.store if self.core else None
+
+    @property
+    def offsets(self):
+        return self.core.offsets if self.core else None
+
+    @property
+    def transactions(self):
+        return self.core.transactions if self.core else None
+
+    @property
+    def pop(self):
+        return self.core.pop_service if self.core else None
+
+    @property
+    def counters(self):
+        return self.core.counters if self.core else None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the broker is stopped; False on timeout."""

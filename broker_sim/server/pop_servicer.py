@@ -1,30 +1,26 @@
-"""The Pop service's servicer: protobuf <-> PopService calls, nothing more."""
+"""The Pop service's servicer: protobuf <-> BrokerCore pop calls, nothing more."""
 
 from __future__ import annotations
 
-from broker_sim.pop import AckStatus, PopService
+from broker_sim.core import BrokerCore
+from broker_sim.pop import AckStatus
 from rmq_spark.protocol.v1 import pop_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2_grpc as pb_grpc
 
 from .errors import translated
 from .serialized import with_bytes_field
-from .servicers import CallGate, parse_tag_filter
 
 _RECORDS_FIELD = pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number
 _ACK_STATUS = {AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVALID}
 
 
 class PopServicer(pb_grpc.PopServicer):
-    def __init__(self, service: PopService, gate: CallGate):
-        self._service = service
-        self._gate = gate
+    def __init__(self, core: BrokerCore):
+        self._core = core
 
     @translated
     def Pop(self, request, context):
-        tags = parse_tag_filter(request.tag_filter)
-        with self._gate:  # the records are views of the store: copied into the answer inside
-            result = self._service.pop(request.group, request.topic, request.queue_id, request.max_messages,
-                                       request.invisible_time_ms, request.poll_time_ms, tags, request.orderly)
+        def answer(result):  # its records are views of the store: copied into the answer here
             found = result.deliveries
             checkpoints = [d.checkpoint for d in found]
             head = pb.PopResponse(
@@ -36,16 +32,18 @@ class PopServicer(pb_grpc.PopServicer):
                 polling_full=result.polling_full)
             return with_bytes_field(head, _RECORDS_FIELD, result.parts)
 
+        return self._core.pop(request.group, request.topic, request.queue_id, request.max_messages,
+                              request.invisible_time_ms, request.poll_time_ms, request.tag_filter, request.orderly,
+                              answer)
+
     @translated
     def Ack(self, request, context):
-        with self._gate:
-            failures = self._service.ack(request.group, list(request.receipt_handles))
+        failures = self._core.ack(request.group, list(request.receipt_handles))
         return pb.AckResponse(failures=[pb.AckFailure(index=f.index, status=_ACK_STATUS[f.status], detail=f.detail)
                                         for f in failures])
 
     @translated
     def ChangeInvisibleDuration(self, request, context):
-        with self._gate:
-            handle, until = self._service.change_invisible_duration(request.group, request.receipt_handle,
-                                                                    request.invisible_time_ms)
+        handle, until = self._core.change_invisible_duration(request.group, request.receipt_handle,
+                                                             request.invisible_time_ms)
         return pb.ChangeInvisibleDurationResponse(receipt_handle=handle, invisible_until_ms=until)

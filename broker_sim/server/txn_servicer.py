@@ -1,42 +1,34 @@
-"""The Transactions service (txn.proto): translates protobuf <-> TransactionService calls.
+"""The Transactions service (txn.proto): translates protobuf <-> BrokerCore transaction calls.
 Prepared sends arrive through Messaging.Send with ``transaction_id`` set (servicers.py)."""
 
 from __future__ import annotations
 
-from broker_sim.store import echo
-from broker_sim.txn import TransactionService, TxnState
+from broker_sim.core import BrokerCore
+from broker_sim.txn import TxnState
 from rmq_spark.protocol.v1 import txn_pb2 as pb
 from rmq_spark.protocol.v1 import txn_pb2_grpc as pb_grpc
 
 from .errors import invalid, translated
-from .servicers import CallGate
 
 _STATES = {TxnState.OPEN: pb.TXN_OPEN, TxnState.COMMITTING: pb.TXN_COMMITTING, TxnState.COMMITTED: pb.TXN_COMMITTED,
            TxnState.ROLLED_BACK: pb.TXN_ROLLED_BACK}
 
 
 class TransactionsServicer(pb_grpc.TransactionsServicer):
-    def __init__(self, service: TransactionService, gate: CallGate):
-        self._txn = service
-        self._gate = gate
+    def __init__(self, core: BrokerCore):
+        self._core = core
 
     @translated
     def EndTransaction(self, request, context):
         refs = [(t.id, t.message_count) for t in request.transactions]
-        for ref in request.transactions:
-            if ref.message_count < 0:
-                raise invalid(f"message_count {ref.message_count} of transaction {echo(ref.id)} is negative: give the "
-                              "number of messages sent under it, or 0 not to check")
         has_sink = request.HasField("sink_batch")
         if request.action == pb.TXN_COMMIT:
             sink = (request.sink_batch.sink_id, request.sink_batch.batch_id) if has_sink else None
-            with self._gate:
-                result = self._txn.commit(refs, sink)
+            result = self._core.commit_transactions(refs, sink)
         elif request.action == pb.TXN_ROLLBACK:
             if has_sink:
                 raise invalid("a rollback records no sink batch: leave sink_batch unset")
-            with self._gate:
-                result = self._txn.rollback([i for i, _ in refs])
+            result = self._core.rollback_transactions(refs)
         else:
             raise invalid(f"action {_enum_name(request.action)}: set TXN_COMMIT or TXN_ROLLBACK")
         response = pb.EndTransactionResponse(transactions=[
@@ -50,8 +42,7 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
 
     @translated
     def GetSinkBatch(self, request, context):
-        with self._gate:
-            record, latest = self._txn.sink_batch(request.sink_id, request.batch_id)
+        record, latest = self._core.sink_batch(request.sink_id, request.batch_id)
         if record is None:
             return pb.GetSinkBatchResponse(committed=False, latest_batch_id=latest)
         return pb.GetSinkBatchResponse(committed=True, transaction_ids=record.transaction_ids,
@@ -60,17 +51,16 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
     @translated
     def ListTransactions(self, request, context):
         ids = list(request.ids)
-        with self._gate:
-            found = self._txn.transactions(ids)
-            infos = []
-            for txn_id, txn in zip(ids or [t.id for t in found], found):
-                if txn is None:
-                    infos.append(pb.TransactionInfo(id=txn_id))
-                    continue
-                infos.append(pb.TransactionInfo(
-                    id=txn.id, state=_STATES[txn.state], batch_count=txn.batch_count, message_count=txn.message_count,
-                    created_ms=txn.created_ms, last_prepared_ms=txn.last_ms, expires_ms=self._txn.expires_ms(txn),
-                    ended_ms=txn.ended_ms, expired=txn.expired))
+        found = self._core.transaction_infos(ids)
+        infos = []
+        for txn_id, (txn, expires_ms) in zip(ids or [t.id for t, _ in found], found):
+            if txn is None:
+                infos.append(pb.TransactionInfo(id=txn_id))
+                continue
+            infos.append(pb.TransactionInfo(
+                id=txn.id, state=_STATES[txn.state], batch_count=txn.batch_count, message_count=txn.message_count,
+                created_ms=txn.created_ms, last_prepared_ms=txn.last_ms, expires_ms=expires_ms,
+                ended_ms=txn.ended_ms, expired=txn.expired))
         return pb.ListTransactionsResponse(transactions=infos)
 
 

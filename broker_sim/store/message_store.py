@@ -34,13 +34,24 @@ from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, recor
 from .mapped_file import raise_open_file_limit
 from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
-from .status import CreateStatus, GetResult, GetStatus, PutResult, PutStatus, QueueRecords, StoredBatch
+from .status import (
+    DEFAULT_PUT,
+    CreateStatus,
+    GetResult,
+    GetStatus,
+    InnerBatch,
+    LogPositions,
+    PutContext,
+    PutResult,
+    PutStatus,
+    QueueRecords,
+    StoredBatch,
+)
 from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_READ_BYTES = 4 << 20
-_ZERO_HOST = bytes(8)
 # INNER_BASE, added under the append lock: name, separators and up to 19 digits.
 _INNER_BASE_RESERVED = len(fmt.PROPERTY_INNER_BASE) + 2 + 19
 
@@ -162,41 +173,38 @@ class MessageStore:
             raise UnknownTopicError(_unknown_topic(name, self.topics))
         return config
 
+    def find_topic(self, name: str) -> TopicConfig | None:
+        """The topic's config, None when there is no such topic. A topic deleted (and maybe
+        created again) is another config object: callers compare with ``is``."""
+        return self.topics.get(name)
+
+    def all_topics(self) -> list[TopicConfig]:
+        """Every topic, by name."""
+        return self.topics.all()
+
     # --- writing ---------------------------------------------------------------------------
 
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
-                    flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
-                    producer: tuple[str, int] | None = None, reconsume_times: int = 0) -> PutResult:
-        """Store one message (``reconsume_times``: RECONSUMETIMES, set by retries).
+                    flag: int = 0, context: PutContext = DEFAULT_PUT) -> PutResult:
+        """Store one message.
 
-        Every put takes ``producer=(producer id, sequence)`` to be idempotent: a stamp stored
-        before gets its first answer back (``duplicate`` set) and nothing is stored (see
-        ``producer_state``)."""
+        A put with a producer stamp in its ``context`` is idempotent: a stamp stored before gets
+        its first answer back (``duplicate`` set) and nothing is stored (see ``producer_state``)."""
         return self._put(self.build_message(topic, queue_id, body, properties=properties, flag=flag,
-                                            born_timestamp_ms=born_timestamp_ms, born_host=born_host,
-                                            reconsume_times=reconsume_times), producer)
+                                            context=context), context)
 
-    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None) -> PutResult:
+    def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *,
+                        context: PutContext = DEFAULT_PUT) -> PutResult:
         """Store a client batch (RocketMQ's MessageBatch encoding) as one record per message,
         with consecutive offsets."""
-        return self._put(self.build_early_batch(topic, queue_id, payload, born_timestamp_ms=born_timestamp_ms,
-                                                born_host=born_host), producer)
+        return self._put(self.build_early_batch(topic, queue_id, payload, context=context), context)
 
-    def put_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
-                        compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
-                        flag: int = 0, born_timestamp_ms: int | None = None,
-                        born_host: bytes = _ZERO_HOST, producer: tuple[str, int] | None = None,
-                        reconsume_times: int = 0, stored_before: bool = False) -> PutResult:
-        """Store a batch of ``count`` messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a
-        BatchCQ topic. The payload is stored as it is: ``codec`` and ``compression`` are
-        recorded, and the payload is checked by ``payload_check`` unless it is a copy of a
-        stored record (``stored_before``: pop's retries, which must reach the retry topic and
-        the DLQ even when the payload does not decode)."""
-        return self._put(self.build_inner_batch(topic, queue_id, payload, count, codec=codec, compression=compression,
-                                                properties=properties, flag=flag, born_timestamp_ms=born_timestamp_ms,
-                                                born_host=born_host, reconsume_times=reconsume_times,
-                                                stored_before=stored_before), producer)
+    def put_inner_batch(self, topic: str, queue_id: int, batch: InnerBatch, *,
+                        context: PutContext = DEFAULT_PUT) -> PutResult:
+        """Store a batch of messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a BatchCQ
+        topic. The payload is stored as it is: its codec and compression are recorded, and it
+        is checked by ``payload_check`` unless the context says it was stored before."""
+        return self._put(self.build_inner_batch(topic, queue_id, batch, context=context), context)
 
     def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
         """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
@@ -211,19 +219,18 @@ class MessageStore:
     # put_records appends, or the failed PutResult.
 
     def build_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
-                      flag: int = 0, born_timestamp_ms: int | None = None,
-                      born_host: bytes = _ZERO_HOST, reconsume_times: int = 0) -> "QueueRecords | PutResult":
+                      flag: int = 0, context: PutContext = DEFAULT_PUT) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
             return failed
         props = fmt.encode_properties(properties)
-        record = PendingRecord(body, zlib.crc32(body), props, self._born(born_timestamp_ms), born_host, flag,
-                               reconsume_times=reconsume_times)
+        record = PendingRecord(body, zlib.crc32(body), props, self._born(context), context.born_host, flag,
+                               reconsume_times=context.reconsume_times)
         return self._checked(config, queue_id, [record])
 
-    def build_early_batch(self, topic: str, queue_id: int, payload: bytes, *, born_timestamp_ms: int | None = None,
-                          born_host: bytes = _ZERO_HOST) -> "QueueRecords | PutResult":
+    def build_early_batch(self, topic: str, queue_id: int, payload: bytes, *,
+                          context: PutContext = DEFAULT_PUT) -> "QueueRecords | PutResult":
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
@@ -231,7 +238,7 @@ class MessageStore:
         if topic.startswith(fmt.RETRY_TOPIC_PREFIX):
             return _illegal(f"topic {topic!r} is a retry topic: batches cannot be sent to retry topics; send "
                             "its messages one by one")
-        born = self._born(born_timestamp_ms)
+        born = self._born(context)
         records = []
         wait_values = set()
         try:
@@ -239,15 +246,14 @@ class MessageStore:
                 problem = _early_batch_problem(props, wait_values)
                 if problem:
                     return _illegal(f"message {index} of the batch {problem}")
-                records.append(PendingRecord(body, zlib.crc32(body), props, born, born_host, flag))
+                records.append(PendingRecord(body, zlib.crc32(body), props, born, context.born_host, flag))
         except fmt.BatchFormatError as err:
             return _illegal(f"malformed batch payload: {err}")
         return self._checked(config, queue_id, records)
 
-    def build_inner_batch(self, topic: str, queue_id: int, payload: bytes, count: int, *, codec: str = "rmq",
-                          compression: fmt.Compression | str = fmt.Compression.NONE, properties: dict | None = None,
-                          flag: int = 0, born_timestamp_ms: int | None = None, born_host: bytes = _ZERO_HOST,
-                          reconsume_times: int = 0, stored_before: bool = False) -> "QueueRecords | PutResult":
+    def build_inner_batch(self, topic: str, queue_id: int, batch: InnerBatch, *,
+                          context: PutContext = DEFAULT_PUT) -> "QueueRecords | PutResult":
+        payload, count, codec = batch.payload, batch.count, batch.codec
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(payload), what="batch")
         if failed:
@@ -259,32 +265,32 @@ class MessageStore:
         if codec not in fmt.BATCH_CODECS:
             return _illegal(f"unknown batch codec {echo(codec)}; use one of: {', '.join(fmt.BATCH_CODECS)}")
         try:
-            compression = fmt.Compression.parse(compression)
+            compression = fmt.Compression.parse(batch.compression)
         except ValueError as err:
             return _illegal(str(err))
         if not payload:
             return _illegal("the batch payload is empty")
-        if self.payload_check is not None and not stored_before:
+        if self.payload_check is not None and not context.stored_before:
             try:
                 self.payload_check(payload, codec, compression, count)
             except ValueError as err:
                 return _illegal(f"the inner batch payload ({codec}, {compression.name.lower()}) does not decode, "
                                 f"nothing was stored: {err}. Encode it with the codec and compression the request "
                                 "names, and give its message count")
-        props = fmt.encode_properties({**(properties or {}), fmt.PROPERTY_INNER_NUM: count,
+        props = fmt.encode_properties({**(batch.properties or {}), fmt.PROPERTY_INNER_NUM: count,
                                        fmt.PROPERTY_BATCH_CODEC: codec})
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
-        record = PendingRecord(payload, zlib.crc32(payload), props, self._born(born_timestamp_ms), born_host, flag,
-                               sys_flag, count, reconsume_times)
+        record = PendingRecord(payload, zlib.crc32(payload), props, self._born(context), context.born_host,
+                               batch.flag, sys_flag, count, context.reconsume_times)
         return self._checked(config, queue_id, [record])
 
     def _checked(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> "QueueRecords | PutResult":
         return self._check_sizes(config, records) or QueueRecords(config, queue_id, records)
 
-    def _put(self, built: "QueueRecords | PutResult", producer: tuple[str, int] | None) -> PutResult:
+    def _put(self, built: "QueueRecords | PutResult", context: PutContext) -> PutResult:
         if isinstance(built, PutResult):
             return built
-        return self._append(built.config, built.queue_id, built.records, producer)
+        return self._append(built.config, built.queue_id, built.records, context.producer)
 
     def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord],
                 producer: tuple[str, int] | None = None) -> PutResult:
@@ -370,8 +376,8 @@ class MessageStore:
                              f"{self.config.max_message_bytes} bytes (max_message_bytes): split it")
         return None
 
-    def _born(self, born_timestamp_ms: int | None) -> int:
-        return self.now_ms() if born_timestamp_ms is None else born_timestamp_ms
+    def _born(self, context: PutContext) -> int:
+        return self.now_ms() if context.born_timestamp_ms is None else context.born_timestamp_ms
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -510,6 +516,14 @@ class MessageStore:
         store_ts = fmt.HEADER.unpack_from(segment.map, at)[10]  # STORETIMESTAMP
         return end - indexed, max(0, self.now_ms() - store_ts)
 
+    def log_positions(self) -> LogPositions:
+        return LogPositions(self.commitlog.min_offset, self.commitlog.max_offset, self.commitlog.flushed_offset,
+                            self.dispatcher.position)
+
+    def record_headers(self, start: int):
+        """(position, header fields) of every record from commitlog position ``start`` on."""
+        return self.commitlog.headers(start)
+
     @property
     def indexed_position(self) -> int:
         """The commitlog position up to which every record is indexed."""
@@ -554,6 +568,10 @@ class MessageStore:
         """Put everything appended and indexed so far on disk, and checkpoint it."""
         self.commitlog.flush()
         self._flush_indexes(thorough=True)
+
+    def flush_log(self) -> None:
+        """Put everything appended so far on disk (the indexes can be rebuilt from it)."""
+        self.commitlog.flush()
 
     def _flush_indexes(self, thorough: bool) -> None:
         """Flush index files and save the checkpoint. Only a thorough flush (every index file)

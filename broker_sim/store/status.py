@@ -1,10 +1,46 @@
-"""Expected outcomes of store calls, as status values (RocketMQ's PutMessageStatus and
-GetMessageStatus); exceptions are kept for faults."""
+"""What store calls take and answer: the per-call context of a put, and expected outcomes as
+status values (RocketMQ's PutMessageStatus and GetMessageStatus); exceptions are kept for faults."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+
+ZERO_HOST = bytes(8)  # BORNHOST when the sender's address is not known (or not IPv4)
+
+
+@dataclass(frozen=True)
+class PutContext:
+    """Who sent a put, when, and how it is to be stored: RocketMQ's born host and time, the
+    producer's stamp, and what a retry copy carries.
+
+    ``born_timestamp_ms`` None: the store's time. ``producer``: (producer id, sequence), which
+    makes the put idempotent (see producer_state). ``reconsume_times``: RECONSUMETIMES, set by
+    pop's retries. ``stored_before``: the payload is a copy of a stored record (pop's retries),
+    not checked again: it must reach the retry topic and the DLQ even when it does not decode.
+    """
+
+    born_timestamp_ms: int | None = None
+    born_host: bytes = ZERO_HOST
+    producer: tuple[str, int] | None = None
+    reconsume_times: int = 0
+    stored_before: bool = False
+
+
+DEFAULT_PUT = PutContext()
+
+
+@dataclass(frozen=True)
+class InnerBatch:
+    """``count`` messages encoded by ``codec`` ("rmq" or "arrow"), maybe compressed: stored as
+    ONE record (INNER_BATCH | NEED_UNWRAP) on a BatchCQ topic, the payload as it is."""
+
+    payload: bytes
+    count: int
+    codec: str = "rmq"
+    compression: object = "none"  # format.Compression, or its name
+    properties: dict | None = None
+    flag: int = 0
 
 
 class PutStatus(enum.Enum):
@@ -49,6 +85,16 @@ class QueueRecords:
     @property
     def count(self) -> int:
         return sum(r.count for r in self.records)
+
+
+@dataclass(frozen=True)
+class LogPositions:
+    """Where the commitlog starts and ends, how far it is on disk and how far it is indexed."""
+
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    dispatched_offset: int
 
 
 class GetStatus(enum.Enum):

@@ -35,7 +35,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_sim.store.commitlog import PendingRecord
+from broker_sim.store import PendingRecord
 from broker_sim.store.disk import DiskGuard
 from broker_sim.store.errors import DiskFullError
 from broker_sim.store.files import fsync_dir

@@ -41,17 +41,20 @@ from pathlib import Path
 from typing import Callable
 
 from broker_sim.store import (
+    DEFAULT_PUT,
     DiskFailedError,
     DiskFullError,
+    InnerBatch,
     MessageStore,
+    PutContext,
     PutResult,
     PutStatus,
     QueueRecords,
     echo,
     full_sentence,
+    wall_clock_ms,
 )
 from broker_sim.store import format as fmt
-from broker_sim.store.commitlog import wall_clock_ms
 from broker_sim.store.producer_state import stamp_problem
 
 from .half_log import HalfLog, HalfLogError
@@ -270,7 +273,7 @@ class TransactionService:
                     for txn in to_commit:
                         txn.state = TxnState.OPEN
                 raise
-            position = self.store.commitlog.max_offset
+            position = self.store.log_positions().max_offset
             for rank, txn in enumerate(to_commit):
                 txn.decision_position, txn.decision_rank = position, rank
             record = None if sink is None else SinkRecord(sink[0], sink[1], tuple(ids), self.now_ms())
@@ -421,7 +424,7 @@ class TransactionService:
                     if end - start >= _APPEND_RECORDS or size >= _APPEND_BYTES or end == len(records):
                         self._append_run(key, records[start:end])
                         start, size = end, 0
-        self.store.commitlog.flush()  # what the end below says is visible is on disk first
+        self.store.flush_log()  # what the end below says is visible is on disk first
         now = self.now_ms()
         with self._lock:
             for txn in txns:
@@ -446,9 +449,9 @@ class TransactionService:
             return
         txns.sort(key=lambda t: (t.decision_position, t.decision_rank))
         wanted = {b.position for t in txns for b in t.batches}
-        start = min(txns[0].decision_position, self.store.commitlog.max_offset)
+        start = min(txns[0].decision_position, self.store.log_positions().max_offset)
         applied = set()
-        for _position, header in self.store.commitlog.headers(start):
+        for _position, header in self.store.record_headers(start):
             sys_flag, prepared = header[7], header[13]
             if sys_flag & fmt.SysFlag.TRANSACTION_COMMIT and prepared in wanted:
                 applied.add(prepared)
@@ -489,17 +492,17 @@ class PreparedPuts:
         self._service = service
         self._id = transaction_id
 
-    def put_message(self, topic, queue_id, body, *, producer=None, **options) -> PutResult:
-        return self._service.prepare(self._id, self._service.store.build_message(topic, queue_id, body, **options),
-                                     producer)
+    def put_message(self, topic, queue_id, body, *, context: PutContext = DEFAULT_PUT, **options) -> PutResult:
+        built = self._service.store.build_message(topic, queue_id, body, context=context, **options)
+        return self._service.prepare(self._id, built, context.producer)
 
-    def put_early_batch(self, topic, queue_id, payload, *, producer=None, **options) -> PutResult:
-        built = self._service.store.build_early_batch(topic, queue_id, payload, **options)
-        return self._service.prepare(self._id, built, producer)
+    def put_early_batch(self, topic, queue_id, payload, *, context: PutContext = DEFAULT_PUT) -> PutResult:
+        built = self._service.store.build_early_batch(topic, queue_id, payload, context=context)
+        return self._service.prepare(self._id, built, context.producer)
 
-    def put_inner_batch(self, topic, queue_id, payload, count, *, producer=None, **options) -> PutResult:
-        built = self._service.store.build_inner_batch(topic, queue_id, payload, count, **options)
-        return self._service.prepare(self._id, built, producer)
+    def put_inner_batch(self, topic, queue_id, batch: InnerBatch, *, context: PutContext = DEFAULT_PUT) -> PutResult:
+        built = self._service.store.build_inner_batch(topic, queue_id, batch, context=context)
+        return self._service.prepare(self._id, built, context.producer)
 
 
 def check_id(value: str, what: str) -> str:

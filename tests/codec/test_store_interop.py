@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from broker_sim.store import MessageStore, StoreConfig
+from broker_sim.store import InnerBatch, MessageStore, PutContext, StoreConfig
 from rmq_spark.codec import encode_messages
 from rmq_spark.codec.records import decode_records
 
@@ -29,11 +29,11 @@ def test_inner_batches_and_single_messages_of_a_batch_cq_topic(store, codec, com
     store.create_topic("orders", 1, "BatchCQ")
     first = [(f"m{i}".encode(), {"i": str(i)} if i % 2 else None, f"k{i}", "own" if i == 3 else None, 1000 + i)
              for i in range(5)]
-    assert store.put_inner_batch("orders", 0, encode_messages(first, codec, compression), 5, codec=codec,
-                                 compression=compression, properties={"TAGS": "batch-tag"},
-                                 born_timestamp_ms=77).ok
+    batch = InnerBatch(encode_messages(first, codec, compression), 5, codec=codec, compression=compression,
+                       properties={"TAGS": "batch-tag"})
+    assert store.put_inner_batch("orders", 0, batch, context=PutContext(born_timestamp_ms=77)).ok
     assert store.put_message("orders", 0, b"single", properties={"TAGS": "s", "KEYS": "sk", "u": "v"},
-                             born_timestamp_ms=88).ok
+                             context=PutContext(born_timestamp_ms=88)).ok
     rows = read(store, "orders", 0)
     assert [r["queue_offset"] for r in rows] == list(range(6))
     assert [r["body"] for r in rows] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"single"]

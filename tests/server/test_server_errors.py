@@ -1,12 +1,14 @@
-"""The error mapping as a table: every store status and fault has its reason, code and sentence,
-and the module docstring documents exactly the reasons there are."""
+"""The error mapping as a table: every store status and fault has its core reason and sentence
+(broker_sim.core.errors), every reason its gRPC code in our door, and the door's docstring
+documents exactly the reasons there are."""
 
 import grpc
 import pytest
 
-from broker_sim.server import errors
-from broker_sim.server.errors import CODES, BrokerError, Reason
-from broker_sim.server.servicers import CallGate
+from broker_sim.core import CallGate, errors
+from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.server import errors as door
+from broker_sim.server.errors import CODES, code_of
 from broker_sim.store import (
     CreateStatus,
     DiskFailedError,
@@ -44,7 +46,8 @@ EXPECTED = {
 
 def test_the_table_and_its_documentation():
     assert {reason.value: code.name for reason, code in CODES.items()} == EXPECTED
-    table = [line.split() for line in errors.__doc__.splitlines() if line and line.split()[0] in EXPECTED]
+    assert set(CODES) == set(Reason)
+    table = [line.split() for line in door.__doc__.splitlines() if line and line.split()[0] in EXPECTED]
     assert {row[0]: row[1] for row in table} == EXPECTED
 
 
@@ -52,11 +55,11 @@ def test_the_table_and_its_documentation():
 def test_every_put_status_has_its_reason(status):
     error = errors.from_put(PutResult(status, "what went wrong"))
     assert error.reason.value == status.value and error.message == "what went wrong"
-    assert error.code is CODES[error.reason]
+    assert code_of(error) is CODES[error.reason]
 
 
 def test_faults_and_creation_outcomes():
-    assert errors.from_exception(StoreClosedError("closed")).code is grpc.StatusCode.UNAVAILABLE
+    assert code_of(errors.from_exception(StoreClosedError("closed"))) is grpc.StatusCode.UNAVAILABLE
     assert errors.from_exception(UnknownTopicError("topic 'x' does not exist")).reason is Reason.TOPIC_NOT_FOUND
     assert errors.from_exception(UnknownTopicError("topic 't' has queues 0 to 1; there is no queue 5")).reason \
         is Reason.QUEUE_NOT_FOUND
@@ -78,4 +81,4 @@ def test_a_closed_gate_refuses_calls_as_unavailable():
     with pytest.raises(BrokerError) as caught:
         with gate:
             pass
-    assert caught.value.code is grpc.StatusCode.UNAVAILABLE and "stopping" in caught.value.message
+    assert code_of(caught.value) is grpc.StatusCode.UNAVAILABLE and "stopping" in caught.value.message

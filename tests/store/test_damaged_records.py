@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_sim.store import GetStatus, MessageStore, StoreConfig, decode_record, encode_message_batch
+from broker_sim.store import GetStatus, InnerBatch, MessageStore, StoreConfig, decode_record, encode_message_batch
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 
@@ -36,7 +36,7 @@ def body(queue_id: int, offset: int) -> bytes:
 def put_batch(store: MessageStore, queue_id: int):
     base = store.commitlog.queue_offsets.get(("B", queue_id), 0)
     payload = encode_message_batch([(body(queue_id, base + i), {}, 0) for i in range(BATCH)])
-    result = store.put_inner_batch("B", queue_id, payload, BATCH)
+    result = store.put_inner_batch("B", queue_id, InnerBatch(payload, BATCH))
     assert result.ok and result.queue_offset == base, result
     return result
 

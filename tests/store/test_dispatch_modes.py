@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from broker_sim.store import GetStatus, MessageStore, StoreConfig, concurrent_dispatcher
+from broker_sim.store import GetStatus, InnerBatch, MessageStore, PutContext, StoreConfig, concurrent_dispatcher
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.chunk_index import parse_records
@@ -51,17 +51,19 @@ def fill(store: MessageStore, seed: int = 7) -> list[int]:
         kind = i % 5
         if kind == 0:
             result = store.put_message("S", queue_id, bytes([i % 251]) * size, properties={**props, "KEYS": f"k{i}"},
-                                       born_timestamp_ms=CLOCK_MS)
+                                       context=PutContext(born_timestamp_ms=CLOCK_MS))
         elif kind in (1, 2):
             n = int(rng.integers(1, 6))
             payload = fmt.encode_message_batch([(bytes([j]) * (size // n + 1), props, j) for j in range(n)])
-            result = store.put_early_batch("S", queue_id, payload, born_timestamp_ms=CLOCK_MS)
+            result = store.put_early_batch("S", queue_id, payload,
+                                       context=PutContext(born_timestamp_ms=CLOCK_MS))
         elif kind == 3:
             n = int(rng.integers(1, 9))
-            result = store.put_inner_batch("B", queue_id, b"b%d" % i * (size // 4 + 1), n, properties=props,
-                                           born_timestamp_ms=CLOCK_MS)
+            result = store.put_inner_batch("B", queue_id, InnerBatch(b"b%d" % i * (size // 4 + 1), n, properties=props),
+                                       context=PutContext(born_timestamp_ms=CLOCK_MS))
         else:
-            result = store.put_message("G", 0, b"g" * size, born_timestamp_ms=CLOCK_MS)
+            result = store.put_message("G", 0, b"g" * size,
+                                       context=PutContext(born_timestamp_ms=CLOCK_MS))
         assert result.ok, result.detail
         physical += result.physical_offsets
         if i == 130:  # records of the deleted G stay in the log and are never indexed again
@@ -184,7 +186,7 @@ def test_waiters_are_woken_by_the_concurrent_dispatcher(concurrent_store):
     waiter = threading.Thread(target=lambda: woke.append(store.wait_for_messages("b", 1, 2, timeout_s=10)))
     waiter.start()
     for _ in range(3):
-        assert store.put_inner_batch("b", 1, b"x" * 100, 1).ok
+        assert store.put_inner_batch("b", 1, InnerBatch(b"x" * 100, 1)).ok
     waiter.join(10)
     assert woke == [True]
 

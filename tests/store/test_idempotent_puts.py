@@ -1,6 +1,6 @@
 """Idempotent puts: a (producer id, sequence) stamp is stored once, also across reopening."""
 
-from broker_sim.store import PutStatus, QueueType
+from broker_sim.store import InnerBatch, PutContext, PutStatus, QueueType
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.producer_state import ProducerState
@@ -17,9 +17,10 @@ def topics(store):
 
 def put_all_kinds(store, producer_id="p1"):
     return [
-        store.put_message("simple", 0, b"one", producer=(producer_id, 0)),
-        store.put_early_batch("simple", 1, early_payload(5), producer=(producer_id, 1)),
-        store.put_inner_batch("batch", 0, b"payload" * 10, 7, producer=(producer_id, 2)),
+        store.put_message("simple", 0, b"one", context=PutContext(producer=(producer_id, 0))),
+        store.put_early_batch("simple", 1, early_payload(5), context=PutContext(producer=(producer_id, 1))),
+        store.put_inner_batch("batch", 0, InnerBatch(b"payload" * 10, 7),
+                              context=PutContext(producer=(producer_id, 2))),
     ]
 
 
@@ -42,8 +43,8 @@ def test_a_repeated_stamp_gets_the_first_answer_and_stores_nothing(store):
 
 def test_stamps_are_per_producer(store):
     topics(store)
-    store.put_message("simple", 0, b"a", producer=("p1", 0))
-    assert not store.put_message("simple", 0, b"b", producer=("p2", 0)).duplicate
+    store.put_message("simple", 0, b"a", context=PutContext(producer=("p1", 0)))
+    assert not store.put_message("simple", 0, b"b", context=PutContext(producer=("p2", 0))).duplicate
     assert not store.put_message("simple", 0, b"c").duplicate  # unstamped puts are never deduplicated
     assert not store.put_message("simple", 0, b"c").duplicate
     store.wait_dispatched(5)
@@ -68,9 +69,9 @@ def test_stamps_survive_a_clean_reopen_and_a_crash(open_store, tmp_path):
 
 def test_a_failed_put_releases_its_stamp(store):
     topics(store)
-    refused = store.put_inner_batch("simple", 0, b"x", 1, producer=("p1", 5))
+    refused = store.put_inner_batch("simple", 0, InnerBatch(b"x", 1), context=PutContext(producer=("p1", 5)))
     assert refused.status is PutStatus.WRONG_QUEUE_TYPE
-    stored = store.put_message("simple", 0, b"x", producer=("p1", 5))
+    stored = store.put_message("simple", 0, b"x", context=PutContext(producer=("p1", 5)))
     assert stored.ok and not stored.duplicate
 
 
@@ -99,7 +100,7 @@ def test_the_window_keeps_the_recent_sequences_of_the_recent_producers():
 def test_bad_stamps_are_refused_with_a_sentence(store):
     topics(store)
     for producer, words in ((("", 1), "producer id"), (("a:b", 1), "without ':'"), (("p", -1), "sequence -1")):
-        result = store.put_message("simple", 0, b"x", producer=producer)
+        result = store.put_message("simple", 0, b"x", context=PutContext(producer=producer))
         assert result.status is PutStatus.MESSAGE_ILLEGAL and words in result.detail
 
 
@@ -107,7 +108,7 @@ def test_recovery_cuts_off_a_stamped_early_batch_that_the_end_cut_short(open_sto
     store = open_store()
     topics(store)
     store.put_message("simple", 0, b"before")
-    result = store.put_early_batch("simple", 0, early_payload(4), producer=("p1", 9))
+    result = store.put_early_batch("simple", 0, early_payload(4), context=PutContext(producer=("p1", 9)))
     store.close()
     # Keep the batch's first two records: as if the process died while writing the others.
     cut = result.physical_offsets[2]
@@ -126,5 +127,5 @@ def test_recovery_cuts_off_a_stamped_early_batch_that_the_end_cut_short(open_sto
     assert recovered.commitlog.max_offset == result.physical_offsets[0]
     recovered.wait_dispatched(5)
     assert recovered.max_offset("simple", 0) == 1  # nothing of the batch is served
-    again = recovered.put_early_batch("simple", 0, early_payload(4), producer=("p1", 9))
+    again = recovered.put_early_batch("simple", 0, early_payload(4), context=PutContext(producer=("p1", 9)))
     assert again.ok and not again.duplicate and again.queue_offset == 1

@@ -7,7 +7,9 @@ import pytest
 
 from broker_sim.store import (
     CreateStatus,
+    InnerBatch,
     MessageStore,
+    PutContext,
     PutStatus,
     QueueType,
     StoreClosedError,
@@ -64,7 +66,7 @@ def test_early_batch_is_unpacked_into_consecutive_records(store):
     store.create_topic("s", 1)
     store.put_message("s", 0, b"before")
     messages = [(b"body-%d" % i, {"KEYS": "k%d" % i, "TAGS": "T"}, i) for i in range(32)]
-    result = store.put_early_batch("s", 0, fmt.encode_message_batch(messages), born_timestamp_ms=77)
+    result = store.put_early_batch("s", 0, fmt.encode_message_batch(messages), context=PutContext(born_timestamp_ms=77))
     assert result.ok and (result.queue_offset, result.count) == (1, 32)
     assert len(result.physical_offsets) == 32
     store.wait_dispatched(5)
@@ -112,7 +114,7 @@ def test_early_batch_refuses_retry_topics_and_malformed_payloads(store):
 def test_inner_batch_is_one_record(store):
     store.create_topic("b", 1, "BatchCQ")
     payload = fmt.encode_message_batch([(b"m%d" % i, {}, 0) for i in range(32)])
-    result = store.put_inner_batch("b", 0, payload, 32, compression=fmt.Compression.LZ4)
+    result = store.put_inner_batch("b", 0, InnerBatch(payload, 32, compression=fmt.Compression.LZ4))
     assert result.ok and (result.queue_offset, result.count, len(result.physical_offsets)) == (0, 32, 1)
     store.wait_dispatched(5)
     [batch] = store.get_messages("b", 0, 0).batches
@@ -135,7 +137,8 @@ def test_inner_batch_rules(store, kwargs, status, expected):
     store.create_topic("b", 1, "BatchCQ")
     store.create_topic("s", 1, "SimpleCQ")
     args = dict(topic="b", payload=b"payload", count=2) | kwargs
-    result = store.put_inner_batch(args.pop("topic"), 0, args.pop("payload"), args.pop("count"), **args)
+    topic = args.pop("topic")
+    result = store.put_inner_batch(topic, 0, InnerBatch(**args))
     assert result.status is status and expected in result.detail
     assert store.commitlog.max_offset == 0
 

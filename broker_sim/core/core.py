@@ -1,0 +1,466 @@
+"""BrokerCore: the broker's one domain object, the only door of every front end.
+
+Each door (our gRPC contract in server/, RocketMQ's remoting protocol, RocketMQ 5's gRPC)
+translates its requests into these calls and their answers and ``BrokerError``s back; what
+RocketMQ means by a topic, a send, a message id, a tag filter, an offset, a pop or a
+transaction is decided here and below (store/, pop/, txn/), never in a door.
+
+Every call passes the core's ``CallGate``: once the broker is stopping, new calls are refused
+(SERVICE_NOT_AVAILABLE), and the store is closed only after the calls inside have left it.
+Calls that hand out stored records as they are (range reads, pops) take a ``consume``
+function, run inside the gate: the records are views of the store's files, valid only there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from broker_sim.pop import PopConfig, PopService, ReviveService
+from broker_sim.store import (
+    ConsumerOffsetTable,
+    CreateStatus,
+    FlushMode,
+    MessageStore,
+    QueueType,
+    StoreConfig,
+    TopicConfig,
+    echo,
+    system_topic_problem,
+    wall_clock_ms,
+)
+from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
+from broker_sim.store.message_filter import TagFilter
+from broker_sim.txn import EndResult, TransactionConfig, TransactionService
+
+from . import sends
+from .errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
+from .reads import OffsetRange, RangeCursor, ReadBudget
+
+log = logging.getLogger(__name__)
+
+MAX_OFFSETS_QUEUES = 16384  # queues per page of offsets, at most (a larger topic travels alone)
+_GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")  # RocketMQ's group characters
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class CallGate:
+    """Counts the calls inside the core; ``close`` refuses new ones and waits for those inside."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._inside = 0
+        self._closed = False
+
+    def __enter__(self) -> None:
+        with self._cond:
+            if self._closed:
+                raise BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
+            self._inside += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self._inside -= 1
+            if not self._inside:
+                self._cond.notify_all()
+
+    def close(self, timeout_s: float) -> bool:
+        """Refuse new calls; True once none is inside, False if some still are after the timeout."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: self._inside == 0, timeout_s)
+
+
+class Counters:
+    """Messages put and read since start, and the stream responses waiting for their client now."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.messages_put = 0
+        self.messages_read = 0
+        self.responses_waiting = 0
+
+    def add(self, put: int = 0, read: int = 0, waiting: int = 0) -> None:
+        with self._lock:
+            self.messages_put += put
+            self.messages_read += read
+            self.responses_waiting += waiting
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class BrokerStats:
+    topics: int
+    queues: int
+    commitlog_min_offset: int
+    commitlog_max_offset: int
+    commitlog_flushed_offset: int
+    dispatched_offset: int
+    dispatch_lag_bytes: int
+    dispatch_lag_ms: int
+    messages_put: int
+    messages_read: int
+    resident_memory_bytes: int
+    data_dir: str
+    flush_mode: str
+    corrupted: list  # CorruptedRecord, all of them
+    disk_failure: str
+
+
+@dataclass(frozen=True)
+class CoreOptions:
+    """How the core's parts are set up; clocks are injected by tests."""
+
+    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+    offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS
+    transactions: TransactionConfig | None = None
+    transaction_clock_ms: Callable[[], int] = wall_clock_ms
+    pop: PopConfig | None = None
+    pop_now_ms: Callable[[], int] = wall_clock_ms
+    payload_check: Callable | None = None  # MessageStore's payload_check
+
+
+class BrokerCore:
+    """The store, the consumer offsets, transactions and pop of one data directory, opened
+    together by ``open`` (recovery runs there) and closed together by ``close``."""
+
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, transactions: TransactionService,
+                 pop: PopService, revive: ReviveService):
+        self.store = store
+        self.offsets = offsets
+        self.transactions = transactions
+        self.pop_service = pop
+        self._revive = revive
+        self.gate = CallGate()
+        self.counters = Counters()
+        # With --flush sync an append waits for its flush: doors run it where waiting is cheap.
+        self.appends_wait_for_flush = store.config.flush_mode is FlushMode.SYNC
+
+    @classmethod
+    def open(cls, data_dir, options: CoreOptions) -> "BrokerCore":
+        """Open every part on ``data_dir``; what was opened is closed again when a later part fails."""
+        data_dir = Path(data_dir)
+        with contextlib.ExitStack() as opened:
+            store = MessageStore(data_dir, options.store, payload_check=options.payload_check)
+            opened.callback(store.close)
+            offsets = ConsumerOffsetTable(data_dir / "config" / "consumerOffset.json",
+                                          options.offsets_flush_interval_ms)
+            opened.callback(offsets.close)
+            forgotten = offsets.keep_topics({topic.name for topic in store.all_topics()})
+            if forgotten:
+                log.warning("forgot %d group offsets of topics deleted before the last stop", forgotten)
+            # completes commits a crash interrupted
+            transactions = TransactionService(store, data_dir / "txn", options.transactions,
+                                              now_ms=options.transaction_clock_ms)
+            opened.callback(transactions.close)
+            pop_config = options.pop or PopConfig(sync_writes=options.store.flush_mode is FlushMode.SYNC)
+            pop = PopService.open(data_dir, store, offsets, pop_config, now_ms=options.pop_now_ms)
+            opened.callback(pop.close)
+            revive = ReviveService(pop)
+            revive.start()
+            opened.pop_all()
+        return cls(store, offsets, transactions, pop, revive)
+
+    def stop_waiting(self) -> None:
+        """Long-polling pops answer now (the broker is stopping)."""
+        self.pop_service.stop_waiting()
+
+    def close(self, drain_timeout_s: float) -> None:
+        """Refuse new calls, wait up to ``drain_timeout_s`` for those inside, and close every
+        part, each even when one before it fails (a failed disk): what could not be written is
+        recovered at the next start."""
+        if not self.gate.close(drain_timeout_s):
+            log.warning("calls still inside the store after %.0f s; closing it anyway", drain_timeout_s)
+        try:
+            for name, close in (("pop revive", self._revive.stop), ("pop", self.pop_service.close),
+                                ("transactions", self.transactions.close), ("offsets", self.offsets.close)):
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing %s failed; it recovers at the next start", name)
+        finally:
+            self.store.close()
+
+    # --- topics ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, queue_count: int, queue_type: QueueType) -> tuple[TopicConfig, bool]:
+        """The topic, and whether this call created it (False: it existed, the same)."""
+        if not name:
+            raise invalid("the topic name is empty; name the topic")
+        _check_not_system(name, "create")
+        with self.gate:
+            status, detail = self.store.create_topic(name, queue_count, queue_type)
+            if status not in (CreateStatus.CREATED, CreateStatus.ALREADY_EXISTS):
+                raise from_create(status, detail)
+            return self.topic(name), status is CreateStatus.CREATED
+
+    def delete_topic(self, name: str) -> bool:
+        """Delete a topic with its group offsets and pop state; False when there is no such topic."""
+        if not name:
+            raise invalid("the topic name is empty; name the topic to delete")
+        _check_not_system(name, "delete")
+        with self.gate:
+            deleted = self.store.delete_topic(name)
+            if deleted:
+                self.offsets.remove_topic(name)
+                self.pop_service.forget_topic(name)
+            return deleted
+
+    def topic(self, name: str) -> TopicConfig:
+        """The topic's config; TOPIC_NOT_FOUND naming the topics that exist."""
+        if not name:
+            raise invalid("the topic name is empty; name the topic")
+        config = self.store.find_topic(name)
+        if config is None:
+            raise self._topic_not_found(name)
+        return config
+
+    def describe_topic(self, name: str) -> tuple[TopicConfig, list[QueueOffsets]]:
+        with self.gate:
+            config = self.topic(name)
+            return config, self.queue_offsets_of(config)
+
+    def list_topics(self) -> list[TopicConfig]:
+        with self.gate:
+            return self.store.all_topics()
+
+    def offsets_page(self, names: list[str], after: str | int, max_queues: int):
+        """Topics with the offsets of their queues, a page of at most ``max_queues`` queues (0:
+        the core's cap; a topic is never split). ``names`` empty: every topic, from the name
+        ``after`` on; otherwise those topics, from index ``after``. Returns the page and where
+        the next one starts (None: this was the last)."""
+        if max_queues < 0:
+            raise invalid(f"max_queues {max_queues} is negative: give the queues per answer, or 0 for the "
+                          f"broker's cap of {MAX_OFFSETS_QUEUES}")
+        limit = min(max_queues or MAX_OFFSETS_QUEUES, MAX_OFFSETS_QUEUES)
+        with self.gate:
+            if names:
+                first = after
+                configs = (self.topic(name) for name in names[first:])
+            else:  # topics made or deleted meanwhile do not matter
+                first = 0
+                configs = (c for c in self.store.all_topics() if c.name >= after)
+            page, queues = [], 0
+            for index, config in enumerate(configs, first):
+                if page and queues + config.queue_count > limit:
+                    return page, (index if names else config.name)
+                page.append((config, self.queue_offsets_of(config)))
+                queues += config.queue_count
+            return page, None
+
+    def queue_offsets_of(self, config: TopicConfig) -> list[QueueOffsets]:
+        return [QueueOffsets(q, *self.queue_offsets(config, q)) for q in range(config.queue_count)]
+
+    def queue_offsets(self, config: TopicConfig, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of a queue; TOPIC_NOT_FOUND when deleted in the meantime."""
+        try:
+            return self.store.min_offset(config.name, queue_id), self.store.max_offset(config.name, queue_id)
+        except LookupError:
+            raise self._topic_not_found(config.name) from None
+
+    def offsets_for_timestamp(self, topic: str, queue_ids: list[int], timestamp_ms: int) -> list[tuple[int, int]]:
+        """(queue id, the first offset stored at or after ``timestamp_ms``) per queue (none given: all)."""
+        if timestamp_ms < 0:
+            raise invalid(f"timestamp_ms {timestamp_ms} is negative: give milliseconds since the epoch")
+        with self.gate:
+            config = self.topic(topic)
+            queue_ids = list(queue_ids) or range(config.queue_count)
+            for queue_id in queue_ids:
+                _check_queue(config, queue_id)
+            return [(q, self.store.offset_for_timestamp(config.name, q, timestamp_ms)) for q in queue_ids]
+
+    # --- sends -----------------------------------------------------------------------------
+
+    def send(self, request: sends.SendRequest) -> sends.SendOutcome:
+        """Store a send (prepared under its transaction, if it names one); refusals raise."""
+        sends.check_send(request)
+        with self.gate:
+            # A prepared send is checked as a plain one, then kept aside by the transaction service.
+            target = self.transactions.prepared(request.transaction_id) if request.transaction_id else self.store
+            result = sends.put(target, request)
+        if not result.ok:
+            raise from_put(result)
+        if not result.duplicate:
+            self.counters.add(put=result.count)
+        ids = sends.message_ids(request, result, self.store.config.store_host_bytes)
+        return sends.SendOutcome(result.queue_id, result.queue_offset, result.count, ids, result.store_timestamp,
+                                 result.duplicate)
+
+    # --- range reads -----------------------------------------------------------------------
+
+    def open_ranges(self, ranges: list[OffsetRange], tag_filter: str, max_bytes: int) -> list[RangeCursor]:
+        """Cursors over ``ranges`` (read in order, sharing ``max_bytes``), checked all before any
+        is read; ``tag_filter`` "TagA || TagB" ("" or "*": all)."""
+        if max_bytes <= 0:
+            raise bad_range(f"max_bytes {max_bytes}: give a positive byte budget")
+        tags = parse_tag_filter(tag_filter)
+        budget = ReadBudget(max_bytes)
+        with self.gate:
+            return [self._cursor(i, r, tags, budget) for i, r in enumerate(ranges)]
+
+    def _cursor(self, index: int, r: OffsetRange, tags, budget: ReadBudget) -> RangeCursor:
+        config = self.topic(r.topic)
+        _check_queue(config, r.queue_id)
+        where = f"range {index} ({r.topic!r} queue {r.queue_id})"
+        if r.start < 0:
+            raise bad_range(f"{where}: start_offset {r.start} is negative; offsets start at 0")
+        if r.end is not None and r.end < 0:
+            raise bad_range(f"{where}: end_offset {r.end} is negative; give an exclusive end, or 0 for the queue's "
+                            "max offset")
+        if r.end is not None and r.end <= r.start:
+            raise bad_range(f"{where}: end_offset {r.end} is not after start_offset {r.start}; the end is exclusive "
+                            "(0: up to the max offset)")
+        return RangeCursor(self, config, r.queue_id, r.start, r.end, tags, budget)
+
+    # --- group offsets ---------------------------------------------------------------------
+
+    def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> None:
+        """Store the group's next offsets to consume, (topic, queue id, offset) each."""
+        _check_group(group)
+        with self.gate:
+            for topic, queue_id, offset in entries:
+                config = self.topic(topic)
+                _check_queue(config, queue_id)
+                if offset < 0:
+                    raise bad_range(f"offset {offset} of topic {topic!r} queue {queue_id} is negative: commit the "
+                                    "next offset to consume, 0 or more")
+                # RocketMQ's broker stores any offset (ConsumerManageProcessor.updateConsumerOffset
+                # checks none); refused here because one past the end would make the group skip
+                # messages stored later, and readers (the Spark source) trust committed offsets.
+                end = self.store.next_offset(config.name, queue_id)
+                if offset > end:
+                    raise bad_range(f"offset {offset} of topic {topic!r} queue {queue_id} is past the queue's end: "
+                                    f"commit at most {end}, the offset its next message gets")
+            self.offsets.commit(group, entries)
+
+    def query_offsets(self, group: str, topics: list[str] | None) -> list[tuple[str, int, int]]:
+        """The group's committed (topic, queue id, offset)s, of ``topics`` (None: all)."""
+        _check_group(group)
+        with self.gate:
+            return self.offsets.query(group, topics or None)
+
+    # --- pop -------------------------------------------------------------------------------
+
+    def pop(self, group: str, topic: str, queue_id: int, max_messages: int, invisible_time_ms: int,
+            poll_time_ms: int, tag_filter: str, orderly: bool, consume: Callable):
+        """Pop (PopService.pop) and call ``consume(result)`` while its records are valid; its result."""
+        tags = parse_tag_filter(tag_filter)
+        with self.gate:
+            result = self.pop_service.pop(group, topic, queue_id, max_messages, invisible_time_ms, poll_time_ms,
+                                          tags, orderly)
+            return consume(result)
+
+    def ack(self, group: str, receipt_handles: list[str]):
+        with self.gate:
+            return self.pop_service.ack(group, receipt_handles)
+
+    def change_invisible_duration(self, group: str, receipt_handle: str, invisible_time_ms: int) -> tuple[str, int]:
+        with self.gate:
+            return self.pop_service.change_invisible_duration(group, receipt_handle, invisible_time_ms)
+
+    # --- transactions ----------------------------------------------------------------------
+
+    def commit_transactions(self, refs: list[tuple[str, int]], sink: tuple[str, int] | None) -> EndResult:
+        """Commit (transaction id, messages sent under it: 0 not to check)s, recording the sink
+        batch (sink id, batch id) with them when given."""
+        _check_message_counts(refs)
+        with self.gate:
+            return self.transactions.commit(refs, sink)
+
+    def rollback_transactions(self, refs: list[tuple[str, int]]) -> EndResult:
+        """Roll back transactions, (id, messages sent under it) each as a commit names them."""
+        _check_message_counts(refs)
+        with self.gate:
+            return self.transactions.rollback([txn_id for txn_id, _count in refs])
+
+    def sink_batch(self, sink_id: str, batch_id: int):
+        with self.gate:
+            return self.transactions.sink_batch(sink_id, batch_id)
+
+    def transaction_infos(self, ids: list[str]) -> list:
+        """(transaction or None, its expiry in ms) per id (none given: every one known)."""
+        with self.gate:
+            found = self.transactions.transactions(ids)
+            return [(txn, self.transactions.expires_ms(txn) if txn is not None else 0) for txn in found]
+
+    # --- stats -----------------------------------------------------------------------------
+
+    def stats(self) -> BrokerStats:
+        with self.gate:
+            store = self.store
+            topics = store.all_topics()
+            log_positions = store.log_positions()
+            lag_bytes, lag_ms = store.dispatch_lag()
+            return BrokerStats(
+                topics=len(topics), queues=sum(t.queue_count for t in topics),
+                commitlog_min_offset=log_positions.min_offset, commitlog_max_offset=log_positions.max_offset,
+                commitlog_flushed_offset=log_positions.flushed_offset,
+                dispatched_offset=log_positions.dispatched_offset, dispatch_lag_bytes=lag_bytes,
+                dispatch_lag_ms=lag_ms, messages_put=self.counters.messages_put,
+                messages_read=self.counters.messages_read, resident_memory_bytes=_resident_bytes(),
+                data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value,
+                corrupted=store.corrupted_records(), disk_failure=store.disk.failure)
+
+    def _topic_not_found(self, name: str) -> BrokerError:
+        names = [t.name for t in self.store.all_topics()]
+        shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+        return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
+                                                   f"{shown or 'none'}. Create it first, or check the name")
+
+
+def parse_tag_filter(expression: str) -> TagFilter | None:
+    try:
+        return TagFilter.parse(expression)
+    except ValueError as bad:
+        raise invalid(f"tag filter {echo(expression)} {bad}") from None
+
+
+def _check_queue(config: TopicConfig, queue_id: int) -> None:
+    if not 0 <= queue_id < config.queue_count:
+        raise BrokerError(Reason.QUEUE_NOT_FOUND, f"topic {config.name!r} has queues 0 to "
+                                                  f"{config.queue_count - 1}; there is no queue {queue_id}")
+
+
+def _check_group(group: str) -> None:
+    if not group:
+        raise invalid("the consumer group name is empty; name the group")
+    if not _GROUP_NAME.match(group):
+        raise invalid(f"consumer group {echo(group)} may only use letters, digits, '%', '|', '+', '_' and '-', "
+                      "at most 255 of them")
+
+
+def _check_not_system(topic: str, action: str) -> None:
+    problem = system_topic_problem(topic, action)
+    if problem:
+        raise invalid(problem)
+
+
+def _check_message_counts(refs: list[tuple[str, int]]) -> None:
+    for txn_id, count in refs:
+        if count < 0:
+            raise invalid(f"message_count {count} of transaction {echo(txn_id)} is negative: give the number of "
+                          "messages sent under it, or 0 not to check")
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+
