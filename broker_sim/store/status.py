@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 ZERO_HOST = bytes(8)  # BORNHOST when the sender's address is not known (or not IPv4)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PutContext:
     """Who sent a put, when, and how it is to be stored: RocketMQ's born host and time, the
     producer's stamp, and what a retry copy carries.
@@ -18,6 +18,7 @@ class PutContext:
     makes the put idempotent (see producer_state). ``reconsume_times``: RECONSUMETIMES, set by
     pop's retries. ``stored_before``: the payload is a copy of a stored record (pop's retries),
     not checked again: it must reach the retry topic and the DLQ even when it does not decode.
+    Made per put and never changed (not frozen: that costs ~0.6 us a put).
     """
 
     born_timestamp_ms: int | None = None
@@ -30,7 +31,7 @@ class PutContext:
 DEFAULT_PUT = PutContext()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class InnerBatch:
     """``count`` messages encoded by ``codec`` ("rmq" or "arrow"), maybe compressed: stored as
     ONE record (INNER_BATCH | NEED_UNWRAP) on a BatchCQ topic, the payload as it is."""
