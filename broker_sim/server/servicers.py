@@ -190,12 +190,18 @@ class _Chunks:
 
     def take(self, records: list, done: bool) -> tuple[list, bool]:
         out = []
-        for record in records:
-            if self.parts and self.part_bytes + len(record) > CHUNK_BYTES:
-                out.append(self._chunk())
-            self.parts.append(record)
-            self.part_bytes += len(record)
-            self.part_records += 1
+        size = sum(map(len, records))
+        if self.part_bytes + size <= CHUNK_BYTES:  # the usual step: no record per record work
+            self.parts += records
+            self.part_bytes += size
+            self.part_records += len(records)
+        else:
+            for record in records:
+                if self.parts and self.part_bytes + len(record) > CHUNK_BYTES:
+                    out.append(self._chunk())
+                self.parts.append(record)
+                self.part_bytes += len(record)
+                self.part_records += 1
         if done:
             out.append(self._finish())
         elif self.part_bytes >= CHUNK_BYTES:
