@@ -17,6 +17,7 @@ _HOMES = {
     "RangeReader": "consumer",
     "PopConsumer": "consumer",
     "Delivery": "consumer",
+    "normalize_tag_filter": "consumer.tag_filter",
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (
