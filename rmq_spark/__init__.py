@@ -11,6 +11,7 @@ import importlib
 _HOMES = {
     "Admin": "client.admin",
     "TransportConfig": "client.transport",
+    "check_endpoint": "client.transport",
     "TransactionalSender": "client.transactions",
     "Transactions": "client.transactions",
     "new_transaction_id": "client.transactions",

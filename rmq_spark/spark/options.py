@@ -12,9 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .. import normalize_tag_filter
-from ..client.transport import check_endpoint
-from ..errors import ConfigError
+from .. import ConfigError, check_endpoint, normalize_tag_filter
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
