@@ -2,6 +2,6 @@
 that have a ``DefaultSource``: this one makes ``spark.read(Stream).format("rocketmq-batch")``
 work after ``pip install`` alone."""
 
-from rmq_spark.spark.source import RocketMQBatchDataSource as DefaultSource
+from rmq_spark.spark.datasource import RocketMQBatchDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -11,12 +11,14 @@ import importlib
 _HOMES = {
     "Admin": "client.admin",
     "TransportConfig": "client.transport",
+    "check_endpoint": "client.transport",
     "TransactionalSender": "client.transactions",
     "Transactions": "client.transactions",
     "new_transaction_id": "client.transactions",
     "RangeReader": "consumer",
     "PopConsumer": "consumer",
     "Delivery": "consumer",
+    "normalize_tag_filter": "consumer.tag_filter",
     "Producer": "producer",
     "ProducerConfig": "producer",
     **{name: "structs" for name in (

@@ -40,6 +40,8 @@ class TransportConfig:
 
 
 def check_endpoint(endpoint: str) -> str:
+    """``endpoint`` if it is ``HOST:PORT`` (a port from 1 to 65535); else ``ConfigError``, before
+    any connection is tried."""
     host, sep, port = str(endpoint).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"endpoint {endpoint!r} is not HOST:PORT (for example 127.0.0.1:10911)")

@@ -26,6 +26,7 @@ from ..errors import (
 from ..protocol.v1 import pop_pb2 as pb
 from ..protocol.v1 import pop_pb2_grpc
 from ..structs import ReceivedMessage
+from .tag_filter import normalize_tag_filter
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ class PopConsumer:
     topics : str or list of str
         Popped in turn; each topic's retry queue of the group is popped along with its queues.
     tag_filter : str
-        ``"TagA || TagB"``: only messages with one of these tags (default ``"*"``: all).
+        ``"TagA || TagB"``: only messages with one of these tags (default ``"*"``: all); read
+        as RocketMQ reads it (``normalize_tag_filter``).
     invisible_ms : int
         How long popped messages stay invisible to the group unless acked (default 30 s).
     max_messages : int
@@ -84,7 +86,7 @@ class PopConsumer:
                               "topic, or every queue (-1)")
         self.group = group
         self.topics = topics
-        self.tag_filter = tag_filter or "*"
+        self.tag_filter = normalize_tag_filter(tag_filter) or "*"
         self.invisible_ms = invisible_ms
         self.max_messages = max_messages
         self.poll_ms = poll_ms

@@ -14,6 +14,7 @@ from ..codec.records import RecordFormatError, decode_records, iter_record_heade
 from ..errors import ConfigError, CorruptedRecordError, DataLossError, OffsetOutOfRangeError, UndecodableBatchError
 from ..protocol.v1 import broker_pb2 as pb
 from ..structs import OffsetRange
+from .tag_filter import normalize_tag_filter
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class RangeReader:
     max_bytes_per_fetch : int
         Stored bytes one ReadRanges call may return (default 64 MiB).
     tag_filter : str, optional
-        ``"TagA || TagB"``: only messages with one of these tags.
+        ``"TagA || TagB"``: only messages with one of these tags; read as RocketMQ reads it
+        (``normalize_tag_filter``).
     include_properties : bool
         Add the ``properties`` map column.
     on_data_loss : {"fail", "skip"}
@@ -71,7 +73,7 @@ class RangeReader:
         if on_data_loss not in ON_DATA_LOSS:
             raise ConfigError(f"on_data_loss={on_data_loss!r}: use one of {', '.join(ON_DATA_LOSS)}")
         self.max_bytes_per_fetch = max_bytes_per_fetch
-        self.tag_filter = (tag_filter or "").strip()
+        self.tag_filter = normalize_tag_filter(tag_filter)
         self.include_properties = include_properties
         self.on_data_loss = on_data_loss
         self.schema = read_schema(include_properties)

@@ -10,8 +10,9 @@ import logging
 import threading
 from typing import Callable, NamedTuple
 
+from ..codec import Codec, Compression
 from ..errors import ResultTimeoutError
-from ..structs import Message, SendResult
+from ..structs import Message, QueueType, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,26 @@ class BatchKey(NamedTuple):
     topic: str
     queue_id: int
     tags: str | None
+
+
+class BatchForm(NamedTuple):
+    """How a batch is sent: as one inner batch, or as an early batch; its payload's encoding."""
+
+    inner: bool
+    codec: Codec
+    compression: Compression
+
+
+# The broker unpacks an early batch into a record per message: RocketMQ's encoding, uncompressed.
+EARLY_BATCH = BatchForm(False, Codec.RMQ, Compression.NONE)
+
+
+def batch_form(queue_type: QueueType, codec: Codec, compression: Compression) -> BatchForm:
+    """The one place that decides early versus inner batch, for messages and Arrow rows alike:
+    on a BatchCQ topic one inner batch (one stored record and index unit, one tag) in the
+    producer's codec and compression; on a SimpleCQ topic an early batch (a record and an index
+    unit per message, each with its own tag)."""
+    return BatchForm(True, codec, compression) if queue_type is QueueType.BATCH_CQ else EARLY_BATCH
 
 
 class ProducerBatch:

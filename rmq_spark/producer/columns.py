@@ -8,17 +8,16 @@ grouped by (topic, queue, tag) as AutoBatch groups messages.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..codec import Codec, Compression, encode_pieces
+from ..codec import encode_pieces
 from ..codec.columns import to_batch_columns
-from ..errors import ConfigError, QueueNotFoundError, ResultTimeoutError
-from ..structs import QueueType, TopicInfo
-from .batch import BatchKey, ProducerBatch
+from ..errors import ConfigError, ResultTimeoutError
+from ..structs import TopicInfo
+from .batch import BatchForm, BatchKey, ProducerBatch
+from .routing import Router
 
 MAX_BATCH_MESSAGES = 32767  # BatchCQ's batchSize is a Java short
 
@@ -50,23 +49,23 @@ class ArrowSend:
         return [batch.response for batch in self.batches if batch.response is not None]
 
 
-def plan_batches(columns: pa.RecordBatch, route: TopicInfo, *, by_keys: bool, first_turn: int,
-                 batch_max_bytes: int, codec: Codec, compression: Compression,
-                 queue_ids: np.ndarray | None = None) -> list[ProducerBatch]:
-    """The batches that carry ``columns`` (``BATCH_SCHEMA``, one topic) to ``route``'s queues.
+def plan_batches(rows: pa.RecordBatch, route: TopicInfo, router: Router, *, form: BatchForm,
+                 batch_max_bytes: int) -> list[ProducerBatch]:
+    """The batches that carry ``rows`` (of one topic) to ``route``'s queues, in ``form``.
 
-    A row goes to its ``queue_ids`` entry when given; else, with ``by_keys``, a row with keys
-    to ``crc32(keys) % queues`` (as ``Router`` sends messages); the other rows take the queues
-    in turn, a run of about ``batch_max_bytes`` per queue, from ``first_turn``.
+    The router chooses each row's queue (its ``queue_id`` column, its keys' hash, or the queues
+    in turn, a run of about ``batch_max_bytes`` per turn); rows are grouped by queue, and by tag
+    for inner batches (whose index unit carries one tag), and cut into batches of about
+    ``batch_max_bytes``.
     """
-    rows = columns.num_rows
-    if rows == 0:
+    columns = batch_columns(rows)
+    count = columns.num_rows
+    if count == 0:
         return []
     lengths = np.asarray(pc.binary_length(columns.column("body")), dtype=np.int64)
-    queues = _queues(columns, route, by_keys, first_turn, lengths, batch_max_bytes, queue_ids)
-    batch_cq = route.queue_type is QueueType.BATCH_CQ
-    tags = columns.column("tags").dictionary_encode() if batch_cq else None
-    tag_ids = np.zeros(rows, dtype=np.int64) if tags is None else \
+    queues = router.row_queues(route, rows, columns.column("keys"), lengths, batch_max_bytes)
+    tags = columns.column("tags").dictionary_encode() if form.inner else None
+    tag_ids = np.zeros(count, dtype=np.int64) if tags is None else \
         np.asarray(tags.indices.fill_null(-1), dtype=np.int64) + 1
     group = queues * (1 + (0 if tags is None else len(tags.dictionary))) + tag_ids
     if _worth_collating(group, lengths, batch_max_bytes):
@@ -74,13 +73,12 @@ def plan_batches(columns: pa.RecordBatch, route: TopicInfo, *, by_keys: bool, fi
         columns, group, lengths, queues, tag_ids = (columns.take(pa.array(order)), group[order], lengths[order],
                                                     queues[order], tag_ids[order])
     bounds = _cut(group, lengths, batch_max_bytes)
-    payload_codec, payload_compression = (codec, compression) if batch_cq else (Codec.RMQ, Compression.NONE)
-    payloads = encode_pieces(columns, bounds, payload_codec, payload_compression)
+    payloads = encode_pieces(columns, bounds, form.codec, form.compression)
     batches = []
     for (start, stop), payload in zip(bounds, payloads):
         tag = None if tags is None or tag_ids[start] == 0 else tags.dictionary[tag_ids[start] - 1].as_py()
         batch = ProducerBatch(BatchKey(route.name, int(queues[start]), tag))
-        batch.encoded = (payload, stop - start, payload_codec, payload_compression)
+        batch.encoded = (payload, stop - start, form.codec, form.compression)
         batch.body_bytes = len(payload)
         batches.append(batch)
     return batches
@@ -124,43 +122,11 @@ def split_by_topic(columns: pa.RecordBatch, topic: str | None) -> list[tuple[str
     return [(value, columns.filter(pc.equal(column, value))) for value in values]
 
 
-def queue_id_column(columns: pa.RecordBatch) -> np.ndarray | None:
-    if "queue_id" not in columns.schema.names:
-        return None
-    column = columns.column("queue_id")
-    if not pa.types.is_integer(column.type):
-        raise ConfigError(f"column 'queue_id' is {column.type}; use an integer type")
-    if column.null_count:
-        row = pc.index(pc.is_null(column), True).as_py()
-        raise ConfigError(f"column 'queue_id' is null at row {row}: give every row a queue, or drop the column")
-    return np.asarray(column, dtype=np.int64)
-
-
 def batch_columns(columns: pa.RecordBatch) -> pa.RecordBatch:
     try:
         return to_batch_columns(columns)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-
-
-def _queues(columns, route: TopicInfo, by_keys: bool, first_turn: int, lengths: np.ndarray,
-            batch_max_bytes: int, queue_ids: np.ndarray | None) -> np.ndarray:
-    count = route.queue_count
-    if queue_ids is not None:
-        bad = np.flatnonzero((queue_ids < 0) | (queue_ids >= count))
-        if len(bad):
-            raise QueueNotFoundError(f"row {int(bad[0])} names queue {int(queue_ids[bad[0]])}; topic {route.name!r} "
-                                     f"has queues 0 to {count - 1}")
-        return queue_ids
-    # Rows without a queue take the queues in turn, a run of about batch_max_bytes each.
-    before = np.cumsum(lengths) - lengths
-    queues = (first_turn + before // batch_max_bytes) % count
-    keys = columns.column("keys")
-    if by_keys and keys.null_count < len(keys):
-        with_keys = np.flatnonzero(np.asarray(keys.is_valid(), dtype=bool))
-        hashes = [zlib.crc32(key.encode()) for key in keys.take(pa.array(with_keys)).to_pylist()]
-        queues[with_keys] = np.asarray(hashes, dtype=np.int64) % count
-    return queues
 
 
 def _cut(group: np.ndarray, lengths: np.ndarray, batch_max_bytes: int) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ from ..errors import ClosedError, ConfigError, RequestTimeoutError
 from ..structs import Message, PreparedTransaction, SendResult
 from .accumulator import RecordAccumulator
 from .batch import BatchKey, ProducerBatch, SendFuture
-from .columns import ArrowSend, as_record_batch, batch_columns, plan_batches, queue_id_column, split_by_topic
+from .columns import ArrowSend, as_record_batch, plan_batches, split_by_topic
 from .config import ProducerConfig
 from .routing import Router
 from .sender import BatchTimer, Sender
@@ -172,10 +172,8 @@ class Producer:
         planned = []
         for name, rows in split_by_topic(record_batch, topic):
             route = self._router.topic(name)
-            planned += plan_batches(batch_columns(rows), route, by_keys=self._router.by_keys,
-                                    first_turn=self._router.next_turn(), batch_max_bytes=self.config.batch_max_bytes,
-                                    codec=self._sender.codec, compression=self._sender.compression,
-                                    queue_ids=queue_id_column(rows))
+            planned += plan_batches(rows, route, self._router, form=self._sender.form(name),
+                                    batch_max_bytes=self.config.batch_max_bytes)
         chunk, chunk_bytes = [], 0
         for index, batch in enumerate(planned):
             if chunk and chunk_bytes + batch.body_bytes > self.config.request_max_bytes:

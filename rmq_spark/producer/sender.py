@@ -16,9 +16,8 @@ from ..client.transport import Transport
 from ..codec import Codec, Compression, compress, encode_messages, rmq
 from ..errors import TopicNotFoundError, error_for
 from ..protocol.v1 import broker_pb2 as pb
-from ..structs import QueueType
 from .accumulator import RecordAccumulator
-from .batch import ProducerBatch
+from .batch import BatchForm, ProducerBatch, batch_form
 from .config import ProducerConfig
 from .routing import Router
 
@@ -163,29 +162,34 @@ class Sender:
             request.single.CopyFrom(pb.SingleMessage(body=message.body, properties=message.properties,
                                                      tags=message.tags or "", keys=message.keys or ""))
             return request
-        if self.router.topic(topic).queue_type is QueueType.BATCH_CQ:
+        form = self.form(topic)
+        if form.inner:
             tags = {m.tags for m in messages}
             batch_ = request.inner_batch
-            batch_.payload = _encode(messages, self.codec, self.compression)
+            batch_.payload = _encode(messages, form.codec, form.compression)
             batch_.count = len(messages)
-            batch_.codec = PB_CODECS[self.codec]
-            batch_.compression = PB_COMPRESSIONS[self.compression]
+            batch_.codec = PB_CODECS[form.codec]
+            batch_.compression = PB_COMPRESSIONS[form.compression]
             batch_.tags = (next(iter(tags)) or "") if len(tags) == 1 else ""
-        else:  # the broker unpacks an early batch: RocketMQ's encoding, uncompressed
-            request.early_batch.payload = _encode(messages, Codec.RMQ, Compression.NONE)
+        else:
+            request.early_batch.payload = _encode(messages, form.codec, form.compression)
             request.early_batch.count = len(messages)
         return request
 
 
     def _encoded_request(self, request: pb.SendRequest, batch: ProducerBatch) -> pb.SendRequest:
         payload, count, codec, compression = batch.encoded
-        if self.router.topic(batch.key.topic).queue_type is QueueType.BATCH_CQ:
+        if self.form(batch.key.topic).inner:
             request.inner_batch.CopyFrom(pb.InnerBatch(payload=payload, count=count, codec=PB_CODECS[codec],
                                                        compression=PB_COMPRESSIONS[compression],
                                                        tags=batch.key.tags or ""))
         else:
             request.early_batch.CopyFrom(pb.EarlyBatch(payload=payload, count=count))
         return request
+
+    def form(self, topic: str) -> BatchForm:
+        """How batches of ``topic`` go (``batch_form``): the route's queue type decides."""
+        return batch_form(self.router.topic(topic).queue_type, self.codec, self.compression)
 
 
 def _encode(messages: list, codec: Codec, compression: Compression) -> bytes:

@@ -1,11 +1,12 @@
-"""The PySpark data source ``rocketmq-batch`` (streaming and batch reads).
+"""The PySpark data source ``rocketmq-batch``, streaming and batch reads and writes: the class in
+``datasource.py``, its readers in ``source.py``, its writers in ``sink.py``.
 
 Installing the package registers the format by itself (the top-level module
 ``pyspark_rocketmq_batch``, which PySpark finds among ``pyspark_*`` modules); where that
 lookup is off or the package is not installed in Spark's Python, call ``register(spark)``.
 """
 
-from .source import NAME, RocketMQBatchDataSource
+from .datasource import NAME, RocketMQBatchDataSource
 
 
 def register(spark) -> None:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..client.admin import Admin
-from ..errors import ConfigError, TopicNotFoundError
-from ..structs import QueueOffsets
+from .. import Admin, ConfigError, QueueOffsets, TopicNotFoundError
 from .options import EARLIEST, LATEST, SourceOptions, Subscription
 
 

@@ -12,8 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..client.transport import check_endpoint
-from ..errors import ConfigError
+from .. import ConfigError, check_endpoint, normalize_tag_filter
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
@@ -320,14 +319,10 @@ def _bool(given: dict, name: str) -> bool:
 def _tag_filter(given: dict) -> str | None:
     if "tagFilter" not in given:
         return None
-    value = given["tagFilter"].strip()
-    if value == "*":
-        return None
-    tags = [t.strip() for t in value.split("||")]
-    if not all(tags):
-        raise ConfigError(f"option tagFilter={given['tagFilter']!r}: expected tags separated by ||, e.g. "
-                          "'TagA || TagB', or * for every message")
-    return " || ".join(tags)
+    try:
+        return normalize_tag_filter(given["tagFilter"]) or None
+    except ConfigError as err:
+        raise ConfigError(f"option tagFilter: {err}") from None
 
 
 def _name(given: dict, name: str) -> str | None:

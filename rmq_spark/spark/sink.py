@@ -42,8 +42,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .. import Admin, PreparedTransaction, Producer, Transactions, new_transaction_id
-from ..errors import ConfigError, TopicNotFoundError
+from .. import Admin, ConfigError, PreparedTransaction, Producer, TopicNotFoundError, Transactions, new_transaction_id
 from .options import SinkOptions
 
 log = logging.getLogger(__name__)

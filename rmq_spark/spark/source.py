@@ -1,6 +1,6 @@
-"""The ``rocketmq-batch`` data source: streaming and batch reads of broker_sim topics into
-Spark, as Arrow record batches, with replayable per-queue offsets; its writes are in
-``sink.py``."""
+"""The readers of the ``rocketmq-batch`` data source (``datasource.py``): streaming and batch
+reads of broker_sim topics into Spark, as Arrow record batches, with replayable per-queue
+offsets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from typing import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -21,19 +21,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..client.admin import Admin
-from ..client.transport import TransportConfig
-from ..consumer.range_reader import RangeReader
-from ..errors import ConfigError, DataLossError, RmqError
-from ..structs import OffsetRange
-from . import compat, sink
+from .. import Admin, ConfigError, DataLossError, OffsetRange, RangeReader, RmqError, TransportConfig
+from . import compat
 from .offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
-from .options import SourceOptions, parse_options, parse_sink_options
+from .options import SourceOptions
 from .planning import QueueRange, plan_partitions, rate_limit, should_delay
 
 log = logging.getLogger(__name__)
-
-NAME = "rocketmq-batch"
 
 
 def spark_schema(include_properties: bool = False) -> StructType:
@@ -47,175 +41,6 @@ def spark_schema(include_properties: bool = False) -> StructType:
     if include_properties:
         fields.append(StructField("properties", MapType(StringType(), StringType())))
     return StructType(fields)
-
-
-class RocketMQBatchDataSource(DataSource):
-    """``spark.readStream.format("rocketmq-batch")`` and ``spark.read.format("rocketmq-batch")``:
-    topics of a broker_sim broker, read by offset ranges at the speed of the batch model;
-    ``df.writeStream.format("rocketmq-batch")`` and ``df.write.format("rocketmq-batch")``:
-    rows written to topics, exactly once (the write options follow the read options).
-
-    Registered by itself on install (the top-level module ``pyspark_rocketmq_batch``), or with
-    ``rmq_spark.spark.register(spark)``. Rows have the schema topic string, queue_id int,
-    queue_offset long, body binary, tags string, keys string, born_timestamp timestamp,
-    store_timestamp timestamp, and with ``includeProperties`` properties map<string,string>.
-    A streaming query checkpoints ``{"topic": {"queueId": next_offset}}``; the same offsets
-    always give the same rows, so a query restarted from its checkpoint sees every message
-    exactly once. Unknown or malformed options fail at ``load()``.
-
-    Parameters
-    ----------
-    Options of reads:
-
-    endpoint : str
-        Required. The broker's ``HOST:PORT``.
-    topic, topics, topicPattern, assign : str
-        Exactly one. ``topic``: one topic; ``topics``: a comma list; ``topicPattern``: a
-        regular expression matching whole topic names (topics created later are read too);
-        ``assign``: JSON of topic -> queue ids, ``{"orders": [0, 1]}`` (exactly those queues).
-        Queues a topic gains during a query are read from their first offset.
-    startingOffsets : str
-        ``earliest``, ``latest`` or JSON ``{"topic": {"queueId": offset}}`` with -2 for
-        earliest and -1 for latest; a topic named must have every queue named, a topic left
-        out starts at earliest. Default ``latest`` for streams, ``earliest`` for batch reads.
-        Applies when a query starts without a checkpoint only.
-    startingTimestamp : int
-        Milliseconds since the epoch: start each queue at its first message stored at or after
-        this time (the queue's end if none is). Wins over startingOffsets.
-    endingOffsets : str
-        Batch reads only: ``latest`` (default) or JSON as startingOffsets (-1 latest).
-    endingTimestamp : int
-        Batch reads only: end each queue before its first message stored at or after this time.
-    maxRecordsPerTrigger : int
-        Streams: at most this many records per micro-batch, split over the queues in
-        proportion to their backlog, none starved (round robin when there are more queues
-        with a backlog than records). Exact to the record. Default: no limit.
-    minRecordsPerTrigger : int
-        Streams: hold a trigger until this many records wait, or maxTriggerDelay has passed
-        since the last micro-batch. Not applied under Trigger.AvailableNow.
-    maxTriggerDelay : str
-        The longest a trigger is held by minRecordsPerTrigger: ``500ms``, ``30s``, ``15m``
-        (default), ``1h``; a bare number is milliseconds.
-    maxRecordsPerPartition : int
-        At most this many records per Spark task: larger ranges are split. Default: no limit.
-    minPartitions : int
-        At least this many tasks per micro-batch (or batch read), when there are enough
-        records: the largest ranges are split.
-    maxPartitions : int
-        At most this many tasks per micro-batch (default 32) unless maxRecordsPerPartition
-        needs more: the ranges of many queues are packed together, each task reading all its
-        ranges with one ReadRanges call.
-    maxBytesPerFetch : str
-        The stored bytes one ReadRanges call may return, so the most a task holds whatever
-        its range: bytes, or ``512k``, ``64m`` (default), ``1g``.
-    fetchTimeout : str
-        The deadline of one ReadRanges call, whose records stream to Spark as it takes them
-        (a slow sink holds the call open): a duration as maxTriggerDelay, default ``5m``.
-    failOnDataLoss : bool
-        ``true`` (default): fail the query when messages it had to read are gone (deleted
-        below the checkpointed offset, a queue reset, its topic deleted). ``false``: skip them
-        with a warning and read on.
-    tagFilter : str
-        ``TagA || TagB``: only messages with one of these tags (filtered by the broker);
-        ``*`` (default) for all. Offsets still advance past the others.
-    includeProperties : bool
-        Add the ``properties`` column of user properties (default ``false``).
-    consumerGroup : str
-        Streams: commit the end offsets of every finished micro-batch as this consumer group's
-        offsets on the broker, so its lag is visible outside Spark (``rmq-admin group
-        offsets``). The checkpoint stays the source of truth for the query itself.
-
-    Write options
-    -------------
-    ``df.write`` and ``df.writeStream`` (``rmq_spark.spark.sink``) take the columns ``body``
-    (binary or string, required), and optionally ``topic`` (string), ``tags``, ``keys``
-    (strings), ``properties`` (map<string,string>), ``queue_id`` (an integer) and
-    ``born_timestamp`` (timestamp); ``queue_offset`` and ``store_timestamp`` (of the read
-    schema) are left out, any other column is refused. A missing body, a column of another
-    type, or an unknown topic fails before a row is written. Rows go to the producer as Arrow
-    columns (PySpark's Arrow writers), are grouped by (topic, queue, tag) and cut into batches
-    encoded once. Writes append: overwrite modes are refused.
-
-    endpoint : str
-        Required. The broker's ``HOST:PORT``.
-    topic : str
-        The topic to write to; required without a ``topic`` column, and when given it wins
-        over the column (as in Spark's Kafka sink). Checked to exist before writing.
-    queueSelector : str
-        ``hash`` (rows with keys go to ``crc32(keys) % queues``, the others take the queues
-        in turn), ``roundRobin`` (the queues in turn, a batch at a time) or ``column`` (the
-        ``queue_id`` column). Default: ``column`` when there is a ``queue_id`` column, else
-        ``hash``; with ``hash`` or ``roundRobin`` a ``queue_id`` column is ignored.
-    batchMaxBytes : str
-        A stored batch is cut when its bodies pass this size: bytes, or ``256k`` (default),
-        ``1m``. Larger batches write and read faster; a read starting inside one decodes it.
-    batchMaxDelayMs : int
-        How long a partly filled batch of the producer waits for more rows, in milliseconds
-        (default 10). The sink sends each Arrow batch of rows from Spark at once, so this
-        bounds only rows the producer batches itself.
-    totalBatchMaxBytes : str
-        Bytes of batches a task holds sent and not yet answered before it waits for the
-        broker (default ``64m``).
-    compression : str
-        ``none``, ``lz4`` (default) or ``zstd``, over each batch, end to end.
-    codec : str
-        ``arrow`` (default: one Arrow IPC record batch per stored batch) or ``rmq``
-        (RocketMQ's MessageBatch encoding, readable by RocketMQ clients).
-    deliveryGuarantee : str
-        ``exactlyOnce`` (default): every task attempt prepares its rows under a transaction of
-        its own; the driver's commit makes exactly the returned ones visible and records (sink
-        id, batch id) in the same step, so a failed task, an aborted job or a micro-batch
-        replayed after a restart writes nothing twice; ``df.write`` is all or nothing.
-        ``atLeastOnce``: rows are visible as they are sent, and a retried task or a replayed
-        micro-batch writes them again.
-    sinkId : str
-        Streams with exactlyOnce: the name under which micro-batches are recorded as
-        committed, the same on every restart of the query. Default: ``spark-<query id>``,
-        the query id Spark keeps in the checkpoint (``<checkpointLocation>/metadata``), so
-        set ``.option("checkpointLocation", ...)`` on the writer, or this option (needed for
-        a checkpoint that is not on the local file system).
-    """
-
-    def __init__(self, options):
-        super().__init__(options)
-        self._source_options: SourceOptions | None = None
-
-    @property
-    def source_options(self) -> SourceOptions:
-        """The read options, parsed on first use (``schema()`` at ``load()``); writes parse
-        theirs in ``writer`` / ``streamWriter``."""
-        if self._source_options is None:
-            self._source_options = parse_options(self.options)
-        return self._source_options
-
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> StructType:
-        return spark_schema(self.source_options.include_properties)
-
-    def reader(self, schema: StructType) -> "RocketMQBatchReader":
-        self._check_schema(schema)
-        self.source_options.check_batch()
-        return RocketMQBatchReader(self.source_options)
-
-    def streamReader(self, schema: StructType) -> "RocketMQBatchStreamReader":
-        self._check_schema(schema)
-        self.source_options.check_stream()
-        return RocketMQBatchStreamReader(self.source_options)
-
-    def writer(self, schema: StructType, overwrite: bool) -> "sink.RocketMQBatchWriter":
-        return sink.make_writer(parse_sink_options(self.options), schema, overwrite, streaming=False)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> "sink.RocketMQBatchStreamWriter":
-        return sink.make_writer(parse_sink_options(self.options), schema, overwrite, streaming=True)
-
-    def _check_schema(self, schema: StructType) -> None:
-        expected = self.schema()
-        if schema != expected:
-            raise ConfigError(f"rocketmq-batch reads a fixed schema ({expected.simpleString()}); drop .schema(...) "
-                              "and select or cast columns after load()")
 
 
 class QueueRangesPartition(InputPartition):

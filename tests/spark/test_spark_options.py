@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from rmq_spark import ConfigError
+from rmq_spark.spark import RocketMQBatchDataSource
 from rmq_spark.spark.options import DEFAULTS, OPTION_NAMES, parse_options
-from rmq_spark.spark.source import RocketMQBatchDataSource
 
 BASE = {"endpoint": "127.0.0.1:10911", "topic": "orders"}
 
@@ -37,6 +37,8 @@ def test_values_are_parsed():
     assert (opts.max_records_per_trigger, opts.min_records_per_trigger, opts.max_trigger_delay_ms) == (1000, 10, 30_000)
     assert opts.max_bytes_per_fetch == 8 << 20 and opts.fail_on_data_loss is False
     assert opts.tag_filter == "TagA || TagB" and opts.include_properties and opts.consumer_group == "g1"
+    # As RocketMQ reads a subscription: empty pieces are skipped, "*" is everything.
+    assert parse(tagFilter="TagA || ").tag_filter == "TagA" and parse(tagFilter=" * ").tag_filter is None
     assert parse_options({"endpoint": "h:1", "assign": '{"b": [1, 0, 1]}'}).subscription.assign == {"b": (0, 1)}
     assert parse_options({"endpoint": "h:1", "topics": "a, b,a"}).subscription.topics == ("a", "b")
 
@@ -58,7 +60,7 @@ def test_values_are_parsed():
     ({"maxBytesPerFetch": "lots"}, ["maxBytesPerFetch='lots'", "64m"]),
     ({"fetchTimeout": "0s"}, ["fetchTimeout='0s'", "a duration"]),
     ({"failOnDataLoss": "yes"}, ["failOnDataLoss='yes'", "true or false"]),
-    ({"tagFilter": "A || "}, ["tagFilter", "TagA || TagB"]),
+    ({"tagFilter": " || "}, ["option tagFilter", "names no tag", "TagA || TagB"]),
     ({"endpoint": "nowhere"}, ["option endpoint", "HOST:PORT"]),
     ({"minPartitions": "100", "maxPartitions": "10"}, ["minPartitions=100 is above maxPartitions=10"]),
     ({"startingTimestamp": "-5"}, ["startingTimestamp='-5'", "milliseconds since the Unix epoch"]),

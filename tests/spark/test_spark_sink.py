@@ -12,8 +12,8 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from broker_sim.server import Broker
 from rmq_spark import Admin, ConfigError, Transactions
+from rmq_spark.spark import RocketMQBatchDataSource
 from rmq_spark.spark.options import SINK_OPTION_NAMES, parse_sink_options
-from rmq_spark.spark.source import RocketMQBatchDataSource
 from spark_helpers import produce, source, wait_for, wait_indexed
 
 BODY_SCHEMA = StructType([StructField("body", BinaryType())])
