@@ -11,7 +11,6 @@ import importlib
 _HOMES = {
     "Admin": "client.admin",
     "TransportConfig": "client.transport",
-    "TransactionalSender": "client.transactions",
     "Transactions": "client.transactions",
     "new_transaction_id": "client.transactions",
     "RangeReader": "consumer",
