@@ -119,13 +119,13 @@ class PopConsumer:
             return []
         return self._deliveries(popped)
 
-    def _deliveries(self, response: Popped) -> list[Delivery]:
-        records = response.records
-        answer = _Answer(records, self.include_properties, response.topic)
-        topic, until, out, row, at = response.topic, response.invisible_until_ms, [], 0, 0
+    def _deliveries(self, popped: Popped) -> list[Delivery]:
+        records = popped.records
+        answer = _Answer(records, self.include_properties, popped.topic)
+        topic, until, out, row, at = popped.topic, popped.invisible_until_ms, [], 0, 0
         for handle, queue_id, offset, count, reconsume, retry, size in zip(
-                response.receipt_handles, response.queue_ids, response.offsets, response.counts,
-                response.reconsume_times, response.retry, response.record_bytes):
+                popped.receipt_handles, popped.queue_ids, popped.offsets, popped.counts,
+                popped.reconsume_times, popped.retry, popped.record_bytes):
             out.append(Delivery(handle, topic, queue_id, offset, count, reconsume, until, retry, answer, row, at, size))
             row += count
             at += size
