@@ -58,9 +58,9 @@ class Producer:
     transport : TransportConfig, optional
         Deadlines, retries and backoff of calls.
     transaction_id : str, optional
-        Prepare every send under this transaction (``new_transaction_id()``): stored,
-        invisible until the transaction is committed; results then have queue_offset -1.
-        ``prepared()`` says what was prepared, for the committer. One id per writer attempt.
+        Prepare every send under this transaction (one id per writer attempt, e.g. from
+        ``new_transaction_id()``): stored, invisible until ``Transactions.commit``; results
+        then have queue_offset -1. ``prepared()`` says what was prepared, for the committer.
     now_ms : callable, optional
         The clock of batch ages, for tests; ``background=False`` leaves the timer to
         ``producer.timer.tick()``.
