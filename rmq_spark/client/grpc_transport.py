@@ -143,18 +143,29 @@ class GrpcTransport(Transport):
     # --- messages ----------------------------------------------------------------------------------
 
     def send_many(self, sends: list[Send], timeout_ms: int, answer: SendAnswer) -> None:
-        request = join_sends([_send_request(send).SerializeToString() for send in sends])
-        call = self._send_many.future(request, timeout=timeout_ms / 1000)
-        call.add_done_callback(lambda done: self._answer_sends(done, answer))
+        serialized, refused = [], {}
+        for index, send in enumerate(sends):
+            try:
+                serialized.append(_send_request(send).SerializeToString())
+            except (TypeError, ValueError) as error:  # e.g. a property that is not a string: this send alone
+                refused[index] = error
+        if not serialized:
+            answer([refused[index] for index in range(len(sends))], None)
+            return
+        call = self._send_many.future(join_sends(serialized), timeout=timeout_ms / 1000)
+        call.add_done_callback(lambda done: self._answer_sends(done, answer, refused))
 
-    def _answer_sends(self, call, answer: SendAnswer) -> None:
+    def _answer_sends(self, call, answer: SendAnswer, refused: dict) -> None:
         try:
             outcomes = call.result().outcomes
         except grpc.RpcError as err:
             answer(None, self._error(err))
             return
-        answer([_stored(o.response) if o.HasField("response") else error_for("", o.error, o.reason)
-                for o in outcomes], None)
+        answered = [_stored(o.response) if o.HasField("response") else error_for("", o.error, o.reason)
+                    for o in outcomes]
+        for index in sorted(refused):  # back in the order of the sends
+            answered.insert(index, refused[index])
+        answer(answered, None)
 
     def read_ranges(self, ranges: Sequence[OffsetRange], max_bytes: int, tag_filter: str) -> Iterator[RangeChunk]:
         request = pb.ReadRangesRequest(

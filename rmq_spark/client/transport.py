@@ -111,7 +111,8 @@ class Stored(NamedTuple):
 
 
 # Answers a SendMany, on the transport's thread: (an outcome per send, in order, None) or
-# (None, the error that failed the whole call). An outcome is Stored, or the RmqError of that send.
+# (None, the RmqError that failed the whole call). An outcome is Stored, or the error of that send
+# (the broker's refusal as an RmqError, or why the transport could not encode it).
 SendAnswer = Callable[["list[Stored | RmqError] | None", "RmqError | None"], None]
 
 
@@ -226,7 +227,8 @@ class Transport(ABC):
     @abstractmethod
     def send_many(self, sends: list[Send], timeout_ms: int, answer: SendAnswer) -> None:
         """Sends in one call, without waiting: ``answer`` is called once, on the transport's
-        thread (not retried here: the caller retries what failed retriably)."""
+        thread (not retried here: the caller retries what failed retriably). A send the
+        transport cannot encode is answered with its error; the others go."""
 
     @abstractmethod
     def read_ranges(self, ranges: Sequence[OffsetRange], max_bytes: int, tag_filter: str) -> Iterator[RangeChunk]:

@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..client.transport import EarlyBatch, InnerBatch, Send, Transport
 from ..codec import Codec, Compression, compress, encode_messages, rmq
-from ..errors import TopicNotFoundError
+from ..errors import RmqError, TopicNotFoundError
 from ..structs import QueueType
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
@@ -117,7 +117,7 @@ class Sender:
                     self._count_prepared(outcome)
                 _answer(batch, None, outcome, release)
                 continue
-            if outcome.retriable and not last:
+            if isinstance(outcome, RmqError) and outcome.retriable and not last:
                 retry.append((batch, send))
                 continue
             if isinstance(outcome, TopicNotFoundError):

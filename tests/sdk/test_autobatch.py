@@ -126,6 +126,14 @@ def test_unbatchable_messages_go_alone(endpoint, clock, topic):
     producer.close()
 
 
+def test_a_message_the_transport_cannot_encode_fails_its_own_future(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    refused = producer.send_async(Message(topic, b"x", queue_id=0, properties={"DELAY": 3}))  # not a string
+    assert isinstance(refused.exception(10), TypeError)
+    assert producer.send_async(Message(topic, b"next", queue_id=0, properties={"DELAY": "3"})).result(10)
+    producer.close()
+
+
 def test_close_flushes_then_refuses(endpoint, clock, topic):
     producer = stepped(endpoint, clock)
     futures = [producer.send_async(Message(topic, b"x", queue_id=1)) for _ in range(3)]
