@@ -14,6 +14,7 @@ from the half log into the commitlog (flushes included). The sink's target is 25
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import sys
 import tempfile
@@ -26,10 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import report  # noqa: E402
 from bench.process_memory import peak_rss_bytes  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
-from rmq_spark import Admin, TransactionalSender, Transactions  # noqa: E402
-from rmq_spark.client.transport import Transport  # noqa: E402
-from rmq_spark.codec import encode_messages  # noqa: E402
-from rmq_spark.protocol.v1 import broker_pb2 as pb  # noqa: E402
+from rmq_spark import Admin, PreparedTransaction, Transactions  # noqa: E402
+from rmq_spark.client.transport import InnerBatch, Send, connect  # noqa: E402
+from rmq_spark.codec import Codec, Compression, encode_messages  # noqa: E402
 
 BODY_BYTES = 1024
 WRITERS = 4
@@ -63,21 +63,31 @@ def run_writers(work) -> float:
     return time.perf_counter() - started
 
 
+def send_all(endpoint: str, writer: int, batch: int, sends: int, encoded: list[bytes],
+             transaction_id: str = "") -> None:
+    """One writer's sends of pre-encoded inner batches, one call each, each answered before the next."""
+    transport = connect(endpoint)
+    try:
+        for i in range(sends):
+            answered = concurrent.futures.Future()
+            send = Send(TOPIC, (writer * 4 + i) % QUEUES, InnerBatch(encoded[i % len(encoded)], batch, Codec.RMQ,
+                                                                     Compression.NONE),
+                        transaction_id=transaction_id)
+            if transaction_id:  # stamped, as the transactional producer's sends
+                send = send._replace(producer_id=transaction_id, sequence=i)
+            transport.send_many([send], 30_000, lambda outcomes, error, answered=answered: answered.set_result(
+                error or outcomes[0]))
+            outcome = answered.result()
+            if isinstance(outcome, Exception):
+                raise outcome
+    finally:
+        transport.close()
+
+
 def plain_row(endpoint: str, batch: int, messages: int) -> dict:
     encoded = payloads(batch)
     sends = messages // batch // WRITERS
-
-    def work(writer):
-        transport = Transport(endpoint)
-        try:
-            for i in range(sends):
-                request = pb.SendRequest(topic=TOPIC, queue_id=(writer * 4 + i) % QUEUES, inner_batch=pb.InnerBatch(
-                    payload=encoded[i % len(encoded)], count=batch, codec=pb.CODEC_RMQ))
-                transport.call(transport.messaging.Send, request, retry=False)
-        finally:
-            transport.close()
-
-    seconds = run_writers(work)
+    seconds = run_writers(lambda writer: send_all(endpoint, writer, batch, sends, encoded))
     sent = sends * batch * WRITERS
     return {"row": f"plain inner batches of {batch} (baseline)", "batch": batch, "messages": sent,
             "msgs/s": sent / seconds, "MB/s": sent * BODY_BYTES / seconds / 1e6}
@@ -86,16 +96,11 @@ def plain_row(endpoint: str, batch: int, messages: int) -> dict:
 def prepared_row(endpoint: str, batch: int, messages: int, batch_id: int) -> dict:
     encoded = payloads(batch)
     sends = messages // batch // WRITERS
-    prepared = [None] * WRITERS
-
-    def work(writer):
-        with TransactionalSender(endpoint, f"bench-{batch_id}-w{writer}") as sender:
-            for i in range(sends):
-                sender.send_payload(TOPIC, (writer * 4 + i) % QUEUES, encoded[i % len(encoded)], batch)
-            prepared[writer] = sender.prepared()
+    prepared = [PreparedTransaction(f"bench-{batch_id}-w{writer}", sends, sends * batch) for writer in range(WRITERS)]
 
     started = time.perf_counter()
-    prepare_s = run_writers(work)
+    prepare_s = run_writers(lambda writer: send_all(endpoint, writer, batch, sends, encoded,
+                                                    prepared[writer].transaction_id))
     commit_started = time.perf_counter()
     with Transactions(endpoint) as txns:
         result = txns.commit(prepared, sink_id="txn-bench", batch_id=batch_id)

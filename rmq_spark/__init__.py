@@ -12,7 +12,6 @@ _HOMES = {
     "Admin": "client.admin",
     "TransportConfig": "client.transport",
     "check_endpoint": "client.transport",
-    "TransactionalSender": "client.transactions",
     "Transactions": "client.transactions",
     "new_transaction_id": "client.transactions",
     "RangeReader": "consumer",

@@ -1,19 +1,38 @@
-"""The one place that talks gRPC: channel options, deadlines, retries with backoff for the
-retriable codes only, and gRPC status -> a typed error of errors.py."""
+"""The transport seam: every broker operation the SDK needs, in the SDK's own types.
+
+The producer, the readers, the pop consumer, Admin and Transactions call a ``Transport`` and
+never a wire format, so that another protocol (RocketMQ's remoting, RocketMQ 5's gRPC) is one
+more implementation of this class. ``connect`` builds the transport for an endpoint;
+``GrpcTransport`` (grpc_transport.py) speaks our own gRPC contract.
+
+An implementation raises the typed errors of errors.py, retries the calls that are safe to
+repeat (``TransportConfig.retries``), and says "expected" outcomes (a range's end, an ack that
+came too late) in the values it returns.
+"""
 
 from __future__ import annotations
 
+import enum
 import random
-import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple, Sequence
 
-import grpc
-
-from ..errors import ConfigError, RmqError, error_for
-from ..protocol.v1 import broker_pb2, broker_pb2_grpc
-
-MAX_MESSAGE_BYTES = 64 << 20
+from ..codec import Codec, Compression
+from ..errors import ConfigError, RmqError
+from ..structs import (
+    BrokerStats,
+    CommitResult,
+    GroupOffset,
+    Message,
+    OffsetRange,
+    PreparedTransaction,
+    QueueOffsets,
+    QueueType,
+    SinkBatchStatus,
+    TopicInfo,
+    TransactionInfo,
+)
 
 
 @dataclass(frozen=True)
@@ -48,66 +67,214 @@ def check_endpoint(endpoint: str) -> str:
     return endpoint
 
 
-class Transport:
-    """A channel to one broker with the Admin and Messaging stubs."""
+# --- sending ----------------------------------------------------------------------------------
 
-    def __init__(self, endpoint: str, config: TransportConfig | None = None, *,
-                 sleep: Callable[[float], None] = time.sleep):
-        self.endpoint = check_endpoint(endpoint)
-        self.config = config or TransportConfig()
-        self._sleep = sleep
-        self.channel = grpc.insecure_channel(endpoint, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.keepalive_time_ms", self.config.keepalive_ms),
-            ("grpc.keepalive_permit_without_calls", 1),
-        ])
-        self.admin = broker_pb2_grpc.AdminStub(self.channel)
-        self.messaging = broker_pb2_grpc.MessagingStub(self.channel)
-        # SendMany of a request serialized by the caller (see producer/sender.py: join_sends).
-        self.send_many_serialized = self.channel.unary_unary(
-            "/rmq_spark.protocol.v1.Messaging/SendMany", request_serializer=None,
-            response_deserializer=broker_pb2.SendManyResponse.FromString)
+class EarlyBatch(NamedTuple):
+    """Messages in RocketMQ's MessageBatch encoding, uncompressed: the broker stores a record
+    per message."""
 
-    def call(self, method, request, *, timeout_ms: int | None = None, retry: bool = True):
-        """A unary call; retried on retriable errors when ``retry`` (the call is safe to repeat)."""
-        attempts = 1 + (self.config.retries if retry else 0)
-        for attempt in range(attempts):
-            try:
-                return method(request, timeout=self._timeout_s(timeout_ms))
-            except grpc.RpcError as err:
-                error = self.error(err)
-                if not error.retriable or attempt + 1 == attempts:
-                    raise error from None
-                self._sleep(self.backoff_s(attempt))
-        raise AssertionError("unreachable")
+    payload: bytes
+    count: int
 
-    def stream(self, method, request, *, timeout_ms: int | None = None) -> Iterator:
-        """A server-streaming call; errors become typed errors (not retried: the caller
-        knows how far it got)."""
-        try:
-            yield from method(request, timeout=self._timeout_s(timeout_ms))
-        except grpc.RpcError as err:
-            raise self.error(err) from None
 
-    def error(self, err: grpc.RpcError) -> RmqError:
-        code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-        details = (err.details() if hasattr(err, "details") else None) or str(err)
-        reason = None
-        for key, value in (err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else ():
-            if key == "rmq-reason":
-                reason = value
-        if code == grpc.StatusCode.UNAVAILABLE and reason is None:
-            details = f"broker at {self.endpoint} is unavailable: {details}"
-        return error_for(code.name, details, reason, code)
+class InnerBatch(NamedTuple):
+    """An encoded (and maybe compressed) batch the broker stores as ONE record of a BatchCQ
+    topic without decoding it; ``tags``: the tag its messages share."""
 
-    def close(self) -> None:
-        self.channel.close()
+    payload: bytes
+    count: int
+    codec: Codec
+    compression: Compression
+    tags: str | None = None
 
-    def _timeout_s(self, timeout_ms: int | None) -> float:
-        return (timeout_ms or self.config.timeout_ms) / 1000
+
+class Send(NamedTuple):
+    """One send of a SendMany: a message alone, an early batch or an inner batch to one queue.
+    ``producer_id`` and ``sequence`` stamp it (the broker stores a stamp once);
+    ``transaction_id``: stored prepared under that transaction."""
+
+    topic: str
+    queue_id: int
+    content: Message | EarlyBatch | InnerBatch
+    producer_id: str = ""
+    sequence: int = 0
+    transaction_id: str = ""
+
+
+class Stored(NamedTuple):
+    """Where the broker stored a send: offsets ``base_offset`` .. ``base_offset + count - 1``.
+    No ``message_ids`` when it was prepared under a transaction (offsets come at the commit)."""
+
+    queue_id: int
+    base_offset: int
+    count: int
+    message_ids: Sequence[str]
+    store_timestamp_ms: int
+
+
+# Answers a SendMany, on the transport's thread: (an outcome per send, in order, None) or
+# (None, the RmqError that failed the whole call). An outcome is Stored, or the error of that send
+# (the broker's refusal as an RmqError, or why the transport could not encode it).
+SendAnswer = Callable[["list[Stored | RmqError] | None", "RmqError | None"], None]
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+class ReadStatus(enum.Enum):
+    """How a range of a read ended."""
+
+    FOUND = "found"  # records returned, up to next_offset
+    NO_MESSAGE = "no_message"  # nothing stored at the start yet
+    OFFSET_TOO_SMALL = "offset_too_small"  # the start is below the min offset: data was deleted
+    OFFSET_OVERFLOW = "offset_overflow"  # the start is past the max offset
+    BUDGET_EXHAUSTED = "budget_exhausted"  # the call's byte budget ran out first: read on in the next
+    RECORD_CORRUPTED = "record_corrupted"  # offsets corrupted_from .. next_offset - 1 are never served
+
+
+class RangeChunk(NamedTuple):
+    """A chunk of one range's stored records as they are in the commitlog (``records``, each
+    starting with its TOTALSIZE). The last chunk of a range is ``done``, with its ``status``,
+    where a next read starts and the queue's min / max offsets."""
+
+    range_index: int
+    records: bytes
+    record_count: int
+    done: bool
+    status: ReadStatus | None
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    corrupted_from: int
+    detail: str
+
+
+# --- pop --------------------------------------------------------------------------------------
+
+class PopQuery(NamedTuple):
+    """One pop of a group from a topic (``queue_id`` -1: every queue and the group's retry queue)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    max_messages: int
+    invisible_ms: int
+    poll_ms: int
+    tag_filter: str
+    orderly: bool
+
+
+class Popped(NamedTuple):
+    """The deliveries of a pop, column by column (an element a delivery), and their stored
+    records concatenated in order (``record_bytes`` each)."""
+
+    topic: str
+    invisible_until_ms: int
+    polling_full: bool  # nothing to pop and too many pops wait already: try again shortly
+    receipt_handles: Sequence[str]
+    queue_ids: Sequence[int]
+    offsets: Sequence[int]
+    counts: Sequence[int]
+    reconsume_times: Sequence[int]
+    retry: Sequence[bool]
+    record_bytes: Sequence[int]
+    records: memoryview
+
+
+class AckFailure(NamedTuple):
+    """A receipt handle that was not acked: ``invalid`` (not issued to this group), else expired."""
+
+    index: int  # of the handle in the call
+    invalid: bool
+    detail: str
+
+
+# --- the seam ---------------------------------------------------------------------------------
+
+class Transport(ABC):
+    """The broker operations of the SDK. Safe to share between threads."""
+
+    endpoint: str
+    config: TransportConfig
+
+    # topics and offsets
+    @abstractmethod
+    def create_topic(self, name: str, queue_count: int, queue_type: QueueType) -> TopicInfo: ...
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def list_topics(self) -> list[TopicInfo]: ...
+
+    @abstractmethod
+    def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]: ...
+
+    @abstractmethod
+    def offsets(self, topics: list[str]) -> dict[str, list[QueueOffsets]]:
+        """Min / max offsets of every queue of ``topics`` (of every topic when empty)."""
+
+    @abstractmethod
+    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int]) -> dict[int, int]: ...
+
+    @abstractmethod
+    def commit_group_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None: ...
+
+    @abstractmethod
+    def group_offsets(self, group: str, topics: list[str]) -> list[GroupOffset]: ...
+
+    @abstractmethod
+    def broker_stats(self) -> BrokerStats: ...
+
+    # messages
+    @abstractmethod
+    def send_many(self, sends: list[Send], timeout_ms: int, answer: SendAnswer) -> None:
+        """Sends in one call, without waiting: ``answer`` is called once, on the transport's
+        thread (not retried here: the caller retries what failed retriably). A send the
+        transport cannot encode is answered with its error; the others go."""
+
+    @abstractmethod
+    def read_ranges(self, ranges: Sequence[OffsetRange], max_bytes: int, tag_filter: str) -> Iterator[RangeChunk]:
+        """The stored records of ``ranges`` (end None: up to the max offset at read time), at
+        most ``max_bytes`` of them in all (not retried: the caller knows how far it got).
+        A range may be any object with OffsetRange's four attributes."""
+
+    # pop
+    @abstractmethod
+    def pop(self, query: PopQuery) -> Popped: ...
+
+    @abstractmethod
+    def ack(self, group: str, receipt_handles: list[str]) -> list[AckFailure]:
+        """Ack in one call; returns the handles that were not acked (not retried: a repeat
+        would find the first attempt's acks expired)."""
+
+    @abstractmethod
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> tuple[str, int]:
+        """The delivery's new receipt handle and when it becomes visible again."""
+
+    # transactions
+    @abstractmethod
+    def end_transactions(self, commit: bool, transactions: list[PreparedTransaction],
+                         sink_batch: tuple[str, int] | None, timeout_ms: int) -> CommitResult:
+        """Commit (or roll back) ``transactions`` in order, recording ``(sink_id, batch_id)``
+        with a commit; a message count of 0 is not checked."""
+
+    @abstractmethod
+    def sink_batch(self, sink_id: str, batch_id: int) -> SinkBatchStatus: ...
+
+    @abstractmethod
+    def list_transactions(self, transaction_ids: list[str]) -> list[TransactionInfo]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
 
     def backoff_s(self, attempt: int) -> float:
         """The wait before retry ``attempt + 1``: exponential, capped, with jitter."""
         ceiling = min(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms * 2 ** attempt)
         return ceiling * random.uniform(0.5, 1.0) / 1000
+
+
+def connect(endpoint: str, config: TransportConfig | None = None) -> Transport:
+    """The transport to the broker at ``endpoint`` (``HOST:PORT`` of our gRPC door)."""
+    from .grpc_transport import GrpcTransport  # here: grpc_transport.py builds on this module
+
+    return GrpcTransport(check_endpoint(endpoint), config or TransportConfig())

@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 
-from ..client.transport import Transport, TransportConfig
+from ..client.transport import Popped, PopQuery, TransportConfig, connect
 from ..codec.properties import SYSTEM_PROPERTIES, decode_properties
 from ..codec.records import RecordFormatError, decode_records
 from ..errors import (
@@ -23,8 +23,6 @@ from ..errors import (
     RmqError,
     UndecodableBatchError,
 )
-from ..protocol.v1 import pop_pb2 as pb
-from ..protocol.v1 import pop_pb2_grpc
 from ..structs import ReceivedMessage
 from .tag_filter import normalize_tag_filter
 
@@ -93,11 +91,7 @@ class PopConsumer:
         self.orderly = orderly
         self.queue_id = queue_id
         self.include_properties = include_properties
-        self._transport = Transport(endpoint, transport)
-        self._stub = pop_pb2_grpc.PopStub(self._transport.channel)
-        self._pop_call = self._transport.channel.unary_unary(  # as the stub's, but the records are not copied
-            f"/{pb.DESCRIPTOR.services_by_name['Pop'].full_name}/Pop",
-            request_serializer=pb.PopRequest.SerializeToString, response_deserializer=_PopAnswer.parse)
+        self._transport = connect(endpoint, transport)
         self._next_topic = 0
         self._lock = threading.Lock()
 
@@ -119,23 +113,21 @@ class PopConsumer:
         return self._pop(order[-1], want, poll)
 
     def _pop(self, topic: str, want: int, poll_ms: int) -> list[Delivery]:
-        request = pb.PopRequest(group=self.group, topic=topic, queue_id=self.queue_id, max_messages=want,
-                                invisible_time_ms=self.invisible_ms, poll_time_ms=poll_ms,
-                                tag_filter=self.tag_filter, orderly=self.orderly)
-        response, records = self._transport.call(self._pop_call, request,
-                                                 timeout_ms=self._transport.config.timeout_ms + poll_ms)
-        if response.polling_full:
+        popped = self._transport.pop(PopQuery(self.group, topic, self.queue_id, want, self.invisible_ms, poll_ms,
+                                              self.tag_filter, self.orderly))
+        if popped.polling_full:
             time.sleep(_POLLING_FULL_BACKOFF_S)  # the broker has enough waiting pops; look again shortly
-        if not response.receipt_handles:
+        if not popped.receipt_handles:
             return []
-        return self._deliveries(response, records)
+        return self._deliveries(popped)
 
-    def _deliveries(self, response: pb.PopResponse, records: memoryview) -> list[Delivery]:
-        answer = _Answer(records, self.include_properties, response.topic)
-        topic, until, out, row, at = response.topic, response.invisible_until_ms, [], 0, 0
+    def _deliveries(self, popped: Popped) -> list[Delivery]:
+        records = popped.records
+        answer = _Answer(records, self.include_properties, popped.topic)
+        topic, until, out, row, at = popped.topic, popped.invisible_until_ms, [], 0, 0
         for handle, queue_id, offset, count, reconsume, retry, size in zip(
-                response.receipt_handles, response.queue_ids, response.offsets, response.counts,
-                response.reconsume_times, response.retry, response.record_bytes):
+                popped.receipt_handles, popped.queue_ids, popped.offsets, popped.counts,
+                popped.reconsume_times, popped.retry, popped.record_bytes):
             out.append(Delivery(handle, topic, queue_id, offset, count, reconsume, until, retry, answer, row, at, size))
             row += count
             at += size
@@ -156,11 +148,9 @@ class PopConsumer:
         handles = _handles(deliveries)
         if not handles:
             return
-        response = self._transport.call(self._stub.Ack, pb.AckRequest(group=self.group, receipt_handles=handles),
-                                         retry=False)  # a repeat would find the first attempt's acks expired
-        failures = response.failures
+        failures = self._transport.ack(self.group, handles)
         if failures:
-            invalid = any(f.status == pb.ACK_INVALID for f in failures)
+            invalid = any(f.invalid for f in failures)
             cls = InvalidReceiptHandleError if invalid else ReceiptHandleExpiredError
             raise cls(f"{len(failures)} of {len(handles)} receipt handles were not acked (the rest were); the first: "
                       f"{failures[0].detail}", failed={handles[f.index]: f.detail for f in failures})
@@ -172,11 +162,10 @@ class PopConsumer:
         handle = delivery.receipt_handle if isinstance(delivery, Delivery) else delivery
         if not isinstance(invisible_ms, int) or invisible_ms < 0:
             raise ConfigError(f"invisible_ms={invisible_ms!r}: must be 0 or more milliseconds")
-        response = self._transport.call(self._stub.ChangeInvisibleDuration, pb.ChangeInvisibleDurationRequest(
-            group=self.group, receipt_handle=handle, invisible_time_ms=invisible_ms), retry=False)
+        new_handle, invisible_until_ms = self._transport.change_invisible(self.group, handle, invisible_ms)
         if isinstance(delivery, Delivery):
-            return delivery._moved(response.receipt_handle, response.invisible_until_ms)
-        return response.receipt_handle
+            return delivery._moved(new_handle, invisible_until_ms)
+        return new_handle
 
     # --- a consume loop ----------------------------------------------------------------------
 
@@ -304,33 +293,6 @@ class Delivery:
     def __repr__(self) -> str:
         return (f"Delivery(topic={self.topic!r}, queue_id={self.queue_id}, offset={self.offset}, count={self.count}, "
                 f"reconsume_times={self.reconsume_times}, retry={self.retry})")
-
-
-class _PopAnswer:
-    """A PopResponse as received: the broker writes its records field first, which is taken as
-    a view of the received bytes (protobuf would copy it twice: parsing, then reading it)."""
-
-    _RECORDS_KEY = bytes([pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number << 3 | 2])
-
-    @classmethod
-    def parse(cls, data: bytes) -> tuple[pb.PopResponse, memoryview]:
-        if data[:1] == cls._RECORDS_KEY:
-            size, at = _varint(data, 1)
-            return pb.PopResponse.FromString(data[at + size:]), memoryview(data)[at:at + size]
-        response = pb.PopResponse.FromString(data)
-        return response, memoryview(response.records)
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    """The varint at ``at`` and the position after it."""
-    value = shift = 0
-    while True:
-        byte = data[at]
-        value |= (byte & 0x7F) << shift
-        at += 1
-        if byte < 0x80:
-            return value, at
-        shift += 7
 
 
 class _Answer:

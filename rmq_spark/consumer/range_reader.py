@@ -9,10 +9,9 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..client.transport import Transport, TransportConfig
+from ..client.transport import RangeChunk, ReadStatus, TransportConfig, connect
 from ..codec.records import RecordFormatError, decode_records, iter_record_headers, read_schema
 from ..errors import ConfigError, CorruptedRecordError, DataLossError, OffsetOutOfRangeError, UndecodableBatchError
-from ..protocol.v1 import broker_pb2 as pb
 from ..structs import OffsetRange
 from .tag_filter import normalize_tag_filter
 
@@ -26,6 +25,8 @@ ON_DATA_LOSS = ("fail", "skip")
 
 @dataclass
 class _Pending:
+    """A range being read: an OffsetRange to the transport, moving as it is read."""
+
     topic: str
     queue_id: int
     start: int | None  # None once the range is read (or failed)
@@ -77,7 +78,7 @@ class RangeReader:
         self.include_properties = include_properties
         self.on_data_loss = on_data_loss
         self.schema = read_schema(include_properties)
-        self._transport = Transport(endpoint, transport)
+        self._transport = connect(endpoint, transport)
 
     def read(self, ranges: list[OffsetRange]) -> Iterator[pa.RecordBatch]:
         """Yield the messages of ``ranges`` as record batches (no empty ones)."""
@@ -85,18 +86,14 @@ class RangeReader:
         ranges_read = list(pending)
         while pending:
             call = [p for p in pending]
-            request = pb.ReadRangesRequest(
-                ranges=[pb.ReadRange(topic=p.topic, queue_id=p.queue_id, start_offset=p.start,
-                                     end_offset=p.end or 0) for p in call],
-                max_bytes=self.max_bytes_per_fetch, tag_filter=self.tag_filter)
             progressed = False
             chunks = _Chunks(min(DECODE_BYTES, self.max_bytes_per_fetch), self.include_properties, self._bad_batch)
-            for response in self._transport.stream(self._transport.messaging.ReadRanges, request):
-                item = call[response.range_index]
-                if response.records and item.failed is None and chunks.add(response, item):
+            for chunk in self._transport.read_ranges(call, self.max_bytes_per_fetch, self.tag_filter):
+                item = call[chunk.range_index]
+                if chunk.records and item.failed is None and chunks.add(chunk, item):
                     yield from chunks.decode()
-                if response.done:
-                    progressed |= self._finish(item, response)
+                if chunk.done:
+                    progressed |= self._finish(item, chunk)
             yield from chunks.decode()
             pending = [p for p in pending if p.start is not None]
             if pending and not progressed:
@@ -111,14 +108,14 @@ class RangeReader:
     def read_table(self, ranges: list[OffsetRange]) -> pa.Table:
         return pa.Table.from_batches(list(self.read(ranges)), schema=self.schema)
 
-    def _finish(self, item: _Pending, response: pb.ReadRangesResponse) -> bool:
+    def _finish(self, item: _Pending, response: RangeChunk) -> bool:
         """Apply a range's end of call; returns whether the range moved. A finished range gets
         ``start = None``."""
         if item.failed is not None:
             item.start = None
             return True
         status = response.status
-        if status == pb.FOUND:
+        if status is ReadStatus.FOUND:
             moved = response.next_offset > item.start
             if item.end is None:  # "up to what is stored": pinned at the first answer
                 item.end = response.max_offset
@@ -126,10 +123,10 @@ class RangeReader:
             if item.start >= item.end:
                 item.start = None
             return moved
-        if status == pb.NO_MESSAGE:
+        if status is ReadStatus.NO_MESSAGE:
             item.start = None  # nothing stored from there on
             return True
-        if status == pb.OFFSET_TOO_SMALL:
+        if status is ReadStatus.OFFSET_TOO_SMALL:
             where = f"{item.topic} queue {item.queue_id}"
             if self.on_data_loss == "fail":
                 raise DataLossError(
@@ -139,14 +136,14 @@ class RangeReader:
                         response.min_offset - 1)
             item.start = response.min_offset
             return True
-        if status == pb.RECORD_CORRUPTED:
+        if status is ReadStatus.RECORD_CORRUPTED:
             return self._skip_corrupted(item, response)
-        if status == pb.OFFSET_OVERFLOW:
+        if status is ReadStatus.OFFSET_OVERFLOW:
             raise OffsetOutOfRangeError(f"{item.topic} queue {item.queue_id}: offset {item.start} is past the "
                                         f"queue's end ({response.max_offset})")
         return False  # BUDGET_EXHAUSTED: read on in the next call
 
-    def _skip_corrupted(self, item: _Pending, response: pb.ReadRangesResponse) -> bool:
+    def _skip_corrupted(self, item: _Pending, response: RangeChunk) -> bool:
         first, end = response.corrupted_from, response.next_offset
         if self.on_data_loss == "fail":  # as an undecodable batch: the other ranges are read first
             item.failed = CorruptedRecordError(
@@ -193,7 +190,7 @@ class _Chunks:
         self.items: list = []  # the _Pending range of each part
         self.size = 0
 
-    def add(self, response: pb.ReadRangesResponse, item: _Pending) -> bool:
+    def add(self, response: RangeChunk, item: _Pending) -> bool:
         """Keep a response's records; True when it is time to decode."""
         self.parts.append(response.records)
         self.bounds.append((item.start, _OPEN_END if item.end is None else item.end, response.record_count))

@@ -65,7 +65,7 @@ class ProducerBatch:
         self.alone = alone
         self.encoded = None  # (payload, count, codec, compression): rows encoded by columns.py
         self.sequence = -1
-        self.response = None  # the broker's SendResponse
+        self.response = None  # where the broker stored it: the transport's Stored
         self.error: BaseException | None = None
         self._finished = threading.Event()
         self._callbacks: list[Callable[[], None]] = []

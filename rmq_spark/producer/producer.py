@@ -6,7 +6,8 @@ import threading
 import time
 from typing import Callable
 
-from ..client.transport import Transport, TransportConfig
+from ..client.transactions import check_id
+from ..client.transport import TransportConfig, connect
 from ..codec import Codec, Compression
 from ..errors import ClosedError, ConfigError, RequestTimeoutError
 from ..structs import Message, PreparedTransaction, SendResult
@@ -57,9 +58,9 @@ class Producer:
     transport : TransportConfig, optional
         Deadlines, retries and backoff of calls.
     transaction_id : str, optional
-        Prepare every send under this transaction (``rmq_spark.client.transactions``): stored,
-        invisible until the transaction is committed; results then have queue_offset -1.
-        ``prepared()`` says what was prepared, for the committer. One id per writer attempt.
+        Prepare every send under this transaction (one id per writer attempt, e.g. from
+        ``new_transaction_id()``): stored, invisible until ``Transactions.commit``; results
+        then have queue_offset -1. ``prepared()`` says what was prepared, for the committer.
     now_ms : callable, optional
         The clock of batch ages, for tests; ``background=False`` leaves the timer to
         ``producer.timer.tick()``.
@@ -78,14 +79,12 @@ class Producer:
         except ValueError as err:
             raise ConfigError(str(err)) from None
         self.config = ProducerConfig(**batching)
-        self._transport = Transport(endpoint, transport)
+        transaction_id = "" if transaction_id is None else check_id(transaction_id)
+        self._transport = connect(endpoint, transport)
         self._router = Router(self._transport, queue_selector)
         self._accumulator = RecordAccumulator(self.config, now_ms)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
-        if transaction_id is not None:
-            from ..client.transactions import check_id  # here: transactions.py builds on the producer
-
-            self._sender.transaction_id = check_id(transaction_id)
+        self._sender.transaction_id = transaction_id
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
         self._closed = False
         self._close_lock = threading.Lock()

@@ -19,10 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..client.admin import topic_from_pb
 from ..client.transport import Transport
 from ..errors import ConfigError, QueueNotFoundError
-from ..protocol.v1 import broker_pb2 as pb
 from ..structs import Message, TopicInfo
 
 QUEUE_SELECTORS = ("hash", "round_robin")
@@ -54,9 +52,9 @@ class Router:
     def topic(self, name: str) -> TopicInfo:
         route = self._routes.get(name)
         if route is None:
-            response = self._transport.call(self._transport.admin.DescribeTopic, pb.DescribeTopicRequest(name=name))
+            info, _queues = self._transport.describe_topic(name)
             with self._lock:
-                route = self._routes[name] = topic_from_pb(response.topic)
+                route = self._routes[name] = info
         return route
 
     def queue_for(self, message: Message) -> tuple[TopicInfo, int]:

@@ -1,6 +1,6 @@
 """The sender: encodes batches (an inner batch on a BatchCQ topic, an early batch on a SimpleCQ
-topic, a single message when alone), sends many in one SendMany call without waiting for it,
-retries what failed retriably, and answers every batch; and the batch timer."""
+topic, a single message when alone), sends many in one call of the transport without waiting
+for it, retries what failed retriably, and answers every batch; and the batch timer."""
 
 from __future__ import annotations
 
@@ -10,22 +10,15 @@ import uuid
 from itertools import count
 from typing import Callable
 
-import grpc
-
-from ..client.transport import Transport
+from ..client.transport import EarlyBatch, InnerBatch, Send, Transport
 from ..codec import Codec, Compression, compress, encode_messages, rmq
-from ..errors import TopicNotFoundError, error_for
-from ..protocol.v1 import broker_pb2 as pb
+from ..errors import RmqError, TopicNotFoundError
 from .accumulator import RecordAccumulator
 from .batch import BatchForm, ProducerBatch, batch_form
 from .config import ProducerConfig
 from .routing import Router
 
 log = logging.getLogger(__name__)
-
-PB_CODECS = {Codec.RMQ: pb.CODEC_RMQ, Codec.ARROW: pb.CODEC_ARROW}
-PB_COMPRESSIONS = {Compression.NONE: pb.COMPRESSION_NONE, Compression.LZ4: pb.COMPRESSION_LZ4,
-                   Compression.ZSTD: pb.COMPRESSION_ZSTD}
 
 
 class Sender:
@@ -65,7 +58,7 @@ class Sender:
             sent += len(batches)
 
     def _call_answered(self) -> None:
-        # Only the slot is freed here, on gRPC's thread: the batches ready meanwhile go with the
+        # Only the slot is freed here, on the transport's thread: the batches ready meanwhile go with the
         # next append that fills a batch, or the timer's next tick (within half a delay), so
         # encoding never holds up the thread that answers calls.
         with self._lock:
@@ -79,8 +72,7 @@ class Sender:
         pending = []
         for batch in batches:
             try:
-                request = self._request(batch)
-                pending.append((batch, request, request.SerializeToString()))
+                pending.append((batch, self._send_of(batch)))
             except BaseException as error:  # e.g. the topic does not exist: this batch fails alone
                 _answer(batch, error, None, release)
         if pending:
@@ -89,51 +81,47 @@ class Sender:
             on_answered()
 
     def _call(self, pending: list, attempt: int, release, on_answered=None) -> None:
-        request = join_sends([serialized for _, _, serialized in pending])
         try:
-            call = self.transport.send_many_serialized.future(request, timeout=self.config.send_timeout_ms / 1000)
+            self.transport.send_many([send for _, send in pending], self.config.send_timeout_ms,
+                                     lambda outcomes, error: self._on_answer(outcomes, error, pending, attempt,
+                                                                             release, on_answered))
         except BaseException as error:
-            for batch, _request, _serialized in pending:
+            for batch, _send in pending:
                 _answer(batch, error, None, release)
             if on_answered is not None:
                 on_answered()
             raise
-        call.add_done_callback(lambda done: self._on_answer(done, pending, attempt, release, on_answered))
 
-    def _on_answer(self, call, pending: list, attempt: int, release, on_answered) -> None:
+    def _on_answer(self, outcomes, error, pending: list, attempt: int, release, on_answered) -> None:
         try:
-            self._answer_call(call, pending, attempt, release)
+            self._answer_call(outcomes, error, pending, attempt, release)
         finally:
             if on_answered is not None:
                 on_answered()
 
-    def _answer_call(self, call, pending: list, attempt: int, release) -> None:
-        """Answer the batches of a call (on gRPC's thread); retry the retriable failures."""
+    def _answer_call(self, outcomes, error, pending: list, attempt: int, release) -> None:
+        """Answer the batches of a call (on the transport's thread); retry the retriable failures."""
         last = attempt == self.transport.config.retries
-        try:
-            outcomes = call.result().outcomes
-        except grpc.RpcError as err:
-            error = self.transport.error(err)
+        if error is not None:
             if error.retriable and not last:
                 self._retry(pending, attempt, release)
                 return
-            for batch, _request, _serialized in pending:
+            for batch, _send in pending:
                 _answer(batch, error, None, release)
             return
         retry = []
-        for (batch, request, serialized), outcome in zip(pending, outcomes):
-            if outcome.HasField("response"):
+        for (batch, send), outcome in zip(pending, outcomes):
+            if not isinstance(outcome, BaseException):
                 if self.transaction_id:
-                    self._count_prepared(outcome.response)
-                _answer(batch, None, outcome.response, release)
+                    self._count_prepared(outcome)
+                _answer(batch, None, outcome, release)
                 continue
-            error = error_for("", outcome.error, outcome.reason)
-            if error.retriable and not last:
-                retry.append((batch, request, serialized))
+            if isinstance(outcome, RmqError) and outcome.retriable and not last:
+                retry.append((batch, send))
                 continue
-            if isinstance(error, TopicNotFoundError):
-                self.router.forget(request.topic)
-            _answer(batch, error, None, release)
+            if isinstance(outcome, TopicNotFoundError):
+                self.router.forget(send.topic)
+            _answer(batch, outcome, None, release)
         if retry:
             self._retry(retry, attempt, release)
 
@@ -143,49 +131,34 @@ class Sender:
         timer.daemon = True
         timer.start()
 
-    def _count_prepared(self, response) -> None:
-        with self._lock:  # answers arrive on gRPC's threads
+    def _count_prepared(self, stored) -> None:
+        with self._lock:  # answers arrive on the transport's threads
             self.prepared_batches += 1
-            self.prepared_messages += response.count
+            self.prepared_messages += stored.count
 
-    def _request(self, batch: ProducerBatch) -> pb.SendRequest:
+    def _send_of(self, batch: ProducerBatch) -> Send:
         if batch.sequence < 0:
             batch.sequence = next(self._sequences)
         topic, queue_id = batch.key.topic, batch.key.queue_id
-        request = pb.SendRequest(topic=topic, queue_id=queue_id, producer_id=self.producer_id,
-                                 sequence=batch.sequence, transaction_id=self.transaction_id)
-        if batch.encoded is not None:
-            return self._encoded_request(request, batch)
-        messages = batch.messages
+        return Send(topic, queue_id, self._content(batch), self.producer_id, batch.sequence, self.transaction_id)
+
+    def _content(self, batch: ProducerBatch):
+        """What a batch sends: its message alone, an inner batch (BatchCQ) or an early batch."""
         if batch.alone:
-            message = messages[0]
-            request.single.CopyFrom(pb.SingleMessage(body=message.body, properties=message.properties,
-                                                     tags=message.tags or "", keys=message.keys or ""))
-            return request
-        form = self.form(topic)
+            return batch.messages[0]
+        form = self.form(batch.key.topic)
+        if batch.encoded is not None:
+            payload, count, codec, compression = batch.encoded
+            if form.inner:
+                return InnerBatch(payload, count, codec, compression, batch.key.tags)
+            return EarlyBatch(payload, count)
+        messages = batch.messages
+        payload = _encode(messages, form.codec, form.compression)
         if form.inner:
             tags = {m.tags for m in messages}
-            batch_ = request.inner_batch
-            batch_.payload = _encode(messages, form.codec, form.compression)
-            batch_.count = len(messages)
-            batch_.codec = PB_CODECS[form.codec]
-            batch_.compression = PB_COMPRESSIONS[form.compression]
-            batch_.tags = (next(iter(tags)) or "") if len(tags) == 1 else ""
-        else:
-            request.early_batch.payload = _encode(messages, form.codec, form.compression)
-            request.early_batch.count = len(messages)
-        return request
-
-
-    def _encoded_request(self, request: pb.SendRequest, batch: ProducerBatch) -> pb.SendRequest:
-        payload, count, codec, compression = batch.encoded
-        if self.form(batch.key.topic).inner:
-            request.inner_batch.CopyFrom(pb.InnerBatch(payload=payload, count=count, codec=PB_CODECS[codec],
-                                                       compression=PB_COMPRESSIONS[compression],
-                                                       tags=batch.key.tags or ""))
-        else:
-            request.early_batch.CopyFrom(pb.EarlyBatch(payload=payload, count=count))
-        return request
+            return InnerBatch(payload, len(messages), form.codec, form.compression,
+                              next(iter(tags)) if len(tags) == 1 else None)
+        return EarlyBatch(payload, len(messages))
 
     def form(self, topic: str) -> BatchForm:
         """How batches of ``topic`` go (``batch_form``): the route's queue type decides."""
@@ -197,30 +170,6 @@ def _encode(messages: list, codec: Codec, compression: Compression) -> bytes:
         return compress(rmq.encode_rows([(m.body, m.properties.items() if m.properties else None, m.keys, m.tags)
                                          for m in messages]), compression)
     return encode_messages([(m.body, m.properties, m.keys, m.tags, None) for m in messages], codec, compression)
-
-
-def join_sends(serialized: list[bytes]) -> bytes:
-    """A SendManyRequest of sends serialized one by one: field 1, length-delimited, each.
-
-    protobuf's upb encoder serializes a message of several large nested messages at about
-    0.4 GB/s (it grows its buffer as it goes); each SendRequest alone serializes at copy speed,
-    and joining them here is one more copy."""
-    parts = []
-    for send in serialized:
-        parts += [_SENDS_TAG, _varint(len(send)), send]
-    return b"".join(parts)
-
-
-_SENDS_TAG = b"\x0a"  # field 1 (sends), wire type 2
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _answer(batch: ProducerBatch, error, response, release) -> None:

@@ -45,3 +45,10 @@ def test_backfill_batch(spark, tmp_path, capsys):
     assert result["parquet_rows"] == 3000 and result["waves"] == {"second": 3000}
     assert result["replayed"] == 3000
     assert "df.write of the Parquet rows into orders-replay: 3,000 messages" in capsys.readouterr().out
+
+
+def test_transactional_producer(capsys):
+    result = example("transactional_producer").main(["--writers", "2", "--messages", "2000"])
+    assert result == {"prepared": 4000, "committed": 4000, "replayed": 0, "visible": 4000}
+    out = capsys.readouterr().out
+    assert "2 writers prepared 4,000 messages; visible now: 0" in out and "the replay 0 (replayed: True)" in out

@@ -18,7 +18,7 @@ from rmq_spark import (
     TopicNotFoundError,
     TransportConfig,
 )
-from rmq_spark.producer.sender import join_sends
+from rmq_spark.client.grpc_transport import join_sends
 from rmq_spark.protocol.v1.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
 from sdk_helpers import wait_indexed
 
@@ -126,6 +126,14 @@ def test_unbatchable_messages_go_alone(endpoint, clock, topic):
     producer.close()
 
 
+def test_a_message_the_transport_cannot_encode_fails_its_own_future(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    refused = producer.send_async(Message(topic, b"x", queue_id=0, properties={"DELAY": 3}))  # not a string
+    assert isinstance(refused.exception(10), TypeError)
+    assert producer.send_async(Message(topic, b"next", queue_id=0, properties={"DELAY": "3"})).result(10)
+    producer.close()
+
+
 def test_close_flushes_then_refuses(endpoint, clock, topic):
     producer = stepped(endpoint, clock)
     futures = [producer.send_async(Message(topic, b"x", queue_id=1)) for _ in range(3)]
@@ -166,14 +174,14 @@ def test_blocking_sends_from_many_threads(endpoint, topic):
 
 
 class CallSpy:
-    """Wraps the producer's SendMany stub: counts calls, and can lose the first answers (the
-    broker stores the batches, the client hears UNAVAILABLE), as a dropped connection would."""
+    """Wraps the gRPC transport's SendMany call: counts calls, and can lose the first answers
+    (the broker stores the batches, the client hears UNAVAILABLE), as a dropped connection would."""
 
     def __init__(self, producer, lose_answers=0):
-        self.real = producer._transport.send_many_serialized
+        self.real = producer._transport._send_many
         self.calls = []
         self.lose_answers = lose_answers
-        producer._transport.send_many_serialized = self
+        producer._transport._send_many = self
 
     def future(self, request, timeout=None):
         self.calls.append(len(SendManyRequest.FromString(request).sends))

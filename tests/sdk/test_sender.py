@@ -1,50 +1,40 @@
 """The producer's Sender alone, without a broker: a fake transport records each SendMany call
-and answers it when the test says so. What goes in a request (single, early or inner batch, one
+and answers it when the test says so. What goes in a call (single, early or inner batch, one
 stamp per batch), how answers reach the batches, retries, and the bound on calls in flight."""
 
 import pytest
 
 from rmq_spark import BrokerUnavailableError, Message, TopicNotFoundError, TransportConfig
+from rmq_spark.client.transport import EarlyBatch, InnerBatch, Send, Stored
 from rmq_spark.codec import Codec, Compression
+from rmq_spark.errors import error_for
 from rmq_spark.producer.accumulator import RecordAccumulator
 from rmq_spark.producer.batch import BatchKey, ProducerBatch
 from rmq_spark.producer.config import ProducerConfig
-from rmq_spark.producer.sender import Sender, join_sends
-from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_spark.producer.sender import Sender
 from rmq_spark.structs import QueueType, TopicInfo
 
 
 class FakeCall:
     """A SendMany call: answered later with ``answer(outcomes)``."""
 
-    def __init__(self, request: bytes):
-        self.request = pb.SendManyRequest.FromString(request)
-        self._response = None
-        self._callbacks = []
-
-    def add_done_callback(self, callback):
-        self._callbacks.append(callback)
-
-    def result(self):
-        return self._response
+    def __init__(self, sends: list[Send], on_answer):
+        self.sends = sends
+        self._on_answer = on_answer
 
     def answer(self, outcomes):
-        self._response = pb.SendManyResponse(outcomes=outcomes)
-        for callback in self._callbacks:
-            callback(self)
+        self._on_answer(outcomes, None)
 
 
 class FakeTransport:
-    """What the sender uses of the transport: SendMany as a future, retries and their backoff."""
+    """What the sender uses of the transport: SendMany without waiting, retries and their backoff."""
 
     def __init__(self, retries=1):
         self.config = TransportConfig(retries=retries)
         self.calls: list[FakeCall] = []
-        self.send_many_serialized = self  # .future(request, timeout)
 
-    def future(self, request: bytes, timeout: float) -> FakeCall:
-        self.calls.append(FakeCall(request))
-        return self.calls[-1]
+    def send_many(self, sends, timeout_ms, answer):
+        self.calls.append(FakeCall(sends, answer))
 
     def backoff_s(self, attempt: int) -> float:
         return 0.0
@@ -64,14 +54,13 @@ class Routes:
         self.forgotten.append(topic)
 
 
-def stored(send: pb.SendRequest, base_offset=0) -> pb.SendOutcome:
-    count = 1 if send.WhichOneof("payload") == "single" else getattr(send, send.WhichOneof("payload")).count
-    return pb.SendOutcome(response=pb.SendResponse(queue_id=send.queue_id, base_offset=base_offset, count=count,
-                                                   message_ids=[f"id{i}" for i in range(count)]))
+def stored(send: Send, base_offset=0) -> Stored:
+    count = 1 if isinstance(send.content, Message) else send.content.count
+    return Stored(send.queue_id, base_offset, count, [f"id{i}" for i in range(count)], 0)
 
 
-def refused(reason: str) -> pb.SendOutcome:
-    return pb.SendOutcome(reason=reason, error=f"refused: {reason}")
+def refused(reason: str):
+    return error_for("", f"refused: {reason}", reason)
 
 
 @pytest.fixture
@@ -100,11 +89,11 @@ def test_one_call_carries_each_batch_in_the_form_its_topic_takes(transport, rout
     batches = [batch_of("batch-t", 3), batch_of("simple-t", 2), batch_of("simple-t", 1, alone=True)]
     sender.send(batches)
     [call] = transport.calls
-    assert [send.WhichOneof("payload") for send in call.request.sends] == ["inner_batch", "early_batch", "single"]
-    assert [send.producer_id for send in call.request.sends] == [sender.producer_id] * 3
-    assert len({send.sequence for send in call.request.sends}) == 3  # a stamp per batch
+    assert [type(send.content) for send in call.sends] == [InnerBatch, EarlyBatch, Message]
+    assert [send.producer_id for send in call.sends] == [sender.producer_id] * 3
+    assert len({send.sequence for send in call.sends}) == 3  # a stamp per batch
     assert not any(batch.finished for batch in batches)  # sent without waiting
-    call.answer([stored(send, base_offset=10) for send in call.request.sends])
+    call.answer([stored(send, base_offset=10) for send in call.sends])
     assert [r.queue_offset for r in batches[0].results()] == [10, 11, 12]
     assert batches[2].results()[0].message_id == "id0"
 
@@ -114,7 +103,7 @@ def test_a_failed_batch_fails_alone_and_a_missing_topic_is_forgotten(transport, 
     batches = [batch_of("batch-gone", 1), batch_of("batch-t", 1)]
     sender.send(batches)
     [call] = transport.calls
-    call.answer([refused("TOPIC_NOT_FOUND"), stored(call.request.sends[1])])
+    call.answer([refused("TOPIC_NOT_FOUND"), stored(call.sends[1])])
     with pytest.raises(TopicNotFoundError, match="refused: TOPIC_NOT_FOUND"):
         batches[0].results()
     assert len(batches[1].results()) == 1
@@ -132,7 +121,7 @@ def test_a_retriable_refusal_is_sent_again_with_the_same_stamp_until_retries_run
             break
         batch.wait(0.01)
     first, retry = transport.calls
-    assert retry.request.sends[0].sequence == first.request.sends[0].sequence  # stored once by the broker
+    assert retry.sends[0].sequence == first.sends[0].sequence  # stored once by the broker
     retry.answer([refused("SERVICE_NOT_AVAILABLE")])  # the last attempt: the batch fails
     with pytest.raises(BrokerUnavailableError, match="refused: SERVICE_NOT_AVAILABLE") as failed:
         batch.results()
@@ -147,12 +136,6 @@ def test_ready_batches_wait_while_max_in_flight_requests_calls_are_unanswered(tr
             accumulator.append(Message("batch-t", b"m"), queue_id, 1.0)
     assert sender.send_ready() == 1 and len(transport.calls) == 1
     assert sender.send_ready() == 0  # the one slot is taken
-    transport.calls[0].answer([stored(transport.calls[0].request.sends[0])])
+    transport.calls[0].answer([stored(transport.calls[0].sends[0])])
     assert accumulator.held_bytes == 4  # the answered batch's bytes are free
     assert sender.send_ready() == 1 and len(transport.calls) == 2
-
-
-def test_join_sends_is_the_serialized_send_many_request():
-    sends = [pb.SendRequest(topic="t", queue_id=q, single=pb.SingleMessage(body=b"x" * 300 * q)) for q in range(3)]
-    joined = join_sends([send.SerializeToString() for send in sends])
-    assert joined == pb.SendManyRequest(sends=sends).SerializeToString()

@@ -1,5 +1,6 @@
-"""Prepared batches against a real in-process broker: invisible until committed, then visible in
-order as ordinary batches; rollback, repeated commits, sink batches."""
+"""Batches a Producer(transaction_id=...) prepared, against a real in-process broker: invisible
+until committed, then visible in order as ordinary batches; rollback, repeated commits, sink
+batches."""
 
 import pytest
 
@@ -7,18 +8,18 @@ from rmq_spark import (
     Admin,
     Message,
     Producer,
-    TransactionalSender,
     Transactions,
     TransactionState,
     TransactionStateError,
+    new_transaction_id,
 )
-from txn_helpers import bodies, offsets, read_queue, start_broker, table_of, wait_offsets
+from txn_helpers import bodies, offsets, read_queue, send_table, start_broker, table_of, wait_offsets
 
 
 def test_prepared_batches_are_invisible_and_take_no_offsets(broker, topic):
-    with TransactionalSender(broker.endpoint, codec="arrow", compression="lz4") as sender:
-        sender.send_table(topic, 0, table_of(bodies(50, "p0")))
-        sender.send_table(topic, 1, table_of(bodies(20, "p1")))
+    with Producer(broker.endpoint, transaction_id=new_transaction_id(), codec="arrow", compression="lz4") as writer:
+        send_table(writer, topic, 0, table_of(bodies(50, "p0")))
+        send_table(writer, topic, 1, table_of(bodies(20, "p1")))
     with Producer(broker.endpoint) as producer:  # a plain batch after them takes offset 0
         producer.send_batch([Message(topic, b"plain", queue_id=0)])
     wait_offsets(broker.endpoint, topic, [1, 0, 0, 0])
@@ -31,12 +32,12 @@ def test_prepared_batches_are_invisible_and_take_no_offsets(broker, topic):
 def test_commit_makes_every_batch_visible_in_order_as_ordinary_batches(broker, topic):
     first, second = bodies(30, "a"), bodies(40, "b")
     other = bodies(10, "c")
-    with TransactionalSender(broker.endpoint, "writer-1", codec="rmq") as one, \
-            TransactionalSender(broker.endpoint, "writer-2", codec="arrow", compression="zstd") as two:
-        one.send_table(topic, 0, table_of(first[:10]))
-        two.send_table(topic, 0, table_of(other))
-        one.send_table(topic, 0, table_of(first[10:]))
-        one.send_table(topic, 2, table_of(second))
+    with Producer(broker.endpoint, transaction_id="writer-1", codec="rmq") as one, \
+            Producer(broker.endpoint, transaction_id="writer-2", codec="arrow", compression="zstd") as two:
+        send_table(one, topic, 0, table_of(first[:10]))
+        send_table(two, topic, 0, table_of(other))
+        send_table(one, topic, 0, table_of(first[10:]))
+        send_table(one, topic, 2, table_of(second))
         prepared = [two.prepared(), one.prepared()]
     with Transactions(broker.endpoint) as txns:
         result = txns.commit(prepared)
@@ -53,11 +54,12 @@ def test_commit_makes_every_batch_visible_in_order_as_ordinary_batches(broker, t
 
 
 def test_queue_offsets_stay_dense_around_plain_sends(broker, topic):
-    with Producer(broker.endpoint) as producer, TransactionalSender(broker.endpoint) as sender:
+    with Producer(broker.endpoint) as producer, \
+            Producer(broker.endpoint, transaction_id=new_transaction_id()) as writer:
         producer.send_batch([Message(topic, b"before", queue_id=3)])
-        sender.send_messages(topic, 3, [Message(topic, b"txn-1"), Message(topic, b"txn-2")])
+        writer.send_batch([Message(topic, b"txn-1", queue_id=3), Message(topic, b"txn-2")])
         producer.send_batch([Message(topic, b"between", queue_id=3)])
-        prepared = sender.prepared()
+        prepared = writer.prepared()
         with Transactions(broker.endpoint) as txns:
             txns.commit([prepared])
         producer.send_batch([Message(topic, b"after", queue_id=3)])
@@ -67,25 +69,25 @@ def test_queue_offsets_stay_dense_around_plain_sends(broker, topic):
 
 
 def test_rollback_discards_and_the_transaction_stays_ended(broker, topic):
-    with TransactionalSender(broker.endpoint, "doomed") as sender:
-        sender.send_table(topic, 0, table_of(bodies(5)))
+    with Producer(broker.endpoint, transaction_id="doomed") as writer:
+        send_table(writer, topic, 0, table_of(bodies(5)))
         with Transactions(broker.endpoint) as txns:
             outcome, = txns.rollback(["doomed"])
             assert (outcome.state, outcome.changed, outcome.message_count) == (TransactionState.ROLLED_BACK, True, 5)
-            again, = txns.rollback([sender.prepared()])
+            again, = txns.rollback([writer.prepared()])
             assert (again.state, again.changed) == (TransactionState.ROLLED_BACK, False)
             with pytest.raises(TransactionStateError, match="'doomed' was rolled back; it cannot be committed"):
                 txns.commit(["doomed"])
         with pytest.raises(TransactionStateError, match="send under a new transaction id"):
-            sender.send_table(topic, 0, table_of(bodies(1)))
+            send_table(writer, topic, 0, table_of(bodies(1)))
     broker.store.wait_dispatched(5)
     assert offsets(broker.endpoint, topic) == [0, 0, 0, 0]
 
 
 def test_a_repeated_commit_changes_nothing_and_says_so(broker, topic):
-    with TransactionalSender(broker.endpoint, "once") as sender:
-        sender.send_table(topic, 1, table_of(bodies(7)))
-        prepared = sender.prepared()
+    with Producer(broker.endpoint, transaction_id="once") as writer:
+        send_table(writer, topic, 1, table_of(bodies(7)))
+        prepared = writer.prepared()
     with Transactions(broker.endpoint) as txns:
         assert txns.commit([prepared]).transactions[0].changed is True
         repeated = txns.commit([prepared])
@@ -101,17 +103,17 @@ def test_sink_batch_is_recorded_with_the_commit_and_a_replay_makes_nothing_visib
     with Transactions(broker.endpoint) as txns:
         assert not txns.is_committed("sink-a", 0)
         assert txns.sink_batch("sink-a", 0).latest_batch_id == -1
-        with TransactionalSender(broker.endpoint, "b0-attempt0") as sender:
-            sender.send_table(topic, 0, table_of(bodies(3, "b0")))
-            first = txns.commit([sender.prepared()], sink_id="sink-a", batch_id=0)
+        with Producer(broker.endpoint, transaction_id="b0-attempt0") as writer:
+            send_table(writer, topic, 0, table_of(bodies(3, "b0")))
+            first = txns.commit([writer.prepared()], sink_id="sink-a", batch_id=0)
         assert not first.sink_batch_replayed and first.sink_batch_transaction_ids == ("b0-attempt0",)
         status = txns.sink_batch("sink-a", 0)
         assert (status.committed, status.transaction_ids, status.latest_batch_id) == (True, ("b0-attempt0",), 0)
 
         # The batch replayed after a driver restart: new attempts, new transactions.
-        with TransactionalSender(broker.endpoint, "b0-replay") as sender:
-            sender.send_table(topic, 0, table_of(bodies(3, "b0")))
-            replay = txns.commit([sender.prepared()], sink_id="sink-a", batch_id=0)
+        with Producer(broker.endpoint, transaction_id="b0-replay") as writer:
+            send_table(writer, topic, 0, table_of(bodies(3, "b0")))
+            replay = txns.commit([writer.prepared()], sink_id="sink-a", batch_id=0)
         assert replay.sink_batch_replayed and replay.sink_batch_transaction_ids == ("b0-attempt0",)
         assert [(t.state, t.changed) for t in replay.transactions] == [(TransactionState.ROLLED_BACK, True)]
         # A commit call repeated after a lost answer is a replay of itself.
@@ -126,9 +128,9 @@ def test_sink_batch_is_recorded_with_the_commit_and_a_replay_makes_nothing_visib
 
 
 def test_listing_shows_open_transactions_and_looks_up_ended_ones(broker, topic, clock):
-    with TransactionalSender(broker.endpoint, "open-one") as sender:
-        sender.send_table(topic, 0, table_of(bodies(4)))
-        sender.send_table(topic, 1, table_of(bodies(2)))
+    with Producer(broker.endpoint, transaction_id="open-one") as writer:
+        send_table(writer, topic, 0, table_of(bodies(4)))
+        send_table(writer, topic, 1, table_of(bodies(2)))
     with Transactions(broker.endpoint) as txns:
         info, = txns.list()
         assert (info.transaction_id, info.state, info.batch_count, info.message_count) == (
@@ -144,10 +146,10 @@ def test_listing_shows_open_transactions_and_looks_up_ended_ones(broker, topic, 
 def test_early_batches_on_a_simplecq_topic_commit_as_one_record_per_message(broker):
     with Admin(broker.endpoint) as admin:
         admin.create_topic("simple", 2, "SimpleCQ")
-    with TransactionalSender(broker.endpoint) as sender:
-        sender.send_messages("simple", 1, [Message("simple", body) for body in bodies(5)])
-        sender.send_table("simple", 1, table_of(bodies(3, "t")))
-        prepared = sender.prepared()
+    with Producer(broker.endpoint, transaction_id=new_transaction_id()) as writer:
+        writer.send_batch([Message("simple", body, queue_id=1) for body in bodies(5)])
+        send_table(writer, "simple", 1, table_of(bodies(3, "t")))
+        prepared = writer.prepared()
     assert (prepared.batch_count, prepared.message_count) == (2, 8)
     with Transactions(broker.endpoint) as txns:
         outcome, = txns.commit([prepared]).transactions
@@ -159,10 +161,11 @@ def test_early_batches_on_a_simplecq_topic_commit_as_one_record_per_message(brok
 def test_half_log_segments_are_deleted_once_their_transactions_end(broker, topic):
     half = broker.transactions.half
     big = [b"x" * 200_000]
-    with TransactionalSender(broker.endpoint, "big") as sender, TransactionalSender(broker.endpoint, "small") as keep:
+    with Producer(broker.endpoint, transaction_id="big") as writer, \
+            Producer(broker.endpoint, transaction_id="small") as keep:
         for _ in range(20):  # about 4 MB in segments of 1.5 MiB
-            sender.send_table(topic, 0, table_of(big))
-        keep.send_table(topic, 1, table_of(bodies(1)))
+            send_table(writer, topic, 0, table_of(big))
+        send_table(keep, topic, 1, table_of(bodies(1)))
         assert half.segment_count >= 3
         with Transactions(broker.endpoint) as txns:
             txns.commit(["big"])
@@ -184,8 +187,8 @@ def test_half_log_positions_are_never_reused_across_restarts(tmp_path, clock):
             if round_ == 0:
                 with Admin(broker.endpoint) as admin:
                     admin.create_topic("t", 1, "BatchCQ")
-            with TransactionalSender(broker.endpoint, f"round{round_}") as sender:
-                sender.send_table("t", 0, table_of(bodies(3)))
+            with Producer(broker.endpoint, transaction_id=f"round{round_}") as writer:
+                send_table(writer, "t", 0, table_of(bodies(3)))
             txn, = broker.transactions.transactions([f"round{round_}"])
             seen.append(txn.batches[0].position)
             with Transactions(broker.endpoint) as txns:
@@ -201,8 +204,8 @@ def test_rmq_admin_lists_rolls_back_and_answers_for_sink_batches(broker, topic, 
 
     from rmq_spark.client.cli import main
 
-    with TransactionalSender(broker.endpoint, "stuck-writer") as sender:
-        sender.send_table(topic, 0, table_of(bodies(2)))
+    with Producer(broker.endpoint, transaction_id="stuck-writer") as writer:
+        send_table(writer, topic, 0, table_of(bodies(2)))
     assert main(["--endpoint", broker.endpoint, "transaction", "list"]) == 0
     out = capsys.readouterr().out
     assert "stuck-writer" in out and "open" in out

@@ -10,23 +10,23 @@ import pytest
 from rmq_spark import (
     Admin,
     BrokerUnavailableError,
+    Producer,
     RmqError,
-    TransactionalSender,
     Transactions,
     TransactionState,
     TransportConfig,
 )
-from txn_helpers import bodies, broker_process, kill9, offsets, read_queue, table_of, wait_offsets
+from txn_helpers import bodies, broker_process, kill9, offsets, read_queue, send_table, table_of, wait_offsets
 
 NO_RETRY = TransportConfig(retries=0, timeout_ms=20_000)
 
 
 def prepare(endpoint, txn_id, plan):
     """Prepare under ``txn_id`` one batch per (queue, tag, count) of ``plan``."""
-    with TransactionalSender(endpoint, txn_id, codec="arrow", compression="lz4", transport=NO_RETRY) as sender:
+    with Producer(endpoint, transaction_id=txn_id, codec="arrow", compression="lz4", transport=NO_RETRY) as writer:
         for queue_id, tag, count in plan:
-            sender.send_table("orders", queue_id, table_of(bodies(count, tag)))
-        return sender.prepared()
+            send_table(writer, "orders", queue_id, table_of(bodies(count, tag)))
+        return writer.prepared()
 
 
 def expected_queues(plans):

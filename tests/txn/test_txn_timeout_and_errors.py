@@ -9,29 +9,28 @@ from broker_sim.txn import TransactionConfig
 from rmq_spark import (
     Admin,
     ConfigError,
-    InvalidRequestError,
     Message,
+    Producer,
+    QueueNotFoundError,
     TopicNotFoundError,
-    TransactionalSender,
     TransactionIncompleteError,
     TransactionNotFoundError,
     Transactions,
     TransactionState,
     TransactionStateError,
-    WrongQueueTypeError,
 )
 from rmq_spark.codec import encode_messages
 from rmq_spark.protocol.v1 import broker_pb2, broker_pb2_grpc, txn_pb2, txn_pb2_grpc
-from txn_helpers import FakeClock, bodies, offsets, read_queue, start_broker, table_of, wait_offsets
+from txn_helpers import FakeClock, bodies, offsets, read_queue, send_table, start_broker, table_of, wait_offsets
 
 
 def test_transactions_without_a_batch_for_the_timeout_are_rolled_back(broker, topic, clock):
-    with TransactionalSender(broker.endpoint, "abandoned") as abandoned, \
-            TransactionalSender(broker.endpoint, "alive") as alive:
-        abandoned.send_table(topic, 0, table_of(bodies(3)))
-        alive.send_table(topic, 1, table_of(bodies(3)))
+    with Producer(broker.endpoint, transaction_id="abandoned") as abandoned, \
+            Producer(broker.endpoint, transaction_id="alive") as alive:
+        send_table(abandoned, topic, 0, table_of(bodies(3)))
+        send_table(alive, topic, 1, table_of(bodies(3)))
         clock.advance(59_999)
-        alive.send_table(topic, 1, table_of(bodies(2, "late")))  # a batch restarts the timeout
+        send_table(alive, topic, 1, table_of(bodies(2, "late")))  # a batch restarts the timeout
         assert broker.transactions.expire() == []
         clock.advance(1)
         assert broker.transactions.expire() == ["abandoned"]
@@ -52,8 +51,8 @@ def test_the_background_sweep_uses_the_service_clock(tmp_path):
     try:
         with Admin(broker.endpoint) as admin:
             admin.create_topic("swept", 1, "BatchCQ")
-        with TransactionalSender(broker.endpoint, "left") as sender, Transactions(broker.endpoint) as txns:
-            sender.send_table("swept", 0, table_of(bodies(2)))
+        with Producer(broker.endpoint, transaction_id="left") as writer, Transactions(broker.endpoint) as txns:
+            send_table(writer, "swept", 0, table_of(bodies(2)))
             clock.advance(1_000)
             deadline = time.monotonic() + 10
             while txns.list(["left"])[0].state is not TransactionState.ROLLED_BACK:
@@ -69,10 +68,10 @@ def test_a_restart_between_prepare_and_commit_loses_nothing(tmp_path, clock):
     try:
         with Admin(broker.endpoint) as admin:
             admin.create_topic("kept", 2, "BatchCQ")
-        with TransactionalSender(broker.endpoint, "across-restart", codec="arrow", compression="lz4") as sender:
+        with Producer(broker.endpoint, transaction_id="across-restart", codec="arrow", compression="lz4") as writer:
             for part in range(5):
-                sender.send_table("kept", part % 2, table_of(bodies(10, f"part{part}")))
-            prepared = sender.prepared()
+                send_table(writer, "kept", part % 2, table_of(bodies(10, f"part{part}")))
+            prepared = writer.prepared()
     finally:
         broker.stop(grace=1.0)
     broker = start_broker(data, clock)
@@ -99,9 +98,10 @@ def test_a_restart_between_prepare_and_commit_loses_nothing(tmp_path, clock):
 
 
 def test_a_commit_whose_message_count_differs_is_refused_whole(broker, topic):
-    with TransactionalSender(broker.endpoint, "complete") as good, TransactionalSender(broker.endpoint, "short") as bad:
-        good.send_table(topic, 0, table_of(bodies(4)))
-        bad.send_table(topic, 0, table_of(bodies(4)))
+    with Producer(broker.endpoint, transaction_id="complete") as good, \
+            Producer(broker.endpoint, transaction_id="short") as bad:
+        send_table(good, topic, 0, table_of(bodies(4)))
+        send_table(bad, topic, 0, table_of(bodies(4)))
         with Transactions(broker.endpoint) as txns:
             with pytest.raises(TransactionIncompleteError, match="holds 4 prepared messages where the client sent 9"):
                 txns.commit([good.prepared(), txns_prepared(bad, 9)])
@@ -110,15 +110,15 @@ def test_a_commit_whose_message_count_differs_is_refused_whole(broker, topic):
     wait_offsets(broker.endpoint, topic, [8, 0, 0, 0])
 
 
-def txns_prepared(sender, messages):
+def txns_prepared(writer, messages):
     from rmq_spark import PreparedTransaction
 
-    return PreparedTransaction(sender.transaction_id, 1, messages)
+    return PreparedTransaction(writer.prepared().transaction_id, 1, messages)
 
 
 def test_unknown_transactions_are_refused_naming_them(broker, topic):
-    with TransactionalSender(broker.endpoint, "real") as sender:
-        sender.send_table(topic, 0, table_of(bodies(1)))
+    with Producer(broker.endpoint, transaction_id="real") as writer:
+        send_table(writer, topic, 0, table_of(bodies(1)))
     with Transactions(broker.endpoint) as txns:
         with pytest.raises(TransactionNotFoundError, match="unknown transaction id 'no-such-txn'"):
             txns.commit(["real", "no-such-txn"])
@@ -130,23 +130,33 @@ def test_unknown_transactions_are_refused_naming_them(broker, topic):
 def test_prepared_sends_are_checked_as_plain_sends(broker, topic):
     with Admin(broker.endpoint) as admin:
         admin.create_topic("simple-only", 1, "SimpleCQ")
-    with TransactionalSender(broker.endpoint, "checked") as sender:
+    with Producer(broker.endpoint, transaction_id="checked") as writer:
         with pytest.raises(TopicNotFoundError, match="topic 'missing' does not exist"):
-            sender.send_table("missing", 0, table_of(bodies(1)))
-        with pytest.raises(Exception, match="there is no queue 9"):
-            sender.send_table(topic, 9, table_of(bodies(1)))
-        with pytest.raises(WrongQueueTypeError, match="SimpleCQ topic"):
-            sender.send_payload("simple-only", 0, b"payload", 1)
-        with pytest.raises(InvalidRequestError, match="count 0"):
-            sender.send_payload(topic, 0, b"payload", 0)
-        assert sender.prepared().message_count == 0
+            send_table(writer, "missing", 0, table_of(bodies(1)))
+        with pytest.raises(QueueNotFoundError, match="names queue 9"):
+            send_table(writer, topic, 9, table_of(bodies(1)))
+        assert writer.prepared().message_count == 0
+    # What the producer never sends (an inner batch on a SimpleCQ topic, an empty one), the
+    # broker refuses under a transaction too.
+    inner = {"codec": broker_pb2.CODEC_RMQ, "payload": b"payload"}
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        messaging = broker_pb2_grpc.MessagingStub(channel)
+        for request, words in [
+            (broker_pb2.SendRequest(topic="simple-only", queue_id=0, transaction_id="checked",
+                                    inner_batch=broker_pb2.InnerBatch(count=1, **inner)), "SimpleCQ topic"),
+            (broker_pb2.SendRequest(topic=topic, queue_id=0, transaction_id="checked",
+                                    inner_batch=broker_pb2.InnerBatch(count=0, **inner)), "count 0"),
+        ]:
+            with pytest.raises(grpc.RpcError) as caught:
+                messaging.Send(request)
+            assert words in caught.value.details()
     with Transactions(broker.endpoint) as txns:
         assert txns.list() == []  # no refused send opened a transaction
 
 
 def test_malformed_ids_are_refused_on_both_sides(broker, topic):
     with pytest.raises(ConfigError, match="transaction id 'has space' is malformed"):
-        TransactionalSender(broker.endpoint, "has space")
+        Producer(broker.endpoint, transaction_id="has space")
     with Transactions(broker.endpoint) as txns:
         with pytest.raises(ConfigError, match="sink id"):
             txns.commit([], sink_id="bad/sink", batch_id=0)
@@ -190,12 +200,12 @@ def test_malformed_ids_are_refused_on_both_sides(broker, topic):
 
 
 def test_a_committed_transaction_takes_no_more_batches(broker, topic):
-    with TransactionalSender(broker.endpoint, "closed") as sender:
-        sender.send_messages(topic, 0, [Message(topic, b"one")])
+    with Producer(broker.endpoint, transaction_id="closed") as writer:
+        writer.send_batch([Message(topic, b"one", queue_id=0)])
         with Transactions(broker.endpoint) as txns:
-            txns.commit([sender.prepared()])
+            txns.commit([writer.prepared()])
         with pytest.raises(TransactionStateError, match="'closed' is committed; no batch can be added"):
-            sender.send_messages(topic, 0, [Message(topic, b"two")])
+            writer.send_batch([Message(topic, b"two", queue_id=0)])
     wait_offsets(broker.endpoint, topic, [1, 0, 0, 0])
 
 

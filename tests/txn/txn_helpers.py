@@ -51,6 +51,12 @@ def table_of(bodies_: list[bytes]) -> pa.Table:
     return pa.table({"body": pa.array(bodies_, pa.binary())})
 
 
+def send_table(producer, topic: str, queue_id: int, table: pa.Table) -> int:
+    """A writer's batch: the rows of ``table`` to one queue, answered before it returns."""
+    queue_ids = pa.array([queue_id] * table.num_rows, pa.int32())
+    return producer.send_arrow(table.append_column("queue_id", queue_ids), topic).wait(30)
+
+
 def offsets(endpoint: str, topic: str) -> list[int]:
     """Max offset of each queue."""
     with Admin(endpoint) as admin:

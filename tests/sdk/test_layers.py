@@ -1,0 +1,85 @@
+"""How the SDK's modules depend on each other: each imports alone, the parts import one another
+without a cycle, and only the gRPC transport knows grpc and our protobuf messages (so that
+another transport is one more module beside it)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rmq_spark
+
+PACKAGE = Path(rmq_spark.__file__).parent
+# The one module outside protocol/ that may speak our wire contract.
+WIRE_MODULES = {"rmq_spark.client.grpc_transport"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+SOURCES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))
+           if "protocol" not in path.relative_to(PACKAGE).parts}
+
+
+def imported(module: str) -> set[str]:
+    """Every module ``module`` imports, at its top or inside a function, as absolute names."""
+    path = SOURCES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[:len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module
+            names.add(name)
+            names.update(f"{name}.{alias.name}" for alias in node.names)  # "from . import x": a module
+    return names
+
+
+def part(module: str) -> str:
+    """The part of the SDK a module belongs to: a subpackage, or a top-level module."""
+    return ".".join(module.split(".")[:2])
+
+
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_every_module_imports_alone_in_a_fresh_interpreter(module):
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"import {module} alone fails:\n{done.stderr[-2000:]}"
+
+
+def test_the_parts_of_the_sdk_import_one_another_without_a_cycle():
+    graph: dict[str, set[str]] = {}
+    for module in SOURCES:
+        uses = {part(name) for name in imported(module) if name.startswith("rmq_spark.")}
+        graph.setdefault(part(module), set()).update(uses - {part(module)})
+
+    def cycle_from(start, node, seen):
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == start:
+                return [node, nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                rest = cycle_from(start, nxt, seen)
+                if rest:
+                    return [node] + rest
+        return None
+
+    for start in sorted(graph):
+        cycle = cycle_from(start, start, set())
+        assert cycle is None, f"import cycle between the SDK's parts: {' -> '.join(cycle)}"
+
+
+def test_only_the_grpc_transport_imports_grpc_or_our_protobuf_messages():
+    wire = {module: sorted(name for name in imported(module)
+                           if name.split(".")[0] == "grpc" or name.startswith("rmq_spark.protocol"))
+            for module in SOURCES}
+    assert {module: names for module, names in wire.items() if names and module not in WIRE_MODULES} == {}
