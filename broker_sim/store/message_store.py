@@ -34,6 +34,7 @@ from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, recor
 from .mapped_file import raise_open_file_limit
 from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
+from .service_thread import ServiceThread
 from .status import (
     DEFAULT_PUT,
     CreateStatus,
@@ -111,8 +112,10 @@ class MessageStore:
         abort.touch()
         fsync_dir(self.data_dir)
         self.dispatcher.start()
-        self._stop_flusher = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_loop, name="rmq-flusher", daemon=True)
+        self._out_of_space = False  # said once until a flush succeeds again
+        self._next_index_flush, self._next_thorough_flush = 0.0, self.config.index_flush_thorough_interval_ms / 1000
+        self._flusher = ServiceThread("rmq-flusher", self.config.flush_interval_ms / 1000, self._flush_once,
+                                      task="flush")
         self._flusher.start()
 
     def _make_dispatcher(self, limit: Callable[[], int]) -> Dispatcher:
@@ -589,41 +592,36 @@ class MessageStore:
                 self._index_flushed = min(indexed, self.commitlog.flushed_offset)
             Checkpoint(self.commitlog.flushed_offset, self._index_flushed, self.now_ms()).save(self._checkpoint_path)
 
-    def _flush_loop(self) -> None:
+    def _flush_once(self) -> None:
         config = self.config
-        next_index, next_thorough = 0.0, config.index_flush_thorough_interval_ms / 1000
-        out_of_space = False  # said once until a flush succeeds again
-        while not self._stop_flusher.wait(config.flush_interval_ms / 1000):
-            try:
-                if not self._sync:
-                    self.commitlog.flush()
-                self.commitlog.release_mapped_pages()
-                now = time.monotonic() - self._opened_at
-                if now >= next_index:
-                    thorough = now >= next_thorough
-                    self._flush_indexes(thorough)
-                    next_index = now + config.index_flush_interval_ms / 1000
-                    if thorough:
-                        next_thorough = now + config.index_flush_thorough_interval_ms / 1000
-            except DiskFailedError:
-                return  # said once, by the guard: nothing is flushed again until a restart
-            except (DiskFullError, OSError) as err:
-                if not out_of_space:
-                    log.warning("cannot write the checkpoint or the indexes (%s); retrying every %d ms", err,
-                                config.flush_interval_ms)
-                out_of_space = True
-            except Exception:
-                log.exception("flush failed; retrying in %d ms", config.flush_interval_ms)
-            else:
-                out_of_space = False
+        try:
+            if not self._sync:
+                self.commitlog.flush()
+            self.commitlog.release_mapped_pages()
+            now = time.monotonic() - self._opened_at
+            if now >= self._next_index_flush:
+                thorough = now >= self._next_thorough_flush
+                self._flush_indexes(thorough)
+                self._next_index_flush = now + config.index_flush_interval_ms / 1000
+                if thorough:
+                    self._next_thorough_flush = now + config.index_flush_thorough_interval_ms / 1000
+        except DiskFailedError:
+            self._flusher.stop()  # said once, by the guard: nothing is flushed again until a restart
+            return
+        except (DiskFullError, OSError) as err:
+            if not self._out_of_space:
+                log.warning("cannot write the checkpoint or the indexes (%s); retrying every %d ms", err,
+                            config.flush_interval_ms)
+            self._out_of_space = True
+            return
+        self._out_of_space = False
 
     def close(self) -> None:
         """Stop cleanly: flush, index everything, checkpoint, and remove the abort marker."""
         if self._closed:
             return
         self._closed = True
-        self._stop_flusher.set()
-        self._flusher.join()
+        self._flusher.stop()
         self.dispatcher.stop()
         try:
             self._last_flush()

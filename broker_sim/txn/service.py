@@ -56,6 +56,7 @@ from broker_sim.store import (
 )
 from broker_sim.store import format as fmt
 from broker_sim.store.producer_state import stamp_problem
+from broker_sim.store.service_thread import ServiceThread
 
 from .half_log import HalfLog, HalfLogError
 from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
@@ -164,10 +165,10 @@ class TransactionService:
         except BaseException:
             self.state.close()
             raise
-        self._stop = threading.Event()
         self._sweeper = None
         if sweep:
-            self._sweeper = threading.Thread(target=self._sweep_loop, name="rmq-txn-sweep", daemon=True)
+            self._sweeper = ServiceThread("rmq-txn-sweep", self.config.check_interval_ms / 1000, self._sweep,
+                                          task="transaction sweep")
             self._sweeper.start()
 
     # --- prepare ---------------------------------------------------------------------------
@@ -459,19 +460,14 @@ class TransactionService:
                     "appended before it", len(txns), len(applied), len(wanted))
         self._apply(txns, applied)
 
-    def _sweep_loop(self) -> None:
-        while not self._stop.wait(self.config.check_interval_ms / 1000):
-            try:
-                self.expire()
-                self.half.flush()
-                self.half.drop_unused()
-            except Exception:
-                log.exception("transaction sweep failed; retrying in %d ms", self.config.check_interval_ms)
+    def _sweep(self) -> None:
+        self.expire()
+        self.half.flush()
+        self.half.drop_unused()
 
     def close(self) -> None:
-        self._stop.set()
         if self._sweeper is not None:
-            self._sweeper.join()
+            self._sweeper.stop()
             self._sweeper = None
         with self._end_lock:
             try:

@@ -2,6 +2,7 @@
 
 import os
 import struct
+import time
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_flush_modes(tmp_path, mode):
             for _ in range(500):  # the flusher runs every 10 ms
                 if store.commitlog.flushed_offset >= end:
                     break
-                store._stop_flusher.wait(0.01)
+                time.sleep(0.01)
             assert store.commitlog.flushed_offset >= end
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -112,15 +113,20 @@ def test_a_failed_flush_refuses_writes_until_restart(tmp_path, monkeypatch, flus
             for _ in range(500):
                 if store.disk.failure:
                     break
-                store._stop_flusher.wait(0.01)
+                time.sleep(0.01)
         assert failed and "restart" in store.disk.failure
+        for _ in range(500):
+            if not store._flusher.running:
+                break
+            time.sleep(0.01)
+        assert not store._flusher.running, "the flusher goes on after the disk failed"
         # fdatasync works again, but the store never flushes again as if nothing happened.
         for body in (b"after-1", b"after-2"):
             result = store.put_message("t", 0, body)
             assert result.status is PutStatus.DISK_FAILED and "restarted" in result.detail
         with pytest.raises(Exception, match="restart"):
             store.flush()
-        store._stop_flusher.wait(0.1)  # the flusher's turns: none moves the checkpoint past the failure
+        time.sleep(0.1)  # the flusher's turns: none moves the checkpoint past the failure
         assert Checkpoint.load(tmp_path / "checkpoint").commitlog_flushed_offset == flushed
         assert store.get_messages("t", 0, 0).message_count >= 1  # reads go on
     assert (tmp_path / "abort").exists()  # the stop was not clean: the next start recovers
