@@ -37,7 +37,6 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from broker_sim.store import (
@@ -55,6 +54,7 @@ from broker_sim.store import (
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import stamp_problem
 from broker_sim.store.service_thread import ServiceThread
 
@@ -135,26 +135,25 @@ class EndResult:
 
 
 class TransactionService:
-    """The transactions of one broker, in ``directory`` (``half/`` and ``state/``).
+    """The transactions of one broker, in the data directory of ``paths`` (its ``txn/``).
 
     Opening completes commits a crash interrupted. ``now_ms`` is the clock of prepare times
     and the timeout (injected in tests); ``sweep`` False starts no background sweep.
     """
 
-    def __init__(self, store: MessageStore, directory, config: TransactionConfig | None = None, *,
+    def __init__(self, store: MessageStore, paths: StorePaths, config: TransactionConfig | None = None, *,
                  now_ms: Callable[[], int] = wall_clock_ms, sweep: bool = True):
         self.store = store
         self.config = config or TransactionConfig()
         self.now_ms = now_ms
-        directory = Path(directory)
         self._lock = threading.Lock()  # the open transactions
         self._end_lock = threading.Lock()  # one commit, rollback or sweep at a time
-        self.state = StateStore(directory / "state")
+        self.state = StateStore(paths.txn_state)
         try:
             unended = self.state.load_unended()
             segment_bytes = max(self.config.half_segment_bytes,
                                 2 * store.config.max_message_bytes + _HALF_HEADROOM_BYTES)
-            self.half = HalfLog(directory / "half", segment_bytes, self.state.next_half_segment(),
+            self.half = HalfLog(paths.txn_half, segment_bytes, self.state.next_half_segment(),
                                 self.state.set_next_half_segment, store.disk)
             for txn in unended:
                 for batch in txn.batches:
