@@ -156,14 +156,14 @@ class BrokerCore:
         with contextlib.ExitStack() as opened:
             store = MessageStore(data_dir, options.store, payload_check=options.payload_check)
             opened.callback(store.close)
-            offsets = ConsumerOffsetTable(data_dir / "config" / "consumerOffset.json",
+            offsets = ConsumerOffsetTable(store.paths.consumer_offsets,
                                           options.offsets_flush_interval_ms)
             opened.callback(offsets.close)
             forgotten = offsets.keep_topics({topic.name for topic in store.all_topics()})
             if forgotten:
                 log.warning("forgot %d group offsets of topics deleted before the last stop", forgotten)
             # completes commits a crash interrupted
-            transactions = TransactionService(store, data_dir / "txn", options.transactions,
+            transactions = TransactionService(store, store.paths, options.transactions,
                                               now_ms=options.transaction_clock_ms)
             opened.callback(transactions.close)
             pop_config = options.pop or PopConfig(sync_writes=options.store.flush_mode is FlushMode.SYNC)

@@ -24,7 +24,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, NamedTuple, Protocol
 
 from broker_sim.store import (
@@ -41,6 +40,7 @@ from broker_sim.store import (
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 
 from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
@@ -230,12 +230,12 @@ class PopService:
     @classmethod
     def open(cls, data_dir, store: MessageStore, offsets: ConsumerOffsetTable, config: PopConfig | None = None,
              **kwargs) -> "PopService":
-        """The pop service of a data directory: RocksDB in ``pop/state``, the receipt secret in
-        ``pop/receipt.secret``."""
+        """The pop service of a data directory: its RocksDB and receipt secret where ``StorePaths``
+        puts them."""
         config = config or PopConfig()
-        root = Path(data_dir) / "pop"
-        signer = ReceiptSigner.from_file(root / "receipt.secret")
-        state = RocksDBState(root / "state", sync=config.sync_writes)
+        paths = StorePaths(data_dir)
+        signer = ReceiptSigner.from_file(paths.receipt_secret)
+        state = RocksDBState(paths.pop_state, sync=config.sync_writes)
         try:
             return cls(store, offsets, state, signer, config, **kwargs)
         except BaseException:

@@ -24,6 +24,7 @@ from .config import StoreConfig
 from .errors import IndexGapError
 from .files import fsync_dir
 from .mapped_file import PAGE_BYTES, MappedFile, MappedFileQueue
+from .paths import StorePaths
 from .topics import QueueType
 
 SIZE_AT = 8  # both unit kinds keep the record size at byte 8; 0 marks an unwritten unit
@@ -347,10 +348,8 @@ class BatchConsumeQueue(ConsumeQueue):
 class ConsumeQueueTable:
     """Every queue's index of a data directory, created on first use."""
 
-    DIRECTORIES = {QueueType.SIMPLE_CQ: "consumequeue", QueueType.BATCH_CQ: "batchconsumequeue"}
-
     def __init__(self, data_dir: Path, config: StoreConfig):
-        self.data_dir = data_dir
+        self.paths = StorePaths(data_dir)
         self.config = config
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
@@ -358,7 +357,7 @@ class ConsumeQueueTable:
     def load(self, topics) -> None:
         """Open the index files on disk of every known topic."""
         for topic in topics:
-            root = self.data_dir / self.DIRECTORIES[topic.queue_type] / topic.name
+            root = self.paths.topic_index(topic.queue_type, topic.name)
             if root.is_dir():
                 for child in root.iterdir():
                     if child.name.isdigit() and int(child.name) < topic.queue_count:
@@ -370,7 +369,7 @@ class ConsumeQueueTable:
             with self._lock:
                 queue = self._queues.get((topic, queue_id))
                 if queue is None:
-                    directory = self.data_dir / self.DIRECTORIES[queue_type] / topic / str(queue_id)
+                    directory = self.paths.queue_index(queue_type, topic, queue_id)
                     if queue_type is QueueType.BATCH_CQ:
                         queue = BatchConsumeQueue(directory, self.config.batch_cq_units_per_file, topic, queue_id)
                     else:
@@ -392,8 +391,8 @@ class ConsumeQueueTable:
     def remove_files(self, topic: str) -> bool:
         """Delete a topic's index directories, of both kinds; True when there were any."""
         found = False
-        for directory in self.DIRECTORIES.values():
-            root = self.data_dir / directory / topic
+        for queue_type in QueueType:
+            root = self.paths.topic_index(queue_type, topic)
             if root.exists():
                 shutil.rmtree(root)
                 fsync_dir(root.parent)

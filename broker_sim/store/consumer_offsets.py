@@ -17,15 +17,13 @@ The file has RocketMQ's shape::
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from pathlib import Path
 from typing import Iterable
 
 from .errors import StoreError
 from .files import write_atomically
-
-log = logging.getLogger(__name__)
+from .service_thread import ServiceThread
 
 DEFAULT_FLUSH_INTERVAL_MS = 5000
 SEPARATOR = "@"
@@ -47,14 +45,13 @@ class ConsumerOffsetTable:
         self._written = 0  # the version on disk
         self._closed = False
         self._load()
-        self._stop = threading.Event()
-        self._thread = None
+        self._flusher = None
         if flush_interval_ms is not None:
             if flush_interval_ms < 1:
                 raise ValueError(f"flush_interval_ms={flush_interval_ms}: must be positive")
-            self._thread = threading.Thread(target=self._flush_loop, args=(flush_interval_ms / 1000,),
-                                            name="rmq-offsets-flusher", daemon=True)
-            self._thread.start()
+            self._flusher = ServiceThread("rmq-offsets-flusher", flush_interval_ms / 1000, self._flush_on_interval,
+                                          task=f"writing consumer offsets to {self.path}")
+            self._flusher.start()
 
     # --- the table ---------------------------------------------------------------------------
 
@@ -137,17 +134,12 @@ class ConsumerOffsetTable:
             if self._closed:
                 return
             self._closed = True
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._flusher is not None:
+            self._flusher.stop()
         self.flush()
 
-    def _flush_loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                self.flush()
-            except Exception:
-                log.exception("writing consumer offsets to %s failed; retrying in %.1f s", self.path, interval_s)
+    def _flush_on_interval(self) -> None:
+        self.flush()  # without its answer: ServiceThread would take it for the next wait
 
     def _load(self) -> None:
         try:

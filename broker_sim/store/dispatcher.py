@@ -29,6 +29,7 @@ from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueTable
 from .errors import DiskFullError
 from .message_filter import tags_code
+from .service_thread import ServiceThread
 from .topics import QueueType, TopicTable
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ _TAGS_KEY = fmt.PROPERTY_TAGS.encode()
 _INNER_NUM_KEY = fmt.PROPERTY_INNER_NUM.encode()
 _IDLE_WAIT_S = 0.05
 _NO_ROOM_WAIT_S = 0.2
+_FAILED_WAIT_S = 1.0
 
 
 class Dispatcher:
@@ -50,10 +52,8 @@ class Dispatcher:
         self.position = commitlog.min_offset  # the next record to dispatch
         self.lock = threading.Lock()  # held while a record is indexed
         self._warned: set = set()  # topics already warned about: one warning each, not one per record
-        self._wake = threading.Event()
-        self._idle = False  # waiting for new records: only then does wake() need the event
-        self._running = False
-        self._thread: threading.Thread | None = None
+        self._no_room = False  # an index file could not grow: said once until there is room again
+        self._thread = ServiceThread("rmq-dispatcher", _IDLE_WAIT_S, self._run_once)
 
     def dispatch(self, limit: int | None = None) -> int:
         """Index every record from ``position`` to ``limit``; returns how many records were
@@ -113,48 +113,33 @@ class Dispatcher:
     # --- the background thread ---------------------------------------------------------------
 
     def wake(self) -> None:
-        if self._idle:
-            self._wake.set()
+        self._thread.wake()
 
     def start(self) -> None:
-        self._running = True
-        self._thread = threading.Thread(target=self._run, name="rmq-dispatcher", daemon=True)
         self._thread.start()
+        self._thread.wake()  # a first pass at once, as after each append
 
-    def _run(self) -> None:
-        no_room = False
-        while self._running:
-            try:
-                if self.dispatch() == 0:
-                    self._idle = True
-                    # Records appended between the pass and _idle = True did not wake us: look again.
-                    if self.limit() <= self.position:
-                        self._wake.wait(_IDLE_WAIT_S)
-                    self._wake.clear()
-                    self._idle = False
-                if no_room:
-                    log.warning("index files have room again: indexing goes on from commitlog offset %d",
-                                self.position)
-                    no_room = False
-            except DiskFullError as err:
-                if not no_room:
-                    log.warning("indexing waits at commitlog offset %d for disk space (%s): the records after it "
-                                "are stored but not readable until there is room", self.position, err)
-                    no_room = True
-                self._wake.wait(_NO_ROOM_WAIT_S)
-                self._wake.clear()
-            except Exception:  # a fault here must not stop indexing silently
-                log.exception("dispatch failed at commitlog offset %d; retrying", self.position)
-                self._wake.wait(1.0)
+    def _run_once(self) -> float:
+        """One pass; returns how long to wait for new records before the next."""
+        try:
+            dispatched = self.dispatch()
+        except DiskFullError as err:
+            if not self._no_room:
+                log.warning("indexing waits at commitlog offset %d for disk space (%s): the records after it "
+                            "are stored but not readable until there is room", self.position, err)
+                self._no_room = True
+            return _NO_ROOM_WAIT_S
+        except Exception:  # a fault here must not stop indexing silently
+            log.exception("dispatch failed at commitlog offset %d; retrying", self.position)
+            return _FAILED_WAIT_S
+        if self._no_room:
+            log.warning("index files have room again: indexing goes on from commitlog offset %d", self.position)
+            self._no_room = False
+        return 0 if dispatched else _IDLE_WAIT_S
 
     def stop(self) -> None:
         """Stop the background thread; ``dispatch()`` still works (the store's last pass)."""
-        self._running = False
-        self._idle = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._thread.stop()
 
     def close(self) -> None:
         """Release what dispatching holds (nothing, in serial mode)."""

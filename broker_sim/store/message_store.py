@@ -1,11 +1,6 @@
 """MessageStore: the store's one entry point, over the commitlog, the indexes and recovery.
 
-Data directory::
-
-    lock  abort  checkpoint  corrupted.json  config/topics.json (+ topics.journal)  config/consumerOffset.json
-    commitlog/{20-digit start}
-    consumequeue/{topic}/{queueId}/{20-digit start}        SimpleCQ
-    batchconsumequeue/{topic}/{queueId}/{20-digit start}   BatchCQ
+The data directory's layout is in ``paths.py``.
 """
 
 from __future__ import annotations
@@ -32,8 +27,10 @@ from .errors import DataDirInUseError, DiskFailedError, DiskFullError, StoreClos
 from .files import fsync_dir
 from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
 from .mapped_file import raise_open_file_limit
+from .paths import StorePaths
 from .producer_state import ProducerState, stamp_problem, stamp_property
 from .recovery import RecoveryReport, recover
+from .service_thread import ServiceThread
 from .status import (
     DEFAULT_PUT,
     CreateStatus,
@@ -70,12 +67,13 @@ class MessageStore:
     def __init__(self, data_dir, config: StoreConfig | None = None, *,
                  now_ms: Callable[[], int] = wall_clock_ms, payload_check: Callable | None = None):
         self.data_dir = Path(data_dir)
+        self.paths = StorePaths(self.data_dir)
         self.config = config or StoreConfig()
         self.now_ms = now_ms
         self.payload_check = payload_check
         self.data_dir.mkdir(parents=True, exist_ok=True)
         raise_open_file_limit()
-        self._lock_fd = _lock_data_dir(self.data_dir)
+        self._lock_fd = _lock_data_dir(self.paths)
         try:
             self._open()
         except BaseException:
@@ -89,19 +87,19 @@ class MessageStore:
         self._closed = False
         self._dispatched = threading.Condition()
         self._admin_lock = threading.Lock()  # topic creation and deletion, and index flushes
-        self.topics = TopicTable(self.data_dir / "config" / "topics.json")
+        self.topics = TopicTable(self.paths.topics, self.paths.topics_journal)
         self.disk = DiskGuard(self.data_dir, self.config.disk_reserve_bytes)
-        self.commitlog = CommitLog(self.data_dir / "commitlog", self.config, self.now_ms, self.disk)
+        self.commitlog = CommitLog(self.paths.commitlog, self.config, self.now_ms, self.disk)
         self.queues = ConsumeQueueTable(self.data_dir, self.config)
         self.queues.load(self.topics.all())
         limit = (lambda: self.commitlog.flushed_offset) if self._sync else (lambda: self.commitlog.max_offset)
         self.dispatcher = self._make_dispatcher(limit)
         self.producers = ProducerState()
-        abort = self.data_dir / "abort"
-        self.corruption = CorruptionReport(self.data_dir / "corrupted.json")
+        abort = self.paths.abort
+        self.corruption = CorruptionReport(self.paths.corrupted)
         self.recovery: RecoveryReport = recover(
-            self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self._checkpoint_path),
-            load_queue_table(self._queue_table_path), self.topics, clean=not abort.exists(),
+            self.commitlog, self.queues, self.dispatcher, Checkpoint.load(self.paths.checkpoint),
+            load_queue_table(self.paths.queue_table), self.topics, clean=not abort.exists(),
             producers=self.producers, corruption=self.corruption,
         )
         self._verified = VerifiedRecords(self.recovery.scanned_from, self.commitlog.damaged)
@@ -111,8 +109,10 @@ class MessageStore:
         abort.touch()
         fsync_dir(self.data_dir)
         self.dispatcher.start()
-        self._stop_flusher = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_loop, name="rmq-flusher", daemon=True)
+        self._out_of_space = False  # said once until a flush succeeds again
+        self._next_index_flush, self._next_thorough_flush = 0.0, self.config.index_flush_thorough_interval_ms / 1000
+        self._flusher = ServiceThread("rmq-flusher", self.config.flush_interval_ms / 1000, self._flush_once,
+                                      task="flush")
         self._flusher.start()
 
     def _make_dispatcher(self, limit: Callable[[], int]) -> Dispatcher:
@@ -126,14 +126,6 @@ class MessageStore:
     @property
     def _sync(self) -> bool:
         return self.config.flush_mode is FlushMode.SYNC
-
-    @property
-    def _checkpoint_path(self) -> Path:
-        return self.data_dir / "checkpoint"
-
-    @property
-    def _queue_table_path(self) -> Path:
-        return self.data_dir / "checkpoint.queues.json"
 
     # --- topics ----------------------------------------------------------------------------
 
@@ -161,10 +153,10 @@ class MessageStore:
                     self.topics.delete(name)
                     self.commitlog.forget_queues(name)
                 self.queues.remove(name)
-            saved = load_queue_table(self._queue_table_path)
+            saved = load_queue_table(self.paths.queue_table)
             kept = [entry for entry in saved if entry[0] != name]
             if len(kept) != len(saved):
-                save_queue_table(self._queue_table_path, kept)
+                save_queue_table(self.paths.queue_table, kept)
             return True
 
     def topic(self, name: str) -> TopicConfig:
@@ -584,46 +576,41 @@ class MessageStore:
             except OSError as err:
                 raise self.disk.fail("to flush an index file", err) from err
             if thorough:
-                save_queue_table(self._queue_table_path, [(topic, queue_id, queue.max_offset, queue.indexed_end)
+                save_queue_table(self.paths.queue_table, [(topic, queue_id, queue.max_offset, queue.indexed_end)
                                                           for (topic, queue_id), queue in self.queues.all()])
                 self._index_flushed = min(indexed, self.commitlog.flushed_offset)
-            Checkpoint(self.commitlog.flushed_offset, self._index_flushed, self.now_ms()).save(self._checkpoint_path)
+            Checkpoint(self.commitlog.flushed_offset, self._index_flushed, self.now_ms()).save(self.paths.checkpoint)
 
-    def _flush_loop(self) -> None:
+    def _flush_once(self) -> None:
         config = self.config
-        next_index, next_thorough = 0.0, config.index_flush_thorough_interval_ms / 1000
-        out_of_space = False  # said once until a flush succeeds again
-        while not self._stop_flusher.wait(config.flush_interval_ms / 1000):
-            try:
-                if not self._sync:
-                    self.commitlog.flush()
-                self.commitlog.release_mapped_pages()
-                now = time.monotonic() - self._opened_at
-                if now >= next_index:
-                    thorough = now >= next_thorough
-                    self._flush_indexes(thorough)
-                    next_index = now + config.index_flush_interval_ms / 1000
-                    if thorough:
-                        next_thorough = now + config.index_flush_thorough_interval_ms / 1000
-            except DiskFailedError:
-                return  # said once, by the guard: nothing is flushed again until a restart
-            except (DiskFullError, OSError) as err:
-                if not out_of_space:
-                    log.warning("cannot write the checkpoint or the indexes (%s); retrying every %d ms", err,
-                                config.flush_interval_ms)
-                out_of_space = True
-            except Exception:
-                log.exception("flush failed; retrying in %d ms", config.flush_interval_ms)
-            else:
-                out_of_space = False
+        try:
+            if not self._sync:
+                self.commitlog.flush()
+            self.commitlog.release_mapped_pages()
+            now = time.monotonic() - self._opened_at
+            if now >= self._next_index_flush:
+                thorough = now >= self._next_thorough_flush
+                self._flush_indexes(thorough)
+                self._next_index_flush = now + config.index_flush_interval_ms / 1000
+                if thorough:
+                    self._next_thorough_flush = now + config.index_flush_thorough_interval_ms / 1000
+        except DiskFailedError:
+            self._flusher.stop()  # said once, by the guard: nothing is flushed again until a restart
+            return
+        except (DiskFullError, OSError) as err:
+            if not self._out_of_space:
+                log.warning("cannot write the checkpoint or the indexes (%s); retrying every %d ms", err,
+                            config.flush_interval_ms)
+            self._out_of_space = True
+            return
+        self._out_of_space = False
 
     def close(self) -> None:
         """Stop cleanly: flush, index everything, checkpoint, and remove the abort marker."""
         if self._closed:
             return
         self._closed = True
-        self._stop_flusher.set()
-        self._flusher.join()
+        self._flusher.stop()
         self.dispatcher.stop()
         try:
             self._last_flush()
@@ -644,7 +631,7 @@ class MessageStore:
         except (DiskFailedError, DiskFullError, OSError) as err:  # OSError: no room for the queue table
             log.error("the store stops without a clean flush, and recovers at its next start: %s", err)
             return
-        (self.data_dir / "abort").unlink(missing_ok=True)
+        self.paths.abort.unlink(missing_ok=True)
         fsync_dir(self.data_dir)
 
     def __enter__(self) -> "MessageStore":
@@ -654,13 +641,13 @@ class MessageStore:
         self.close()
 
 
-def _lock_data_dir(data_dir: Path) -> int:
-    fd = os.open(data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+def _lock_data_dir(paths: StorePaths) -> int:
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise DataDirInUseError(f"data directory {data_dir} is in use by another broker; stop it or use "
+        raise DataDirInUseError(f"data directory {paths.root} is in use by another broker; stop it or use "
                                 "another --data-dir") from None
     return fd
 

@@ -83,12 +83,12 @@ def system_topic_problem(name: str, action: str) -> str | None:
 
 
 class TopicTable:
-    """The topics of one data directory: a snapshot at ``path`` and a journal beside it, to
-    which every change is appended (and synced) before it is made."""
+    """The topics of one data directory: a snapshot at ``path`` and a journal at ``journal_path``,
+    to which every change is appended (and synced) before it is made."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, journal_path: Path):
         self.path = path
-        self.journal_path = path.with_name("topics.journal")
+        self.journal_path = journal_path
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = _read_snapshot(path)
         self._journal_lines = _replay_journal(self.journal_path, self._topics)
@@ -158,9 +158,9 @@ class TopicTable:
     def _append(self, entry: dict) -> None:
         """Append ``entry`` to the journal, durably; on a failure the journal is as before."""
         if self._journal_fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.journal_path.parent.mkdir(parents=True, exist_ok=True)
             self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            fsync_dir(self.path.parent)
+            fsync_dir(self.journal_path.parent)
         line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
         size = os.fstat(self._journal_fd).st_size
         try:

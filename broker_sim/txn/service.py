@@ -37,7 +37,6 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from broker_sim.store import (
@@ -55,7 +54,9 @@ from broker_sim.store import (
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import stamp_problem
+from broker_sim.store.service_thread import ServiceThread
 
 from .half_log import HalfLog, HalfLogError
 from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
@@ -134,26 +135,25 @@ class EndResult:
 
 
 class TransactionService:
-    """The transactions of one broker, in ``directory`` (``half/`` and ``state/``).
+    """The transactions of one broker, in the data directory of ``paths`` (its ``txn/``).
 
     Opening completes commits a crash interrupted. ``now_ms`` is the clock of prepare times
     and the timeout (injected in tests); ``sweep`` False starts no background sweep.
     """
 
-    def __init__(self, store: MessageStore, directory, config: TransactionConfig | None = None, *,
+    def __init__(self, store: MessageStore, paths: StorePaths, config: TransactionConfig | None = None, *,
                  now_ms: Callable[[], int] = wall_clock_ms, sweep: bool = True):
         self.store = store
         self.config = config or TransactionConfig()
         self.now_ms = now_ms
-        directory = Path(directory)
         self._lock = threading.Lock()  # the open transactions
         self._end_lock = threading.Lock()  # one commit, rollback or sweep at a time
-        self.state = StateStore(directory / "state")
+        self.state = StateStore(paths.txn_state)
         try:
             unended = self.state.load_unended()
             segment_bytes = max(self.config.half_segment_bytes,
                                 2 * store.config.max_message_bytes + _HALF_HEADROOM_BYTES)
-            self.half = HalfLog(directory / "half", segment_bytes, self.state.next_half_segment(),
+            self.half = HalfLog(paths.txn_half, segment_bytes, self.state.next_half_segment(),
                                 self.state.set_next_half_segment, store.disk)
             for txn in unended:
                 for batch in txn.batches:
@@ -164,10 +164,10 @@ class TransactionService:
         except BaseException:
             self.state.close()
             raise
-        self._stop = threading.Event()
         self._sweeper = None
         if sweep:
-            self._sweeper = threading.Thread(target=self._sweep_loop, name="rmq-txn-sweep", daemon=True)
+            self._sweeper = ServiceThread("rmq-txn-sweep", self.config.check_interval_ms / 1000, self._sweep,
+                                          task="transaction sweep")
             self._sweeper.start()
 
     # --- prepare ---------------------------------------------------------------------------
@@ -459,19 +459,14 @@ class TransactionService:
                     "appended before it", len(txns), len(applied), len(wanted))
         self._apply(txns, applied)
 
-    def _sweep_loop(self) -> None:
-        while not self._stop.wait(self.config.check_interval_ms / 1000):
-            try:
-                self.expire()
-                self.half.flush()
-                self.half.drop_unused()
-            except Exception:
-                log.exception("transaction sweep failed; retrying in %d ms", self.config.check_interval_ms)
+    def _sweep(self) -> None:
+        self.expire()
+        self.half.flush()
+        self.half.drop_unused()
 
     def close(self) -> None:
-        self._stop.set()
         if self._sweeper is not None:
-            self._sweeper.join()
+            self._sweeper.stop()
             self._sweeper = None
         with self._end_lock:
             try:

@@ -22,6 +22,7 @@ from broker_sim.core import (
 )
 from broker_sim.store import Compression, DataDirInUseError, QueueType, StoreConfig, decode_record
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 from rmq_spark.codec import encode_messages
 
 PACKAGE = Path(__file__).resolve().parents[2] / "broker_sim"
@@ -140,11 +141,12 @@ def test_a_closed_core_refuses_calls_and_frees_its_data_dir(tmp_path):
 
 
 def test_a_failed_open_closes_what_it_opened(tmp_path):
-    (tmp_path / "txn").write_text("a file where the transaction service wants its directory")
+    txn = StorePaths(tmp_path).txn
+    txn.write_text("a file where the transaction service wants its directory")
     with pytest.raises(OSError):
         BrokerCore.open(tmp_path, CoreOptions())
     # The store opened before the failure was closed: its data directory is free again.
-    (tmp_path / "txn").unlink()
+    txn.unlink()
     core = BrokerCore.open(tmp_path, CoreOptions())
     try:
         with pytest.raises(DataDirInUseError):  # while it is open, it is locked

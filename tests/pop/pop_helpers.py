@@ -3,6 +3,7 @@
 from broker_sim.pop import PopConfig, PopService, ReceiptSigner
 from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 
 # Revives run only when a test calls them (its clock is stepped, not waited on).
 CONFIG = PopConfig(revive_interval_ms=3_600_000)
@@ -32,11 +33,11 @@ class Node:
 
     def open(self, state=None):
         self.store = MessageStore(self.data_dir, StoreConfig(segment_bytes=16 << 20))
-        self.offsets = ConsumerOffsetTable(self.data_dir / "config" / "consumerOffset.json", None)
+        self.offsets = ConsumerOffsetTable(StorePaths(self.data_dir).consumer_offsets, None)
         if state is None:
             self.pop = PopService.open(self.data_dir, self.store, self.offsets, self.config, now_ms=self.clock)
         else:
-            signer = ReceiptSigner.from_file(self.data_dir / "pop" / "receipt.secret")
+            signer = ReceiptSigner.from_file(StorePaths(self.data_dir).receipt_secret)
             self.pop = PopService(self.store, self.offsets, state, signer, self.config, now_ms=self.clock)
 
     def close(self):

@@ -16,6 +16,7 @@ from broker_sim.pop import (
 )
 from broker_sim.store import InnerBatch, QueueType, UnknownTopicError
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 from pop_helpers import CONFIG, Node, Tags, bodies, handles
 
 
@@ -296,7 +297,7 @@ def test_a_revive_cut_short_copies_each_message_once(node, clock, crash_at_write
     fill(node, count=3)
     node.pop.pop("g", "t", 0, 3, 1_000)
     node.pop.close()
-    state = CrashAfter(RocksDBState(node.data_dir / "pop" / "state"), crash_at_write)
+    state = CrashAfter(RocksDBState(StorePaths(node.data_dir).pop_state), crash_at_write)
     node.pop = type(node.pop)(node.store, node.offsets, state, node.pop.signer, node.config, now_ms=clock)
     clock.step(1_001)
     with pytest.raises(SystemExit):
@@ -340,7 +341,7 @@ def test_a_pull_offset_past_a_shortened_queue_goes_on_from_its_end(node):
     node.pop.pop("g", "t", 0, 32, 1_000)
     node.close()
     from broker_sim.pop import RocksDBState
-    state = RocksDBState(node.data_dir / "pop" / "state")
+    state = RocksDBState(StorePaths(node.data_dir).pop_state)
     state.write([(pull_key(queue_prefix("g", "t"), 0), pull_value(10))], [])
     state.close()
     node.open()

@@ -11,6 +11,7 @@ import pytest
 
 import broker_sim
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 from rmq_spark import Admin, CorruptedRecordError, Message, OffsetRange, Producer, RangeReader
 from rmq_spark.client.cli import main
 from rmq_spark.spark.options import parse_options
@@ -35,7 +36,7 @@ def damaged(tmp_path_factory):
                 producer.send_batch([Message(TOPIC, b"m%d" % (base + i) + b"." * 60, queue_id=0)
                                      for i in range(BATCH)])
         wait_indexed(endpoint, TOPIC, 5000)
-    segment = sorted((data / "commitlog").iterdir())[-2]
+    segment = sorted(StorePaths(data).commitlog.iterdir())[-2]
     raw = bytearray(segment.read_bytes())
     positions = []
     pos = 0

@@ -16,6 +16,7 @@ import pytest
 from broker_sim.pop import PopConfig
 from broker_sim.server import Broker
 from broker_sim.store import StoreConfig
+from broker_sim.store.paths import StorePaths
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2, pop_pb2_grpc
 from server_rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Client
@@ -139,7 +140,7 @@ def test_a_stalled_stream_is_ended_after_the_write_timeout(tmp_path):
         # The broker serves on, and stops cleanly.
         client.create("after", 1)
         assert client.send_single("after", 0, b"x").base_offset == 0
-    assert not (tmp_path / "data" / "abort").exists()
+    assert not StorePaths(tmp_path / "data").abort.exists()
 
 
 def test_stop_ends_stalled_streams(tmp_path):
@@ -158,7 +159,7 @@ def test_stop_ends_stalled_streams(tmp_path):
     finally:
         client.close()
         broker.stop()
-    assert not (tmp_path / "data" / "abort").exists()
+    assert not StorePaths(tmp_path / "data").abort.exists()
 
 
 def test_waiting_pops_may_not_take_every_rpc_thread(tmp_path):

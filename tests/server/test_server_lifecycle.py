@@ -22,6 +22,7 @@ import pytest
 import broker_sim
 from broker_sim.server import BindError, Broker
 from broker_sim.store import DataDirInUseError, StoreConfig
+from broker_sim.store.paths import StorePaths
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from server_rpc import Client, filler_batch
 
@@ -63,7 +64,7 @@ def test_embedded_restart_between_write_and_read(tmp_path):
         client = Client(endpoint)
         written = write_sample(client)
         client.close()
-    assert not (data / "abort").exists()
+    assert not StorePaths(data).abort.exists()
     with broker_sim.embedded(data, segment_bytes=1 << 20) as endpoint:
         client = Client(endpoint)
         assert read_sample(client) == written
@@ -75,7 +76,7 @@ def test_embedded_without_a_data_dir_uses_a_temporary_one(tmp_path):
     with broker_sim.embedded() as endpoint:
         client = Client(endpoint)
         data_dir = Path(client.stats().data_dir)
-        assert data_dir.is_dir() and (data_dir / "abort").exists()
+        assert data_dir.is_dir() and StorePaths(data_dir).abort.exists()
         client.close()
     assert not data_dir.exists()
 
@@ -94,7 +95,7 @@ def test_broker_refuses_a_data_dir_in_use_and_frees_its_port(tmp_path):
     finally:
         first.stop()
     first.stop()  # twice is harmless
-    assert not (tmp_path / "data" / "abort").exists()
+    assert not StorePaths(tmp_path / "data").abort.exists()
 
 
 def test_stop_during_a_read_stream_is_bounded_and_clean(tmp_path):
@@ -115,7 +116,7 @@ def test_stop_during_a_read_stream_is_bounded_and_clean(tmp_path):
         for _ in stream:
             pass
     client.close()
-    assert not (tmp_path / "data" / "abort").exists()
+    assert not StorePaths(tmp_path / "data").abort.exists()
     again = Broker(tmp_path / "data")
     again.start()
     assert again.store.recovery.clean
@@ -205,12 +206,12 @@ def test_cli_restart_between_write_and_read(tmp_path, processes, signum):
     first = BrokerProcess(tmp_path, data)
     processes.append(first)
     endpoint = first.wait_listening()
-    assert (data / "abort").exists()
+    assert StorePaths(data).abort.exists()
     client = Client(endpoint)
     written = write_sample(client)
     client.close()
     assert first.stop(signum) == 0, first.stderr()
-    assert not (data / "abort").exists(), "a clean stop leaves no abort marker"
+    assert not StorePaths(data).abort.exists(), "a clean stop leaves no abort marker"
     assert "Traceback" not in first.stderr()
 
     second = BrokerProcess(tmp_path, data)
@@ -220,7 +221,7 @@ def test_cli_restart_between_write_and_read(tmp_path, processes, signum):
     assert client.stats().data_dir == str(data.resolve())
     client.close()
     assert second.stop(signal.SIGINT if signum == signal.SIGTERM else signal.SIGTERM) == 0
-    assert not (data / "abort").exists()
+    assert not StorePaths(data).abort.exists()
 
 
 def test_cli_concurrent_dispatch_then_serial_after_a_restart(tmp_path, processes):
@@ -250,7 +251,7 @@ def test_cli_ctrl_c_to_the_process_group_stops_concurrent_dispatch_cleanly(tmp_p
     client.close()
     os.killpg(broker.process.pid, signal.SIGINT)
     assert broker.wait() == 0, broker.stderr()
-    assert "Traceback" not in broker.stderr() and not (data / "abort").exists()
+    assert "Traceback" not in broker.stderr() and not StorePaths(data).abort.exists()
     again = BrokerProcess(tmp_path, data)
     processes.append(again)
     client = Client(again.wait_listening())
@@ -283,7 +284,7 @@ def test_cli_port_in_use(tmp_path, processes):
         assert process.wait() == 2
         lines = process.stderr().strip().splitlines()
         assert len(lines) == 1 and "cannot listen on 127.0.0.1:%d" % port in lines[0]
-    assert not (tmp_path / "data" / "abort").exists()
+    assert not StorePaths(tmp_path / "data").abort.exists()
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -315,7 +316,7 @@ def test_cli_flags_reach_the_store(tmp_path, processes):
     client.send_single("s", 0, bytes(600_000))  # with 1 MiB segments, the second goes to the next
     client.close()
     assert process.stop() == 0
-    assert sorted(p.name for p in (tmp_path / "data" / "commitlog").iterdir()) == [
+    assert sorted(p.name for p in StorePaths(tmp_path / "data").commitlog.iterdir()) == [
         "00000000000000000000", "00000000000001048576"]
 
 

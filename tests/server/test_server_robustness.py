@@ -8,6 +8,7 @@ import threading
 import grpc
 
 from broker_sim.server import Broker
+from broker_sim.store.paths import StorePaths
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from server_rpc import Client, refusal, stream_refusal
 from test_server_read import READ_REFUSALS, read_request
@@ -102,7 +103,7 @@ def test_malformed_requests_are_refused_while_a_good_client_works(tmp_path):
         setup.close()
     finally:
         broker.stop(grace=1.0)
-    assert not (data / "abort").exists()
+    assert not StorePaths(data).abort.exists()
     # After a restart: recovery finds the log whole, and the same records are served.
     again = Broker(data, "127.0.0.1", 0)
     again.start()

@@ -9,6 +9,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 import broker_sim
+from broker_sim.store import QueueType
+from broker_sim.store.paths import StorePaths
 from rmq_spark import Admin, DataLossError
 from rmq_spark.spark.offsets import to_json
 from rmq_spark.spark.options import parse_options
@@ -221,7 +223,7 @@ def test_messages_deleted_below_the_start_are_data_loss(spark, tmp_path):
         Admin(endpoint).create_topic("aging", 1, "BatchCQ")
         produce(endpoint, "aging", 0, 50, batch=5)  # 10 batches: index files of 4, 4 and 2 units
         wait_indexed(endpoint, "aging", 50)
-    oldest = sorted((tmp_path / "broker" / "batchconsumequeue" / "aging" / "0").iterdir())[0]
+    oldest = sorted(StorePaths(tmp_path / "broker").queue_index(QueueType.BATCH_CQ, "aging", 0).iterdir())[0]
     oldest.unlink()  # offsets 0 to 19 are gone
     with broker_sim.embedded(tmp_path / "broker", batch_cq_units_per_file=4) as endpoint:
         assert Admin(endpoint).offsets(["aging"])["aging"][0].min_offset == 20

@@ -36,6 +36,7 @@ from broker_sim.store import (
     encode_message_batch,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +45,6 @@ SIMPLE_UNITS = 16
 BATCH_UNITS = 8
 UNIT_BYTES = {QueueType.SIMPLE_CQ: 20, QueueType.BATCH_CQ: 46}
 UNITS_PER_FILE = {QueueType.SIMPLE_CQ: SIMPLE_UNITS, QueueType.BATCH_CQ: BATCH_UNITS}
-INDEX_DIRS = {QueueType.SIMPLE_CQ: "consumequeue", QueueType.BATCH_CQ: "batchconsumequeue"}
 # Flusher intervals of a minute: no checkpoint is taken behind a test's back.
 CONFIG = StoreConfig(segment_bytes=SEGMENT, simple_cq_units_per_file=SIMPLE_UNITS,
                      batch_cq_units_per_file=BATCH_UNITS, flush_interval_ms=60_000,
@@ -241,7 +241,7 @@ def check_model(store, model, tail=None):
 
 def assert_log_ends_at(data_dir, tail):
     """On disk: no segment starts at or after ``tail``, and the bytes from it on are zero."""
-    for path in sorted((data_dir / "commitlog").iterdir()):
+    for path in sorted(StorePaths(data_dir).commitlog.iterdir()):
         start = int(path.name)
         assert start < tail, f"segment {path.name} is at or past the tail {tail}"
         if tail < start + SEGMENT:

@@ -2,6 +2,7 @@
 
 import os
 import struct
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ def test_segments_roll_over_with_a_blank_marker(store):
     bodies = [bytes([i % 251]) * (1000 + i) for i in range(200)]  # ~ 220 KiB: four segments
     results = [store.put_message("t", i % 2, body) for i, body in enumerate(bodies)]
     assert all(r.ok for r in results)
-    names = sorted(os.listdir(store.data_dir / "commitlog"))
+    names = sorted(os.listdir(store.paths.commitlog))
     assert names == [f"{i * 65536:020d}" for i in range(len(names))] and len(names) >= 4
 
     for segment in store.commitlog.segments.files[:-1]:
@@ -121,7 +122,7 @@ def test_flush_modes(tmp_path, mode):
             for _ in range(500):  # the flusher runs every 10 ms
                 if store.commitlog.flushed_offset >= end:
                     break
-                store._stop_flusher.wait(0.01)
+                time.sleep(0.01)
             assert store.commitlog.flushed_offset >= end
 
 

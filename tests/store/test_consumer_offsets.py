@@ -6,11 +6,12 @@ import time
 import pytest
 
 from broker_sim.store import ConsumerOffsetTable, StoreError
+from broker_sim.store.paths import StorePaths
 
 
 @pytest.fixture
 def path(tmp_path):
-    return tmp_path / "config" / "consumerOffset.json"
+    return StorePaths(tmp_path).consumer_offsets
 
 
 def test_commit_query_and_groups(path):

@@ -17,9 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from broker_sim.store import GetStatus, InnerBatch, MessageStore, StoreConfig, decode_record, encode_message_batch
+from broker_sim.store import (
+    GetStatus,
+    InnerBatch,
+    MessageStore,
+    QueueType,
+    StoreConfig,
+    decode_record,
+    encode_message_batch,
+)
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
+from broker_sim.store.paths import StorePaths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEGMENT = 64 * 1024
@@ -60,7 +69,7 @@ def new_store(data_dir: Path, messages: int = 5000) -> MessageStore:
 def records_on_disk(data_dir: Path) -> list[tuple[int, int, int, int]]:
     """(commitlog offset, size, queue id, base offset) of every valid record, in log order."""
     out = []
-    for path in sorted((data_dir / "commitlog").iterdir()):
+    for path in sorted(StorePaths(data_dir).commitlog.iterdir()):
         data, start, pos = path.read_bytes(), int(path.name), 0
         while True:
             check, size, _reason = fmt.check_record(data, pos, len(data))
@@ -74,7 +83,7 @@ def records_on_disk(data_dir: Path) -> list[tuple[int, int, int, int]]:
 
 def record_in_segment(data_dir: Path, segment_index: int, queue_id: int = 0) -> tuple[int, int, int, int]:
     """A record of ``queue_id`` in the middle of the segment at ``segment_index`` (-2: second to last)."""
-    segments = sorted(int(p.name) for p in (data_dir / "commitlog").iterdir())
+    segments = sorted(int(p.name) for p in StorePaths(data_dir).commitlog.iterdir())
     start = segments[segment_index]
     inside = [r for r in records_on_disk(data_dir) if start <= r[0] < start + SEGMENT and r[2] == queue_id]
     return inside[len(inside) // 2]
@@ -82,7 +91,7 @@ def record_in_segment(data_dir: Path, segment_index: int, queue_id: int = 0) -> 
 
 def flip(data_dir: Path, position: int, offsets: list[int]) -> None:
     """Flip the bytes at ``offsets`` of the record at commitlog ``position``."""
-    segment = data_dir / "commitlog" / f"{position - position % SEGMENT:020d}"
+    segment = StorePaths(data_dir).commitlog / f"{position - position % SEGMENT:020d}"
     with open(segment, "r+b") as f:
         for at in offsets:
             f.seek(position % SEGMENT + at)
@@ -188,7 +197,7 @@ def test_after_a_sigkill_only_the_torn_tail_is_cut(tmp_path):
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=10)
         writer.stdout.close()
-    flushed = Checkpoint.load(data / "checkpoint").commitlog_flushed_offset
+    flushed = Checkpoint.load(StorePaths(data).checkpoint).commitlog_flushed_offset
     records = records_on_disk(data)
     before = [r for r in records if r[0] + r[1] <= flushed and r[2] == 0][-5]
     after = [r for r in records if r[0] > flushed and r[2] == 0][3]
@@ -196,7 +205,7 @@ def test_after_a_sigkill_only_the_torn_tail_is_cut(tmp_path):
     assert torn[0] > after[0] > flushed > before[0]
     flip(data, before[0], FLIPS["body"])
     flip(data, after[0], FLIPS["header"])
-    os.truncate(data / "commitlog" / f"{torn[0] - torn[0] % SEGMENT:020d}", torn[0] % SEGMENT + torn[1] // 2)
+    os.truncate(StorePaths(data).commitlog / f"{torn[0] - torn[0] % SEGMENT:020d}", torn[0] % SEGMENT + torn[1] // 2)
 
     with MessageStore(data, CONFIG) as store:
         report = store.recovery
@@ -255,7 +264,7 @@ def test_index_unit_pointed_at_another_queues_record_is_refused(tmp_path):
     victim = store.lookup("B", 0, 1000)
     other = store.lookup("B", 1, 1000)
     store.close()
-    index = data / "batchconsumequeue" / "B" / "0"
+    index = StorePaths(data).queue_index(QueueType.BATCH_CQ, "B", 0)
     unit_at = (victim.base_offset // BATCH) * 46
     path = index / f"{unit_at - unit_at % (64 * 46):020d}"
     with open(path, "r+b") as f:
@@ -283,15 +292,15 @@ def test_damaged_record_whose_unit_was_lost_keeps_its_offsets(tmp_path, where, c
     data = tmp_path / "data"
     store = new_store(data, 2000)
     store.flush()
-    checkpoint = (data / "checkpoint").read_bytes()
-    queue_table = (data / "checkpoint.queues.json").read_bytes()
+    checkpoint = StorePaths(data).checkpoint.read_bytes()
+    queue_table = StorePaths(data).queue_table.read_bytes()
     fill(store, 2000)
     store.close()
-    (data / "checkpoint").write_bytes(checkpoint)  # as after a crash: the index checkpoint is older
-    (data / "checkpoint.queues.json").write_bytes(queue_table)
-    (data / "abort").touch()
+    StorePaths(data).checkpoint.write_bytes(checkpoint)  # as after a crash: the index checkpoint is older
+    StorePaths(data).queue_table.write_bytes(queue_table)
+    StorePaths(data).abort.touch()
     cut = 2000 // BATCH * 46  # queue 0's units past the checkpoint were never written back
-    for path in (data / "batchconsumequeue" / "B" / "0").iterdir():
+    for path in StorePaths(data).queue_index(QueueType.BATCH_CQ, "B", 0).iterdir():
         if int(path.name) >= cut:
             path.unlink()
         else:

@@ -10,20 +10,24 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from broker_sim.store import MessageStore, PutStatus, QueueType, StoreConfig, encode_message_batch
 from broker_sim.store.checkpoint import Checkpoint
+from broker_sim.store.paths import StorePaths
 
 SMALL = StoreConfig(segment_bytes=64 * 1024, simple_cq_units_per_file=16, batch_cq_units_per_file=8)
 
 
 def files(data_dir: Path) -> dict[str, bytes]:
     """The commitlog and index files, by relative path."""
-    return {str(p.relative_to(data_dir)): p.read_bytes() for p in sorted(data_dir.rglob("*"))
-            if p.is_file() and p.parts[len(data_dir.parts)] in ("commitlog", "consumequeue", "batchconsumequeue")}
+    paths = StorePaths(data_dir)
+    return {str(p.relative_to(data_dir)): p.read_bytes()
+            for root in (paths.commitlog, *map(paths.index_root, QueueType)) for p in sorted(root.rglob("*"))
+            if p.is_file()}
 
 
 def early_batch(prefix: bytes, count: int, size: int = 3000) -> bytes:
@@ -93,7 +97,7 @@ def test_a_failed_flush_refuses_writes_until_restart(tmp_path, monkeypatch, flus
     failed = []
 
     def fdatasync(fd):
-        if not failed and os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 2)[-2] == "commitlog":
+        if not failed and Path(os.readlink(f"/proc/self/fd/{fd}")).parent.name == StorePaths(tmp_path).commitlog.name:
             failed.append(fd)
             raise OSError(errno.EIO, "Input/output error")
         return real(fd)
@@ -112,18 +116,23 @@ def test_a_failed_flush_refuses_writes_until_restart(tmp_path, monkeypatch, flus
             for _ in range(500):
                 if store.disk.failure:
                     break
-                store._stop_flusher.wait(0.01)
+                time.sleep(0.01)
         assert failed and "restart" in store.disk.failure
+        for _ in range(500):
+            if not store._flusher.running:
+                break
+            time.sleep(0.01)
+        assert not store._flusher.running, "the flusher goes on after the disk failed"
         # fdatasync works again, but the store never flushes again as if nothing happened.
         for body in (b"after-1", b"after-2"):
             result = store.put_message("t", 0, body)
             assert result.status is PutStatus.DISK_FAILED and "restarted" in result.detail
         with pytest.raises(Exception, match="restart"):
             store.flush()
-        store._stop_flusher.wait(0.1)  # the flusher's turns: none moves the checkpoint past the failure
-        assert Checkpoint.load(tmp_path / "checkpoint").commitlog_flushed_offset == flushed
+        time.sleep(0.1)  # the flusher's turns: none moves the checkpoint past the failure
+        assert Checkpoint.load(StorePaths(tmp_path).checkpoint).commitlog_flushed_offset == flushed
         assert store.get_messages("t", 0, 0).message_count >= 1  # reads go on
-    assert (tmp_path / "abort").exists()  # the stop was not clean: the next start recovers
+    assert StorePaths(tmp_path).abort.exists()  # the stop was not clean: the next start recovers
     monkeypatch.undo()
 
     with MessageStore(tmp_path, config) as store:
@@ -137,7 +146,7 @@ def test_a_topic_that_cannot_be_saved_is_not_created(tmp_path, monkeypatch):
     its messages would be acknowledged and then lost with the topic at the next start."""
     with MessageStore(tmp_path, SMALL) as store:
         real = os.fdatasync
-        journal = tmp_path / "config" / "topics.journal"
+        journal = StorePaths(tmp_path).topics_journal
 
         def fdatasync(fd):
             if journal.exists() and os.path.samestat(os.fstat(fd), journal.stat()):

@@ -14,11 +14,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from broker_sim.store import GetStatus, InnerBatch, MessageStore, PutContext, StoreConfig, concurrent_dispatcher
+from broker_sim.store import (
+    GetStatus,
+    InnerBatch,
+    MessageStore,
+    PutContext,
+    QueueType,
+    StoreConfig,
+    concurrent_dispatcher,
+)
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.chunk_index import parse_records
 from broker_sim.store.concurrent_dispatcher import ConcurrentDispatcher, OrderlyRing
+from broker_sim.store.paths import StorePaths
 
 SERIAL = StoreConfig(segment_bytes=64 * 1024, simple_cq_units_per_file=16, batch_cq_units_per_file=8,
                      flush_interval_ms=60_000, index_flush_interval_ms=60_000)
@@ -28,7 +37,6 @@ CONCURRENT = {
                               dispatch_ring_slots=3)
     for pool in ("process", "thread")
 }
-INDEX_DIRS = ("consumequeue", "batchconsumequeue")
 CLOCK_MS = 1_700_000_000_000
 
 
@@ -77,11 +85,11 @@ def fill(store: MessageStore, seed: int = 7) -> list[int]:
 def index_files(data_dir: Path) -> dict:
     root = Path(data_dir)
     return {str(p.relative_to(root)): p.read_bytes()
-            for d in INDEX_DIRS for p in (root / d).rglob("*") if p.is_file()}
+            for kind in QueueType for p in StorePaths(root).index_root(kind).rglob("*") if p.is_file()}
 
 
 def commitlog_files(data_dir: Path) -> dict:
-    return {p.name: p.read_bytes() for p in (Path(data_dir) / "commitlog").iterdir()}
+    return {p.name: p.read_bytes() for p in StorePaths(data_dir).commitlog.iterdir()}
 
 
 def assert_same_index_files(a: Path, b: Path) -> None:
@@ -89,8 +97,8 @@ def assert_same_index_files(a: Path, b: Path) -> None:
     assert sorted(files_a) == sorted(files_b)
     differ = [name for name in files_a if files_a[name] != files_b[name]]
     assert not differ, f"index files differ: {differ}"
-    assert any(name.startswith("batchconsumequeue") for name in files_a)
-    assert any(name.startswith("consumequeue") for name in files_a)
+    for kind in QueueType:
+        assert any(name.startswith(StorePaths(a).index_root(kind).name + "/") for name in files_a), kind
 
 
 @pytest.fixture(params=["vector", "scalar", "in-place"])
@@ -127,15 +135,15 @@ def crash_image(tmp_path: Path) -> Path:
         shutil.copytree(live, image, copy_function=shutil.copyfile)  # the store is still open: abort is there
     finally:
         store.close()
-    assert (image / "abort").exists()
+    assert StorePaths(image).abort.exists()
     middle = physical[len(physical) // 2]
     checkpoint = Checkpoint(commitlog_flushed_offset=middle, index_flushed_offset=middle, updated_ms=CLOCK_MS)
-    checkpoint.save(image / "checkpoint")
-    kept, *lost = sorted((image / "consumequeue" / "S" / "1").iterdir())
+    checkpoint.save(StorePaths(image).checkpoint)
+    kept, *lost = sorted(StorePaths(image).queue_index(QueueType.SIMPLE_CQ, "S", 1).iterdir())
     assert len(lost) >= 3
     for path in lost:  # units of records before the checkpoint: the queue is rebuilt from the log
         path.unlink()
-    last = sorted((image / "commitlog").iterdir())[-1]
+    last = sorted(StorePaths(image).commitlog.iterdir())[-1]
     tail = physical[-1] - int(last.name)
     with open(last, "r+b") as f:  # tear the last record
         f.seek(tail + 20)

@@ -3,6 +3,7 @@
 from broker_sim.store import InnerBatch, PutContext, PutStatus, QueueType
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
+from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import ProducerState
 
 
@@ -60,7 +61,7 @@ def test_stamps_survive_a_clean_reopen_and_a_crash(open_store, tmp_path):
     assert [without_duplicate_flag(r) for r in put_all_kinds(reopened)] == [without_duplicate_flag(r) for r in first]
     end = reopened.commitlog.max_offset
     reopened.close()
-    (tmp_path / "data" / "abort").touch()  # as a crash leaves it: recovery scans the log
+    StorePaths(tmp_path / "data").abort.touch()  # as a crash leaves it: recovery scans the log
     recovered = open_store()
     assert recovered.recovery.clean is False
     assert [without_duplicate_flag(r) for r in put_all_kinds(recovered)] == [without_duplicate_flag(r) for r in first]
@@ -112,17 +113,17 @@ def test_recovery_cuts_off_a_stamped_early_batch_that_the_end_cut_short(open_sto
     store.close()
     # Keep the batch's first two records: as if the process died while writing the others.
     cut = result.physical_offsets[2]
-    segment = sorted((tmp_path / "data" / "commitlog").iterdir())[-1]
+    segment = sorted(StorePaths(tmp_path / "data").commitlog.iterdir())[-1]
     start = int(segment.name)
     size = segment.stat().st_size
     with open(segment, "r+b") as f:
         f.seek(cut - start)
         f.write(bytes(size - (cut - start)))
-    (tmp_path / "data" / "abort").touch()
+    StorePaths(tmp_path / "data").abort.touch()
     # ... before the batch was flushed: recovery may cut only what lies past the flushed position.
-    checkpoint = Checkpoint.load(tmp_path / "data" / "checkpoint")
+    checkpoint = Checkpoint.load(StorePaths(tmp_path / "data").checkpoint)
     checkpoint.commitlog_flushed_offset = result.physical_offsets[0]
-    checkpoint.save(tmp_path / "data" / "checkpoint")
+    checkpoint.save(StorePaths(tmp_path / "data").checkpoint)
     recovered = open_store()
     assert recovered.commitlog.max_offset == result.physical_offsets[0]
     recovered.wait_dispatched(5)

@@ -41,7 +41,7 @@ def test_batch_cq_lookup_at_boundaries_and_inside(store):
     store.create_topic("b", 1, "BatchCQ")
     sizes = [3, 1, 7, 2, 5, 4, 1, 1, 9, 6, 2, 8, 3, 3, 1, 10, 2, 4, 5]  # 19 units: three index files of 8
     bases = fill_batches(store, "b", sizes)
-    assert len(os.listdir(store.data_dir / "batchconsumequeue" / "b" / "0")) == 3
+    assert len(os.listdir(store.paths.queue_index(QueueType.BATCH_CQ, "b", 0))) == 3
     for base, n in zip(bases, sizes):
         for offset in range(base, base + n):
             unit = store.lookup("b", 0, offset)
@@ -56,7 +56,7 @@ def test_simple_cq_lookup_is_per_message(store):
     batch = fmt.encode_message_batch([(b"m%d" % i, {"TAGS": "T%d" % (i % 3)}, 0) for i in range(40)])
     assert store.put_early_batch("s", 0, batch).ok
     store.wait_dispatched(5)
-    assert len(os.listdir(store.data_dir / "consumequeue" / "s" / "0")) == 3  # 16 units a file
+    assert len(os.listdir(store.paths.queue_index(QueueType.SIMPLE_CQ, "s", 0))) == 3  # 16 units a file
     for offset in range(40):
         unit = store.lookup("s", 0, offset)
         assert (unit.base_offset, unit.count) == (offset, 1)
@@ -188,14 +188,14 @@ def test_index_layout_on_disk(store):
     store.put_message("s", 0, b"p")
     store.wait_dispatched(5)
     store.flush()
-    raw = (store.data_dir / "batchconsumequeue" / "b" / "0" / ("0" * 20)).read_bytes()
+    raw = (store.paths.queue_index(QueueType.BATCH_CQ, "b", 0) / ("0" * 20)).read_bytes()
     assert len(raw) == 8 * 46
     import struct
     physical, size, tags, store_ts, base, count, compacted, reserved = struct.unpack_from(">qiqqqhii", raw)
     assert (physical, base, count, compacted, reserved) == (0, 0, 3, -1, 0)
     assert tags == fmt.java_string_hash("x") and size > 91 and store_ts > 0
     assert raw[46:92] == bytes(46)
-    simple = (store.data_dir / "consumequeue" / "s" / "0" / ("0" * 20)).read_bytes()
+    simple = (store.paths.queue_index(QueueType.SIMPLE_CQ, "s", 0) / ("0" * 20)).read_bytes()
     assert len(simple) == 16 * 20 and struct.unpack_from(">qiq", simple) == (size, simple_size(store), 0)
 
 

@@ -15,8 +15,8 @@ from broker_sim.store import (
     QueueType,
 )
 from broker_sim.store.checkpoint import Checkpoint
+from broker_sim.store.paths import StorePaths
 from recovery_helpers import (
-    INDEX_DIRS,
     QUEUES,
     TOPICS,
     UNIT_BYTES,
@@ -59,7 +59,7 @@ def queue_type(topic):
 
 
 def index_dir(work, topic, queue_id) -> Path:
-    return work / INDEX_DIRS[queue_type(topic)] / topic / str(queue_id)
+    return StorePaths(work).queue_index(queue_type(topic), topic, queue_id)
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +126,9 @@ def test_index_units_after_checkpoint_are_rebuilt(index_image, tmp_path, how, lo
     work = tmp_path / "work"
     restore(index_image.files, work)
     if log_flushed == "further":
-        saved = Checkpoint.load(work / "checkpoint")
+        saved = Checkpoint.load(StorePaths(work).checkpoint)
         assert 0 < saved.index_flushed_offset < index_image.log_end
-        Checkpoint(index_image.log_end, saved.index_flushed_offset, saved.updated_ms).save(work / "checkpoint")
+        Checkpoint(index_image.log_end, saved.index_flushed_offset, saved.updated_ms).save(StorePaths(work).checkpoint)
     rng = random.Random(7)
     for key in QUEUES:
         lose_units(work, *key, index_image.checkpoint_units[key], how, rng)
@@ -163,10 +163,10 @@ def test_lost_or_corrupt_checkpoint_recovers_from_start(index_image, tmp_path, h
     reads are identical, even with every index file deleted."""
     work = tmp_path / "work"
     restore(index_image.files, work)
-    damage_checkpoint(work / "checkpoint", how)
+    damage_checkpoint(StorePaths(work).checkpoint, how)
     if indexes == "deleted":
-        for name in INDEX_DIRS.values():
-            shutil.rmtree(work / name)
+        for kind in QueueType:
+            shutil.rmtree(StorePaths(work).index_root(kind))
     store = open_at(work)
     with closing_quietly_on_failure(store):
         report = store.recovery
@@ -180,7 +180,7 @@ def test_index_lost_before_checkpoint_after_clean_close(index_image, tmp_path, l
     work = tmp_path / "work"
     restore(index_image.files, work)
     open_at(work).close()  # a clean stop: the checkpoint now covers every index unit
-    (work / "abort").touch()
+    StorePaths(work).abort.touch()
     lost = index_dir(work, "S", 0)
     if loss == "last_file_deleted":
         max(lost.iterdir()).unlink()

@@ -16,11 +16,11 @@ from broker_sim.store import (
     mapped_file,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.paths import StorePaths
 from recovery_helpers import (
     BATCH_UNITS,
     CRC_PREFIX_BYTES,
     CRC_PROPERTY_BYTES,
-    INDEX_DIRS,
     QUEUES,
     SEGMENT,
     SIMPLE_UNITS,
@@ -70,9 +70,9 @@ class TailImage:
     def size(self) -> int:
         return len(self.record)
 
-    @property
-    def segment(self) -> str:
-        return str(Path("commitlog") / mapped_file.file_name(self.physical - self.physical % SEGMENT))
+    def segment_in(self, data_dir: Path) -> Path:
+        """The last record's segment file in a copy of the image."""
+        return StorePaths(data_dir).commitlog / mapped_file.file_name(self.physical - self.physical % SEGMENT)
 
     @property
     def in_segment(self) -> int:
@@ -136,16 +136,16 @@ def _build_tail_image(root, kind, stop, layout) -> TailImage:
     assert physical >= SEGMENT, "the image must cross a segment"
     assert 200 <= len(record) <= 300
     assert (physical % SEGMENT == 0) == (layout == "segment_start")
-    unit_file = INDEX_DIRS[TOPICS[topic][1]] + f"/{topic}/{queue_id}/" + mapped_file.file_name(
+    unit_file = StorePaths(live).queue_index(TOPICS[topic][1], topic, queue_id) / mapped_file.file_name(
         before.units[(topic, queue_id)] * UNIT_BYTES[TOPICS[topic][1]])
-    assert max((live / unit_file).parent.iterdir()) == live / unit_file
+    assert max(unit_file.parent.iterdir()) == unit_file
     image_dir = root / "image"
     if stop == "open_copy":
         copy_dir(live, image_dir)
         store.close()
     else:
         store.close()
-        (live / "abort").touch()
+        StorePaths(live).abort.touch()
         image_dir = live
     return TailImage(load_files(image_dir), expected, before, kind, stop, topic, queue_id, base, count, physical,
                      record)
@@ -254,7 +254,7 @@ def test_torn_last_record(tmp_path_factory, tmp_path, kind, stop):
 
     def damage(k):
         restore(image.files, work)
-        os.truncate(work / image.segment, image.in_segment + k)
+        os.truncate(image.segment_in(work), image.in_segment + k)
 
     positions = range(image.size) if stop == "closed" else spread(image.size)
     sweep(positions, damage, lambda k: CHECK_LAST_RECORD[stop](image, work))
@@ -271,7 +271,7 @@ def test_torn_last_record_at_segment_start(tmp_path_factory, tmp_path, kind, sto
 
     def damage(k):
         restore(image.files, work)
-        os.truncate(work / image.segment, k)
+        os.truncate(image.segment_in(work), k)
 
     sweep(spread(image.size)[::3] + [image.size - 1], damage, lambda k: CHECK_LAST_RECORD[stop](image, work))
 
@@ -311,7 +311,7 @@ def test_flipped_byte_in_last_record(tmp_path_factory, tmp_path, kind, mask, sto
 
     def damage(i):
         restore(image.files, work)
-        with open(work / image.segment, "r+b") as f:
+        with open(image.segment_in(work), "r+b") as f:
             f.seek(image.in_segment + i)
             f.write(bytes([image.record[i] ^ mask]))
 

@@ -27,7 +27,7 @@ def test_topics_are_fixed_at_creation_and_persisted(open_store):
     assert status is CreateStatus.CONFLICT and "4 queues of type BatchCQ" in detail
     store.create_topic("b", 1)
     store.close()
-    saved = json.loads((store.data_dir / "config" / "topics.json").read_text())
+    saved = json.loads(store.paths.topics.read_text())
     assert saved["topics"] == [{"name": "a", "queue_count": 4, "queue_type": "BatchCQ"},
                                {"name": "b", "queue_count": 1, "queue_type": "SimpleCQ"}]
     reopened = open_store()

@@ -15,6 +15,7 @@ import pytest
 
 from broker_sim.store import CreateStatus, StoreError
 from broker_sim.store import topics as topics_module
+from broker_sim.store.paths import StorePaths
 from broker_sim.store.topics import QueueType, TopicConfig, TopicTable
 from small_disk import mounted
 
@@ -25,58 +26,66 @@ def names(table: TopicTable) -> list[str]:
     return [t.name for t in table.all()]
 
 
+def open_table(paths: StorePaths) -> TopicTable:
+    return TopicTable(paths.topics, paths.topics_journal)
+
+
 def test_a_change_appends_one_line_and_leaves_the_snapshot_alone(tmp_path):
-    path = tmp_path / "topics.json"
+    paths = StorePaths(tmp_path)
+    path = paths.topics
+    path.parent.mkdir()
     path.write_text(json.dumps({"topics": [{"name": "old", "queue_count": 2, "queue_type": "SimpleCQ"}]}))
     snapshot = path.read_bytes()
-    table = TopicTable(path)  # an older broker's file: upgraded in place
+    table = open_table(paths)  # an older broker's file: upgraded in place
     assert table.create("a", 4, "BatchCQ", created_at_offset=77) == (CreateStatus.CREATED, "")
     assert table.delete("old")
     assert path.read_bytes() == snapshot
-    lines = (tmp_path / "topics.journal").read_text().splitlines()
+    lines = paths.topics_journal.read_text().splitlines()
     assert [json.loads(line) for line in lines] == [
         {"create": {"name": "a", "queue_count": 4, "queue_type": "BatchCQ", "created_at_offset": 77}},
         {"delete": "old"}]
     table.close()  # folds the journal into the snapshot
     assert json.loads(path.read_text())["topics"] == [
         {"name": "a", "queue_count": 4, "queue_type": "BatchCQ", "created_at_offset": 77}]
-    assert (tmp_path / "topics.journal").read_bytes() == b""
-    assert TopicTable(path).get("a") == TopicConfig("a", 4, QueueType.BATCH_CQ, 77)
+    assert paths.topics_journal.read_bytes() == b""
+    assert open_table(paths).get("a") == TopicConfig("a", 4, QueueType.BATCH_CQ, 77)
 
 
 def test_the_journal_is_compacted_when_it_outgrows_the_table(tmp_path, monkeypatch):
     monkeypatch.setattr(topics_module, "MIN_JOURNAL_LINES", 4)
-    path = tmp_path / "topics.json"
-    table = TopicTable(path)
+    paths = StorePaths(tmp_path)
+    table = open_table(paths)
     for i in range(4):
         table.create(f"t{i}", 1, "SimpleCQ")
     table.delete("t0")
     # five lines, longer than both the minimum and the table: everything is in the snapshot now
-    assert (tmp_path / "topics.journal").read_bytes() == b""
-    assert [t["name"] for t in json.loads(path.read_text())["topics"]] == ["t1", "t2", "t3"]
+    assert paths.topics_journal.read_bytes() == b""
+    assert [t["name"] for t in json.loads(paths.topics.read_text())["topics"]] == ["t1", "t2", "t3"]
     table.create("t4", 1, "SimpleCQ")
-    assert names(TopicTable(path)) == ["t1", "t2", "t3", "t4"]
+    assert names(open_table(paths)) == ["t1", "t2", "t3", "t4"]
 
 
 def test_a_crash_between_the_new_snapshot_and_the_emptied_journal_replays_to_the_same_table(tmp_path):
-    path = tmp_path / "topics.json"
-    table = TopicTable(path)
+    paths = StorePaths(tmp_path)
+    table = open_table(paths)
     table.create("a", 1, "SimpleCQ")
     table.create("b", 1, "SimpleCQ")
     table.delete("a")
     table.create("a", 2, "BatchCQ", created_at_offset=5)
-    journal = (tmp_path / "topics.journal").read_bytes()
+    journal = paths.topics_journal.read_bytes()
     table.close()
-    (tmp_path / "topics.journal").write_bytes(journal)  # as if the crash came before the truncation
-    again = TopicTable(path)
+    paths.topics_journal.write_bytes(journal)  # as if the crash came before the truncation
+    again = open_table(paths)
     assert again.all() == table.all() == [TopicConfig("a", 2, QueueType.BATCH_CQ, 5),
                                           TopicConfig("b", 1, QueueType.SIMPLE_CQ, 0)]
 
 
 CREATOR = textwrap.dedent("""
     import sys
+    from broker_sim.store.paths import StorePaths
     from broker_sim.store.topics import TopicTable
-    table = TopicTable(__import__("pathlib").Path(sys.argv[1]))
+    paths = StorePaths(sys.argv[1])
+    table = TopicTable(paths.topics, paths.topics_journal)
     for i in range(100_000):
         table.create(f"t{i}", 1 + i % 3, "BatchCQ")
         if i % 7 == 0:
@@ -86,9 +95,9 @@ CREATOR = textwrap.dedent("""
 
 
 def test_every_acknowledged_change_survives_sigkill(tmp_path):
-    path = tmp_path / "config" / "topics.json"
+    paths = StorePaths(tmp_path)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    process = subprocess.Popen([sys.executable, "-c", CREATOR, str(path)], stdout=subprocess.PIPE, text=True,
+    process = subprocess.Popen([sys.executable, "-c", CREATOR, str(paths.root)], stdout=subprocess.PIPE, text=True,
                                env=env)
     try:
         acknowledged = -1
@@ -99,7 +108,7 @@ def test_every_acknowledged_change_survives_sigkill(tmp_path):
     finally:
         process.kill()
         process.wait(WAIT_S)
-    table = TopicTable(path)
+    table = open_table(paths)
     expected = {f"t{i}" for i in range(acknowledged + 1) if i % 7}
     have = set(names(table))
     assert expected <= have and len(have - expected) <= 1  # at most the one being made at the kill
@@ -107,40 +116,40 @@ def test_every_acknowledged_change_survives_sigkill(tmp_path):
 
 
 def test_a_torn_last_line_is_dropped_and_cut_off(tmp_path):
-    path = tmp_path / "topics.json"
-    table = TopicTable(path)
+    paths = StorePaths(tmp_path)
+    table = open_table(paths)
     table.create("a", 1, "SimpleCQ")
     table.close()
-    table = TopicTable(path)
+    table = open_table(paths)
     table.create("b", 1, "SimpleCQ")
-    journal = tmp_path / "topics.journal"
+    journal = paths.topics_journal
     good = journal.read_bytes()
     with open(journal, "ab") as out:
         out.write(b'{"create":{"name":"torn","queue_co')  # a crash in the middle of a write
-    again = TopicTable(path)
+    again = open_table(paths)
     assert names(again) == ["a", "b"]
     assert journal.read_bytes() == good  # a later line does not follow the torn one
     again.create("c", 1, "SimpleCQ")
-    assert names(TopicTable(path)) == ["a", "b", "c"]
+    assert names(open_table(paths)) == ["a", "b", "c"]
 
 
 def test_a_damaged_line_before_good_ones_is_refused_with_its_line_number(tmp_path):
-    path = tmp_path / "topics.json"
-    table = TopicTable(path)
+    paths = StorePaths(tmp_path)
+    table = open_table(paths)
     for name in ("a", "b", "c"):
         table.create(name, 1, "SimpleCQ")
-    journal = tmp_path / "topics.journal"
+    journal = paths.topics_journal
     lines = journal.read_bytes().split(b"\n")
     lines[1] = lines[1].replace(b'"name"', b'"n\x00me"')
     journal.write_bytes(b"\n".join(lines))
     with pytest.raises(StoreError, match=r"line 2 of .*topics.journal is damaged .* restore the file"):
-        TopicTable(path)
+        open_table(paths)
 
 
 def test_a_change_that_cannot_be_written_leaves_the_table_as_it_was(tmp_path):
     with mounted("tmpfs", 1, tmp_path) as fs:
-        path = fs / "topics.json"
-        table = TopicTable(path)
+        paths = StorePaths(fs)
+        table = open_table(paths)
         table.create("kept", 1, "SimpleCQ")
         filler = fs / "filler"
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
@@ -158,5 +167,5 @@ def test_a_change_that_cannot_be_written_leaves_the_table_as_it_was(tmp_path):
         assert table.get(refused) is None
         filler.unlink()
         assert table.create(refused, 2, "BatchCQ")[0] is CreateStatus.CREATED
-        reloaded = TopicTable(path)
+        reloaded = open_table(paths)
         assert reloaded.all() == table.all() and reloaded.get(refused).queue_count == 2

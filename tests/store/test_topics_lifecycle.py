@@ -18,9 +18,9 @@ from broker_sim.store import (
 )
 from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint, load_queue_table
+from broker_sim.store.paths import StorePaths
 
 WAIT_S = 10.0
-INDEX_DIRS = ("consumequeue", "batchconsumequeue")
 
 
 def served(store, topic, queue_id):
@@ -51,18 +51,18 @@ def test_delete_removes_the_topic_and_its_indexes(store):
     put_old(store, "t", 2)
     assert store.put_inner_batch("keep", 0, InnerBatch(b"payload", 3)).ok
     served(store, "t", 0)
-    assert (store.data_dir / "consumequeue" / "t" / "0").is_dir()
+    assert store.paths.queue_index(QueueType.SIMPLE_CQ, "t", 0).is_dir()
 
     assert store.delete_topic("t") is True
     assert store.delete_topic("t") is False  # already gone
     assert store.delete_topic("never") is False
     assert [t.name for t in store.topics.all()] == ["keep"]
-    assert not (store.data_dir / "consumequeue" / "t").exists()
+    assert not store.paths.topic_index(QueueType.SIMPLE_CQ, "t").exists()
     result = store.put_message("t", 0, b"x")
     assert result.status is PutStatus.TOPIC_NOT_FOUND and "existing topics: keep" in result.detail
     assert store.get_messages("t", 0, 0).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
     store.flush()
-    assert {entry[0] for entry in load_queue_table(store.data_dir / "checkpoint.queues.json")} == {"keep"}
+    assert {entry[0] for entry in load_queue_table(store.paths.queue_table)} == {"keep"}
     assert [r[:3] for r in served(store, "keep", 0)] == [(0, 3, b"payload")]  # the others are untouched
 
 
@@ -79,7 +79,7 @@ def test_a_recreated_topic_starts_empty_at_offset_zero(store):
     assert result.ok and result.queue_offset == 0
     assert [r[:3] for r in served(store, "t", 0)] == [(0, 4, b"new")]
     store.close()  # folds the topic journal into topics.json
-    saved = json.loads((store.data_dir / "config" / "topics.json").read_text())
+    saved = json.loads(store.paths.topics.read_text())
     assert saved["topics"] == [{"name": "t", "queue_count": 1, "queue_type": "BatchCQ", "created_at_offset": end}]
 
 
@@ -91,7 +91,7 @@ def test_created_at_offset_survives_a_restart_and_old_files_load_as_zero(open_st
     at = store.topic("b").created_at_offset
     assert at > 0 and store.topic("a").created_at_offset == 0
     store.close()
-    topics = store.data_dir / "config" / "topics.json"
+    topics = store.paths.topics
     reopened = open_store()
     assert reopened.topic("b").created_at_offset == at
     reopened.close()
@@ -106,12 +106,12 @@ def crash(open_store, store, how):
     """Stop uncleanly: close, then bring the abort marker back, and lose what ``how`` says."""
     store.close()
     data = store.data_dir
-    (data / "abort").touch()
+    StorePaths(data).abort.touch()
     if how in ("checkpoint_and_indexes_lost", "checkpoint_lost"):
-        (data / "checkpoint").unlink()
+        StorePaths(data).checkpoint.unlink()
     if how in ("checkpoint_and_indexes_lost", "indexes_lost"):
-        for name in INDEX_DIRS:
-            shutil.rmtree(data / name, ignore_errors=True)
+        for kind in QueueType:
+            shutil.rmtree(StorePaths(data).index_root(kind), ignore_errors=True)
     reopened = open_store()
     assert reopened.recovery.clean is False
     return reopened
@@ -163,7 +163,7 @@ def test_a_deleted_topic_stays_deleted_after_recovery(open_store):
     assert store.delete_topic("gone")
     reopened = crash(open_store, store, "checkpoint_and_indexes_lost")
     assert [t.name for t in reopened.topics.all()] == ["kept"]
-    assert not (reopened.data_dir / "batchconsumequeue" / "gone").exists()
+    assert not reopened.paths.topic_index(QueueType.BATCH_CQ, "gone").exists()
     assert [r[2] for r in served(reopened, "kept", 0)] == [b"k"]
 
 
@@ -175,9 +175,9 @@ def test_index_files_left_by_an_interrupted_delete_are_not_reused(store):
     served(store, "t", 0)
     store.flush()
     saved = store.data_dir / "saved-index"
-    shutil.copytree(store.data_dir / "consumequeue" / "t", saved)
+    shutil.copytree(store.paths.topic_index(QueueType.SIMPLE_CQ, "t"), saved)
     assert store.delete_topic("t")
-    shutil.copytree(saved, store.data_dir / "consumequeue" / "t")  # as if never deleted
+    shutil.copytree(saved, store.paths.topic_index(QueueType.SIMPLE_CQ, "t"))  # as if never deleted
     store.create_topic("t", 1)
     assert store.max_offset("t", 0) == 0
     assert store.put_message("t", 0, b"fresh").queue_offset == 0
@@ -196,11 +196,11 @@ def test_a_topic_created_past_a_cut_tail_gets_the_tail(open_store):
     store.create_topic("late", 1)
     assert store.topic("late").created_at_offset == store.commitlog.max_offset > last
     store.close()
-    (store.data_dir / "abort").touch()
-    checkpoint = Checkpoint.load(store.data_dir / "checkpoint")  # a crash before the last record was flushed
+    store.paths.abort.touch()
+    checkpoint = Checkpoint.load(store.paths.checkpoint)  # a crash before the last record was flushed
     checkpoint.commitlog_flushed_offset = last
-    checkpoint.save(store.data_dir / "checkpoint")
-    segment = store.data_dir / "commitlog" / ("0" * 20)
+    checkpoint.save(store.paths.checkpoint)
+    segment = store.paths.commitlog / ("0" * 20)
     with open(segment, "r+b") as f:  # flip a byte of the last record's body
         f.seek(last + fmt.HEADER.size)
         byte = f.read(1)

@@ -22,7 +22,7 @@ def early_batch(prefix: bytes, count: int) -> bytes:
 def service(tmp_path):
     with MessageStore(tmp_path / "data", CONFIG) as store:
         store.create_topic("t", 1, QueueType.SIMPLE_CQ)
-        service = TransactionService(store, tmp_path / "data" / "txn", sweep=False)
+        service = TransactionService(store, store.paths, sweep=False)
         yield service
         service.close()
 

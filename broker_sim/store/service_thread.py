@@ -1,0 +1,82 @@
+"""ServiceThread (RocketMQ's ServiceThread): the broker's background loops, written once.
+
+A named daemon thread runs a task every interval, or at once when woken; ``stop()`` wakes it
+and joins it. The flusher, the dispatcher, the consumer offsets writer, pop revive and the
+transaction sweeper are ServiceThreads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class ServiceThread:
+    """Runs ``run_once()`` (or the ``run_once`` given) on a thread named ``name``: first after
+    ``interval_s``, then again after the wait it returns (None: ``interval_s``; 0: at once).
+
+    ``wake()`` ends the current wait, and a wake during a run makes the next wait end at once,
+    so no wake is lost. An exception is logged (as ``task`` failed) and the loop goes on after
+    ``retry_s`` (default: the interval); ``run_once`` ends the loop by calling ``stop()``.
+    """
+
+    def __init__(self, name: str, interval_s: float, run_once: Callable[[], float | None] | None = None, *,
+                 task: str | None = None, retry_s: float | None = None):
+        self.name = name
+        self.interval_s = interval_s
+        self.task = task or name
+        self.retry_s = interval_s if retry_s is None else retry_s
+        if run_once is not None:
+            self.run_once = run_once
+        self._woken = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> float | None:
+        raise NotImplementedError("give ServiceThread a run_once callable, or override run_once")
+
+    def start(self) -> None:
+        """Start the loop (again, after a stop)."""
+        if self.running:
+            raise RuntimeError(f"service thread {self.name} is running already")
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        # Setting only an unset event keeps frequent callers (every append wakes the dispatcher)
+        # off the event's lock while the thread is busy: one wake per run is enough.
+        if not self._woken.is_set():
+            self._woken.set()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Wake the thread and wait (up to ``timeout``) for its run to end; a no-op when it
+        has stopped. From the thread itself (inside ``run_once``) it only ends the loop."""
+        self._stopped = True
+        self._woken.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        wait = self.interval_s
+        while True:
+            if wait > 0:  # (a wake that comes while the loop runs at once stays set: no event ops then)
+                self._woken.wait(wait)
+                self._woken.clear()  # before the run: a wake from here on is seen by the next wait
+            if self._stopped:
+                return
+            try:
+                wait = self.run_once()
+            except Exception:  # a fault here must not stop the loop silently
+                wait = self.retry_s
+                log.exception("%s failed; retrying in %.1f s", self.task, wait)
+            if wait is None:
+                wait = self.interval_s

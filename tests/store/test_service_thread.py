@@ -1,0 +1,124 @@
+"""ServiceThread: the background-loop pattern (run on an interval or when woken, stop joins)."""
+
+import threading
+import time
+
+import pytest
+
+from broker_sim.store.service_thread import ServiceThread
+
+LONG_S = 30.0  # an interval no test waits out: a run that came, came from a wake
+BOUND_S = 10.0  # the longest any test waits for a thread to react
+
+
+class Counter:
+    """A run_once that counts its runs and signals each."""
+
+    def __init__(self, answers=()):
+        self.runs = 0
+        self.answers = list(answers)  # raised if an exception, else returned; then None
+        self.ran = threading.Semaphore(0)
+
+    def __call__(self):
+        self.runs += 1
+        self.ran.release()
+        answer = self.answers.pop(0) if self.answers else None
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def started():
+    threads = []
+
+    def start(run_once, interval_s=LONG_S, **kwargs):
+        thread = ServiceThread("test-service", interval_s, run_once, **kwargs)
+        thread.start()
+        threads.append(thread)
+        return thread
+
+    yield start
+    for thread in threads:
+        thread.stop(BOUND_S)
+
+
+def test_wake_runs_it_at_once_and_it_runs_on_its_interval(started):
+    woken = Counter()
+    thread = started(woken)
+    thread.wake()
+    assert woken.ran.acquire(timeout=BOUND_S), "a wake did not run the task"
+    ticking = Counter()
+    started(ticking, interval_s=0.01)
+    for _ in range(3):
+        assert ticking.ran.acquire(timeout=BOUND_S), "the task did not run on its interval"
+
+
+def test_a_wake_during_a_run_is_not_lost(started):
+    inside, release = threading.Event(), threading.Event()
+    runs = Counter()
+
+    def run_once():
+        runs()
+        if runs.runs == 1:
+            inside.set()
+            release.wait(BOUND_S)
+
+    thread = started(run_once)
+    thread.wake()
+    assert inside.wait(BOUND_S)
+    thread.wake()  # while the first run is busy
+    release.set()
+    assert runs.ran.acquire(timeout=BOUND_S) and runs.ran.acquire(timeout=BOUND_S), "the second wake was lost"
+
+
+def test_zero_runs_again_at_once(started):
+    runs = Counter(answers=[0, 0, None])
+    thread = started(runs)
+    thread.wake()
+    for _ in range(3):
+        assert runs.ran.acquire(timeout=BOUND_S)
+
+
+def test_stop_joins_the_thread_and_a_second_stop_is_a_no_op(started):
+    thread = started(Counter())
+    assert thread.running
+    thread.stop(BOUND_S)
+    assert not thread.running
+    thread.stop(BOUND_S)
+    assert not thread.running
+    ServiceThread("never-started", LONG_S, Counter()).stop(BOUND_S)
+
+
+def test_a_stopped_thread_starts_again(started):
+    runs = Counter()
+    thread = started(runs)
+    thread.stop(BOUND_S)
+    thread.start()
+    thread.wake()
+    assert runs.ran.acquire(timeout=BOUND_S), "the restarted loop does not run"
+
+
+def test_an_exception_is_logged_and_the_loop_goes_on(started, caplog):
+    runs = Counter(answers=[RuntimeError("boom")])
+    thread = started(runs, task="the test task", retry_s=0.01)
+    thread.wake()
+    assert runs.ran.acquire(timeout=BOUND_S) and runs.ran.acquire(timeout=BOUND_S), "the loop died with the error"
+    assert thread.running
+    assert "the test task failed; retrying" in caplog.text and "boom" in caplog.text
+
+
+def test_run_once_stops_its_own_loop(started):
+    holder = {}
+
+    def run_once():
+        holder["thread"].stop()  # from the thread itself: no join of itself
+        return 0
+
+    holder["thread"] = thread = started(run_once)
+    thread.wake()
+    for _ in range(int(BOUND_S / 0.01)):
+        if not thread.running:
+            break
+        time.sleep(0.01)
+    assert not thread.running, "the loop went on after run_once stopped it"
