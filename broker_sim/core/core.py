@@ -25,19 +25,19 @@ from typing import Callable
 
 from broker_sim.pop import PopConfig, PopService, ReviveService
 from broker_sim.store import (
+    DEFAULT_FLUSH_INTERVAL_MS,
     ConsumerOffsetTable,
     CreateStatus,
     FlushMode,
     MessageStore,
     QueueType,
     StoreConfig,
+    TagFilter,
     TopicConfig,
     echo,
     system_topic_problem,
     wall_clock_ms,
 )
-from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
-from broker_sim.store.message_filter import TagFilter
 from broker_sim.txn import EndResult, TransactionConfig, TransactionService
 
 from . import sends

@@ -9,8 +9,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from broker_sim.store import GetStatus, TopicConfig
-from broker_sim.store.message_filter import TagFilter
+from broker_sim.store import GetStatus, TagFilter, TopicConfig
 
 from .errors import BrokerError, Reason
 

@@ -19,7 +19,7 @@ from binascii import a2b_base64, b2a_base64
 from pathlib import Path
 from typing import NamedTuple
 
-from broker_sim.store.files import write_atomically
+from broker_sim.store import write_atomically
 
 from .errors import InvalidReceiptHandle
 from .state import PopCheckpoint, decode_key

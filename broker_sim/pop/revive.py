@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker_sim.store.service_thread import ServiceThread
+from broker_sim.store import ServiceThread
 
 from .service import PopService
 

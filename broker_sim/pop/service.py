@@ -35,12 +35,12 @@ from broker_sim.store import (
     PutContext,
     QueueType,
     StoredBatch,
+    StorePaths,
     UnknownTopicError,
     echo,
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
-from broker_sim.store.paths import StorePaths
 
 from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired

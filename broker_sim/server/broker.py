@@ -22,8 +22,7 @@ from google.protobuf.message import DecodeError
 
 from broker_sim.core import BrokerCore, CoreOptions
 from broker_sim.pop import PopConfig
-from broker_sim.store import FlushMode, StoreConfig, wall_clock_ms
-from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS
+from broker_sim.store import DEFAULT_FLUSH_INTERVAL_MS, FlushMode, StoreConfig, wall_clock_ms
 from broker_sim.txn import TransactionConfig
 from rmq_spark.codec import check_batch
 from rmq_spark.protocol.v1 import broker_pb2 as pb

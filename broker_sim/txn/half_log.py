@@ -35,11 +35,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_sim.store import PendingRecord
-from broker_sim.store.disk import DiskGuard
-from broker_sim.store.errors import DiskFullError
-from broker_sim.store.files import fsync_dir
-from broker_sim.store.mapped_file import NAME_DIGITS, MappedFile, file_name
+from broker_sim.store import NAME_DIGITS, DiskFullError, DiskGuard, MappedFile, PendingRecord, file_name, fsync_dir
 
 SEGMENT_MAGIC = b"RMQHALF1"
 _HEAD = struct.Struct(">IIIiiiiiq8sHHi")

@@ -49,14 +49,14 @@ from broker_sim.store import (
     PutResult,
     PutStatus,
     QueueRecords,
+    ServiceThread,
+    StorePaths,
     echo,
     full_sentence,
+    stamp_problem,
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
-from broker_sim.store.paths import StorePaths
-from broker_sim.store.producer_state import stamp_problem
-from broker_sim.store.service_thread import ServiceThread
 
 from .half_log import HalfLog, HalfLogError
 from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
