@@ -158,28 +158,6 @@ class Broker:
                 self._stopped.set()
             log.info("broker stopped; data in %s", self.data_dir)
 
-    # The core's parts, for tests and tools that look inside a running broker.
-
-    @property
-    def store(self):
-        return self.core.store if self.core else None
-
-    @property
-    def offsets(self):
-        return self.core.offsets if self.core else None
-
-    @property
-    def transactions(self):
-        return self.core.transactions if self.core else None
-
-    @property
-    def pop(self):
-        return self.core.pop_service if self.core else None
-
-    @property
-    def counters(self):
-        return self.core.counters if self.core else None
-
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the broker is stopped; False on timeout."""
         return self._stopped.wait(timeout)

@@ -43,13 +43,13 @@ def send(broker, topic, queue_type, messages, queues=1, batch=False):
         else:
             for message in messages:
                 producer.send(message)
-    assert broker.store.wait_dispatched(10)
+    assert broker.core.store.wait_dispatched(10)
 
 
 def revive(broker, clock, ms):
     clock.step(ms)
-    broker.pop.revive_expired()
-    assert broker.store.wait_dispatched(10)
+    broker.core.pop_service.revive_expired()
+    assert broker.core.store.wait_dispatched(10)
 
 
 def test_receive_ack_and_messages(broker):
@@ -95,7 +95,7 @@ def test_unacked_come_back_from_the_retry_queue_under_their_topic(broker, clock)
         with pytest.raises(ReceiptHandleExpiredError) as caught:
             consumer.ack([again, first])
         assert list(caught.value.failed) == [first.receipt_handle]
-        assert broker.pop.in_flight("g") == 0  # `again` was acked all the same
+        assert broker.core.pop_service.in_flight("g") == 0  # `again` was acked all the same
 
 
 def test_change_invisible_duration(broker, clock):
@@ -129,7 +129,7 @@ def test_errors_are_typed_and_say_what_to_do(broker):
         assert len(caught.value.failed) == 1
         with pytest.raises(InvalidReceiptHandleError):
             consumer.change_invisible_duration("garbage!", 1_000)
-    assert broker.pop.in_flight() == 0
+    assert broker.core.pop_service.in_flight() == 0
 
 
 def test_consume_acks_what_the_handler_finishes_and_failures_come_back(broker, clock):
@@ -144,10 +144,10 @@ def test_consume_acks_what_the_handler_finishes_and_failures_come_back(broker, c
 
     with PopConsumer(broker.endpoint, "g", "s", invisible_ms=1_000, poll_ms=0) as consumer:
         assert consumer.consume(handler, max_deliveries=6) == 4
-        assert broker.pop.in_flight("g") == 2
+        assert broker.core.pop_service.in_flight("g") == 2
         revive(broker, clock, 1_001)
         assert consumer.consume(handler, max_deliveries=2) == 2
-    assert broker.pop.in_flight("g") == 0 and failed_once == {b"m1", b"m4"}
+    assert broker.core.pop_service.in_flight("g") == 0 and failed_once == {b"m1", b"m4"}
 
 
 def test_consume_needs_an_end(broker):
@@ -173,7 +173,7 @@ def test_long_polling_is_woken_by_a_send(broker):
         thread = threading.Thread(target=lambda: out.setdefault("got", consumer.receive()))
         thread.start()
         for _ in range(2000):  # bounded: until the pop waits on the broker
-            if broker.pop._waiting:
+            if broker.core.pop_service._waiting:
                 break
             threading.Event().wait(0.005)
         with Producer(broker.endpoint) as producer:
@@ -215,7 +215,7 @@ def test_retry_copies_do_not_carry_the_idempotent_send_stamp(broker, clock):
     with PopConsumer(broker.endpoint, "g", "s", invisible_ms=1_000, poll_ms=0) as consumer:
         consumer.receive()
         revive(broker, clock, 1_001)
-        (copy,) = broker.store.get_messages("%RETRY%g+s", 0, 0).batches
+        (copy,) = broker.core.store.get_messages("%RETRY%g+s", 0, 0).batches
         properties = fmt.decode_record(copy.data).properties
         assert fmt.PROPERTY_PRODUCER not in properties and properties["RETRY_TOPIC"] == "s"
 
@@ -227,7 +227,7 @@ def test_a_topic_deleted_and_created_again_is_popped_from_its_start(broker):
         assert len(held) == 4
         with Admin(broker.endpoint) as admin:
             admin.delete_topic("gone")
-        assert broker.pop.in_flight("g") == 0  # the deleted topic's pop state went with it
+        assert broker.core.pop_service.in_flight("g") == 0  # the deleted topic's pop state went with it
         send(broker, "gone", "SimpleCQ", [Message("gone", b"new%d" % i) for i in range(3)])
         fresh = consumer.receive(max_messages=10)
         assert [m.body for d in fresh for m in d.messages()] == [b"new0", b"new1", b"new2"]

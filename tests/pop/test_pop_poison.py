@@ -38,8 +38,8 @@ def broker(tmp_path, clock):
 
 def revive(broker, clock):
     clock.step(1_001)
-    broker.pop.revive_expired()
-    assert broker.store.wait_dispatched(10)
+    broker.core.pop_service.revive_expired()
+    assert broker.core.store.wait_dispatched(10)
 
 
 def test_only_the_bad_delivery_fails(broker):
@@ -66,6 +66,6 @@ def test_the_consume_loop_goes_on_and_the_bad_batch_ends_in_the_dlq(broker, cloc
             _ = again.records
         revive(broker, clock)  # past max_reconsume_times: to the DLQ
         assert consumer.receive() == []
-    assert broker.store.max_offset("%DLQ%g", 0) == 3
+    assert broker.core.store.max_offset("%DLQ%g", 0) == 3
     with RangeReader(broker.endpoint, on_data_loss="skip") as reader:  # the DLQ keeps the batch as stored
         assert reader.read_table([OffsetRange("%DLQ%g", 0, 0, 3)]).num_rows == 0

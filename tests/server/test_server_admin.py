@@ -164,14 +164,14 @@ def test_broker_stats(client, broker):
 
 def test_broker_stats_report_dispatch_lag(client, broker):
     client.create("s", 1)
-    broker.store.dispatcher.stop()  # nothing is indexed from here on
+    broker.core.store.dispatcher.stop()  # nothing is indexed from here on
     try:
         client.send_single("s", 0)
         stats = client.stats()
         assert stats.dispatch_lag_bytes == stats.commitlog_max_offset - stats.dispatched_offset > 0
         assert stats.dispatch_lag_ms >= 0
     finally:
-        broker.store.dispatcher.start()
+        broker.core.store.dispatcher.start()
     client.wait_readable("s", 0, 1)
     stats = client.stats()
     assert (stats.dispatch_lag_bytes, stats.dispatch_lag_ms) == (0, 0)

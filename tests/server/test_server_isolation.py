@@ -94,9 +94,10 @@ def test_stalled_streams_and_waiting_pops_leave_other_clients_served(tmp_path):
         client.create("quiet", 1)
         with stalled_streams(broker.endpoint, 100) as streams:
             # Each stream's response is on its way, held by flow control: the broker waits for them all.
-            wait_until(lambda: broker.counters.responses_waiting == 100, "100 responses waiting for their clients")
+            wait_until(lambda: broker.core.counters.responses_waiting == 100, "100 responses waiting for their clients")
             pops = waiting_pops(broker.endpoint, broker.pop_config.max_waiting_pops)
-            wait_until(lambda: broker.pop._waiting == broker.pop_config.max_waiting_pops, "every pop waiting")
+            most = broker.pop_config.max_waiting_pops
+            wait_until(lambda: broker.core.pop_service._waiting == most, "every pop waiting")
 
             client.create("live", 2)
             for i in range(20):
@@ -109,12 +110,12 @@ def test_stalled_streams_and_waiting_pops_leave_other_clients_served(tmp_path):
             reads = client.read([("live", 0, 0, 0), ("live", 1, 0, 0)])
             assert [bytes(r.body) for r in reads[0].records] == [b"live-%d" % i for i in range(0, 20, 2)]
             assert [bytes(r.body) for r in reads[1].records] == [b"live-%d" % i for i in range(1, 20, 2)]
-            assert broker.counters.responses_waiting == 100  # still stalled: nothing was waited out
+            assert broker.core.counters.responses_waiting == 100  # still stalled: nothing was waited out
 
             # A stalled client that reads at last gets everything.
             responses = list(streams[0])
             assert responses[-1].done and responses[-1].next_offset == BIG_MESSAGES
-        broker.pop.stop_waiting()
+        broker.core.pop_service.stop_waiting()
         for thread in pops:
             thread.join(WAIT_S)
             assert not thread.is_alive()
@@ -124,10 +125,10 @@ def test_a_stalled_stream_is_ended_after_the_write_timeout(tmp_path):
     with running(tmp_path, stream_write_timeout_s=1.0) as (broker, client):
         write_big_topic(client)
         with stalled_streams(broker.endpoint, 5) as streams:
-            wait_until(lambda: broker.counters.responses_waiting == 5, "5 responses waiting for their clients")
-            wait_until(lambda: broker.counters.responses_waiting == 0, "the stalled streams ended by the broker")
+            wait_until(lambda: broker.core.counters.responses_waiting == 5, "5 responses waiting for their clients")
+            wait_until(lambda: broker.core.counters.responses_waiting == 0, "the stalled streams ended by the broker")
             # Their reads are over (counted as the reads let go of the store), with nothing left in the store.
-            wait_until(lambda: broker.counters.messages_read == 5 * BIG_MESSAGES, "the ended reads counted")
+            wait_until(lambda: broker.core.counters.messages_read == 5 * BIG_MESSAGES, "the ended reads counted")
             for stream in streams:
                 received = []
                 with pytest.raises(grpc.RpcError) as failure:
@@ -150,7 +151,7 @@ def test_stop_ends_stalled_streams(tmp_path):
     try:
         write_big_topic(client)
         with stalled_streams(broker.endpoint, 10) as streams:
-            wait_until(lambda: broker.counters.responses_waiting == 10, "10 responses waiting for their clients")
+            wait_until(lambda: broker.core.counters.responses_waiting == 10, "10 responses waiting for their clients")
             broker.stop(grace=0.5)
             assert broker.wait(0)
             with pytest.raises(grpc.RpcError):

@@ -129,7 +129,7 @@ def test_an_unexpected_fault_is_internal_with_a_reason(broker, client, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(broker.store, "get_messages", broken)
+    monkeypatch.setattr(broker.core.store, "get_messages", broken)
     with pytest.raises(grpc.RpcError) as caught:
         client.read([("s", 0, 0, 0)])
     err = caught.value

@@ -215,7 +215,7 @@ def test_a_topic_deleted_during_a_read(broker, client, monkeypatch, recreate):
         batch = pb.InnerBatch(payload=filler_batch(i, 1 << 20, 2), count=2, codec=pb.CODEC_RMQ)
         client.send("big", 0, inner_batch=batch)
     client.wait_readable("big", 0, 12)
-    store, calls = broker.store, []
+    store, calls = broker.core.store, []
     original = store.get_messages
 
     def get_messages(*args, **kwargs):

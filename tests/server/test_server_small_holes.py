@@ -33,11 +33,11 @@ def test_a_commit_past_the_max_offset_is_refused(client):
 def test_clients_cannot_create_or_delete_pop_system_topics(client, broker, name):
     code, reason, details = refusal(client.create, name)
     assert (code, reason) == (INVALID, "INVALID_ARGUMENT") and "pop's retry and dead letter topics" in details
-    assert broker.store.topics.get(name) is None
-    broker.store.create_topic(name, 1)  # as pop makes it
+    assert broker.core.store.topics.get(name) is None
+    broker.core.store.create_topic(name, 1)  # as pop makes it
     code, reason, details = refusal(client.admin.DeleteTopic, pb.DeleteTopicRequest(name=name))
     assert (code, reason) == (INVALID, "INVALID_ARGUMENT") and f"cannot delete topic '{name}'" in details
-    assert broker.store.topics.get(name) is not None
+    assert broker.core.store.topics.get(name) is not None
 
 
 LONG = "x" * 100_000

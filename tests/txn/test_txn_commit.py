@@ -25,7 +25,7 @@ def test_prepared_batches_are_invisible_and_take_no_offsets(broker, topic):
     wait_offsets(broker.endpoint, topic, [1, 0, 0, 0])
     assert read_queue(broker.endpoint, topic, 0) == [(0, b"plain")]
     assert read_queue(broker.endpoint, topic, 1) == []
-    broker.store.wait_dispatched(5)
+    broker.core.store.wait_dispatched(5)
     assert offsets(broker.endpoint, topic) == [1, 0, 0, 0]  # nothing more indexed later either
 
 
@@ -49,7 +49,7 @@ def test_commit_makes_every_batch_visible_in_order_as_ordinary_batches(broker, t
     assert read_queue(broker.endpoint, topic, 0) == list(enumerate(other + first))
     assert read_queue(broker.endpoint, topic, 2) == list(enumerate(second))
     # Each inner batch stays one record (one index unit) carrying the commit flag.
-    batches = broker.store.get_messages(topic, 0, 0).batches
+    batches = broker.core.store.get_messages(topic, 0, 0).batches
     assert [(b.base_offset, b.count) for b in batches] == [(0, 10), (10, 10), (20, 20)]
 
 
@@ -80,7 +80,7 @@ def test_rollback_discards_and_the_transaction_stays_ended(broker, topic):
                 txns.commit(["doomed"])
         with pytest.raises(TransactionStateError, match="send under a new transaction id"):
             send_table(writer, topic, 0, table_of(bodies(1)))
-    broker.store.wait_dispatched(5)
+    broker.core.store.wait_dispatched(5)
     assert offsets(broker.endpoint, topic) == [0, 0, 0, 0]
 
 
@@ -95,7 +95,7 @@ def test_a_repeated_commit_changes_nothing_and_says_so(broker, topic):
         assert repeated.messages_made_visible == 0
         with pytest.raises(TransactionStateError, match="'once' is committed; it cannot be rolled back"):
             txns.rollback(["once"])
-    broker.store.wait_dispatched(5)
+    broker.core.store.wait_dispatched(5)
     assert offsets(broker.endpoint, topic) == [0, 7, 0, 0]
 
 
@@ -123,7 +123,7 @@ def test_sink_batch_is_recorded_with_the_commit_and_a_replay_makes_nothing_visib
         assert txns.commit([], sink_id="sink-a", batch_id=1).transactions == ()
         assert txns.sink_batch("sink-a", 1).committed and txns.sink_batch("sink-a", 0).latest_batch_id == 1
         assert not txns.is_committed("sink-b", 0)
-    broker.store.wait_dispatched(5)
+    broker.core.store.wait_dispatched(5)
     assert read_queue(broker.endpoint, topic, 0) == list(enumerate(bodies(3, "b0")))
 
 
@@ -159,7 +159,7 @@ def test_early_batches_on_a_simplecq_topic_commit_as_one_record_per_message(brok
 
 
 def test_half_log_segments_are_deleted_once_their_transactions_end(broker, topic):
-    half = broker.transactions.half
+    half = broker.core.transactions.half
     big = [b"x" * 200_000]
     with Producer(broker.endpoint, transaction_id="big") as writer, \
             Producer(broker.endpoint, transaction_id="small") as keep:
@@ -189,11 +189,11 @@ def test_half_log_positions_are_never_reused_across_restarts(tmp_path, clock):
                     admin.create_topic("t", 1, "BatchCQ")
             with Producer(broker.endpoint, transaction_id=f"round{round_}") as writer:
                 send_table(writer, "t", 0, table_of(bodies(3)))
-            txn, = broker.transactions.transactions([f"round{round_}"])
+            txn, = broker.core.transactions.transactions([f"round{round_}"])
             seen.append(txn.batches[0].position)
             with Transactions(broker.endpoint) as txns:
                 txns.commit([f"round{round_}"])
-            broker.transactions.half.drop_unused()
+            broker.core.transactions.half.drop_unused()
         finally:
             broker.stop(grace=1.0)
     assert seen == sorted(set(seen))

@@ -31,16 +31,16 @@ def test_transactions_without_a_batch_for_the_timeout_are_rolled_back(broker, to
         send_table(alive, topic, 1, table_of(bodies(3)))
         clock.advance(59_999)
         send_table(alive, topic, 1, table_of(bodies(2, "late")))  # a batch restarts the timeout
-        assert broker.transactions.expire() == []
+        assert broker.core.transactions.expire() == []
         clock.advance(1)
-        assert broker.transactions.expire() == ["abandoned"]
+        assert broker.core.transactions.expire() == ["abandoned"]
         with Transactions(broker.endpoint) as txns:
             info, = txns.list(["abandoned"])
             assert (info.state, info.expired) == (TransactionState.ROLLED_BACK, True)
             with pytest.raises(TransactionStateError, match="rolled back by the timeout"):
                 txns.commit(["abandoned"])
             clock.advance(59_998)  # 59,999 ms after the late batch
-            assert broker.transactions.expire() == []
+            assert broker.core.transactions.expire() == []
             txns.commit([alive.prepared()])
     wait_offsets(broker.endpoint, topic, [0, 5, 0, 0])
 
@@ -195,7 +195,7 @@ def test_malformed_ids_are_refused_on_both_sides(broker, topic):
                 stub.EndTransaction(request)
             assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT, request
             assert words in caught.value.details()
-    broker.store.wait_dispatched(5)
+    broker.core.store.wait_dispatched(5)
     assert offsets(broker.endpoint, topic) == [0, 0, 0, 0]
 
 
