@@ -119,7 +119,7 @@ def test_stop_during_a_read_stream_is_bounded_and_clean(tmp_path):
     assert not StorePaths(tmp_path / "data").abort.exists()
     again = Broker(tmp_path / "data")
     again.start()
-    assert again.store.recovery.clean
+    assert again.core.store.recovery.clean
     again.stop()
 
 

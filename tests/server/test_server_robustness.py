@@ -108,7 +108,7 @@ def test_malformed_requests_are_refused_while_a_good_client_works(tmp_path):
     again = Broker(data, "127.0.0.1", 0)
     again.start()
     try:
-        assert again.store.recovery.clean and again.store.recovery.dropped_units == 0
+        assert again.core.store.recovery.clean and again.core.store.recovery.dropped_units == 0
         client = Client(again.endpoint)
         [read] = client.read([("good", 0, 0, 0)])
         assert [bytes(r.body) for r in read.records] == [b"good-%d" % i for i in range(good.sent)]
