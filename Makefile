@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo lint test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
+.PHONY: demo lint peers test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
@@ -12,8 +12,11 @@ demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming q
 lint: $(STAMP)  ## ruff, configured in pyproject.toml; `$(PY) -m ruff check --fix .` fixes most of what it reports
 	$(PY) -m ruff check .
 
-test: lint check-java
+test: lint check-java peers
 	$(PY) -m pytest -q tests
+
+peers: $(STAMP)  ## the real RocketMQ, Kafka and Spark Kafka connector jars (Maven Central), into a cache outside git, once
+	$(PY) -m peers.fetch
 
 bench: bench-store bench-read bench-model
 
