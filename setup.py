@@ -30,7 +30,9 @@ setup(
     extras_require={
         # grpcio-tools is pinned: the generated code must not change under the regeneration test.
         # ruff is pinned to a minor version: its rules change between minors.
-        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "pyyaml>=6.0,<7", "ruff>=0.17,<0.18"],
+        # kafka-python: the Kafka peer's admin calls and a Python producer beside ours (peers/).
+        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "pyyaml>=6.0,<7", "ruff>=0.17,<0.18",
+                 "kafka-python>=2.2,<4"],
         "bench": ["matplotlib>=3.8,<4"],
     },
     entry_points={"console_scripts": [

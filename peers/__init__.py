@@ -69,3 +69,20 @@ def jars(group: str) -> list[Path]:
 
 def classpath(*groups: str) -> str:
     return os.pathsep.join(str(jar) for group in groups for jar in jars(group))
+
+
+def spark_kafka_jars() -> list[Path]:
+    """The jars Spark's Kafka connector needs on ``spark.jars``: its group's jars whose artifact
+    PySpark does not ship already (a second scala-library or hadoop client would break Spark)."""
+    import pyspark
+
+    shipped = {_artifact(jar.name) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [jar for jar in jars("spark-kafka") if _artifact(jar.name) not in shipped]
+
+
+def _artifact(jar_name: str) -> str:
+    """"kafka-clients-3.9.2.jar" -> "kafka-clients"."""
+    parts = jar_name[:-len(".jar")].split("-")
+    while parts and parts[-1][:1].isdigit():
+        parts.pop()
+    return "-".join(parts)

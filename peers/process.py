@@ -1,0 +1,102 @@
+"""A peer's JVM process: started in its own process group with its output in a log file, waited
+for with a bounded wait, and stopped (the whole group) whatever happens."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def free_port(count: int = 1) -> int:
+    """A loopback port whose ``count`` consecutive ports are all free (RocketMQ's broker also
+    listens on its port - 2 and + 1)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count < 65000 and all(_is_free(p) for p in range(base - 2, base + count)):
+            return base
+    raise RuntimeError("no run of free loopback ports found")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class JavaProcess:
+    """``java [jvm options] -cp classpath main args``, its output in ``log``."""
+
+    def __init__(self, name: str, classpath: str, main: str, args: list[str], log: Path, *,
+                 jvm: list[str] = (), env: dict | None = None, cwd: Path | None = None):
+        self.name = name
+        self.log = log
+        command = ["java", *jvm, "-cp", classpath, main, *args]
+        with open(log, "ab") as out:
+            self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                          env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def wait_until(self, ready: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+        """Poll ``ready`` until it is true; RuntimeError with the log's tail if the process ends
+        or ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.popen.returncode} before {what}:\n{self.log_tail()}")
+            try:
+                if ready():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name}: no {what} within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM the process group, SIGKILL it if it lingers."""
+        if self.popen.poll() is None:
+            _signal_group(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def run_java(classpath: str, main: str, args: list[str], *, timeout_s: float = 120.0, jvm: list[str] = (),
+             env: dict | None = None) -> str:
+    """Run a Java main to its end; its output, or RuntimeError with it on failure."""
+    result = subprocess.run(["java", *jvm, "-cp", classpath, main, *args], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
+    if result.returncode:
+        raise RuntimeError(f"{main} {' '.join(args)} failed ({result.returncode}):\n"
+                           f"{(result.stdout + result.stderr)[-4000:]}")
+    return result.stdout
