@@ -15,6 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 POMS = HERE / "poms"
+HARNESS = HERE / "harness"
 GROUPS = tuple(sorted(p.stem for p in POMS.glob("*.xml")))
 
 
@@ -41,8 +42,10 @@ def cache_root() -> Path:
 def fetched_dir() -> Path:
     """The cache directory of this set of versions and poms (a change of either fetches anew)."""
     digest = hashlib.sha256()
-    for path in [HERE / "versions.properties", *sorted(POMS.glob("*.xml"))]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    sources = [HERE / "versions.properties", *sorted(POMS.glob("*.xml")), HARNESS / "pom.xml",
+               *sorted(HARNESS.rglob("*.java"))]
+    for path in sources:
+        digest.update(str(path.relative_to(HERE)).encode() + b"\0" + path.read_bytes())
     return cache_root() / digest.hexdigest()[:16]
 
 
@@ -69,6 +72,11 @@ def jars(group: str) -> list[Path]:
 
 def classpath(*groups: str) -> str:
     return os.pathsep.join(str(jar) for group in groups for jar in jars(group))
+
+
+def harness_classpath() -> str:
+    """The Java harness's classes and RocketMQ's official clients."""
+    return os.pathsep.join([str(fetched_dir() / "harness" / "classes"), classpath("clients")])
 
 
 def spark_kafka_jars() -> list[Path]:

@@ -10,8 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from . import GROUPS, POMS, fetched_dir, missing_tools, versions
+from . import GROUPS, HARNESS, POMS, fetched_dir, missing_tools, versions
 
 
 def fetch() -> None:
@@ -35,10 +36,22 @@ def fetch() -> None:
                 sys.exit(f"peers: fetching {group} failed (mvn exit {result.returncode}):\n"
                          f"{(result.stdout + result.stderr)[-4000:]}")
             print(f"peers: {group} fetched in {time.monotonic() - started:.0f} s")
+        _build_harness(Path(work), properties)
         (done.parent / work / ".complete").touch()
         shutil.rmtree(done, ignore_errors=True)
         shutil.move(work, done)
     print(f"peers: fetched into {done}")
+
+
+def _build_harness(work: Path, properties: list[str]) -> None:
+    """Compile the Java harness (peers/harness) into the cache: its output never lands in git."""
+    command = ["mvn", "-B", "-q", "-f", str(HARNESS / "pom.xml"), "compile", f"-Dharness.build.dir={work}/harness",
+               *properties]
+    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"peers: building the Java harness failed (mvn exit {result.returncode}):\n"
+                 f"{(result.stdout + result.stderr)[-4000:]}")
+    print("peers: Java harness built")
 
 
 if __name__ == "__main__":

@@ -21,3 +21,12 @@ def kafka():
 
     with KafkaBroker() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def rocketmq():
+    require_peers("rocketmq", "clients")
+    from peers.rocketmq import RocketMQCluster
+
+    with RocketMQCluster() as cluster:
+        yield cluster

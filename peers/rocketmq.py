@@ -1,0 +1,161 @@
+"""A real Apache RocketMQ on loopback ports, in a temporary directory: a name server, and the
+proxy in local mode, whose process runs the broker too (remoting clients reach the broker by
+the name server; gRPC clients reach the proxy). Heaps are sized for a small machine.
+
+    with RocketMQCluster() as rocketmq:
+        rocketmq.create_topic("orders", queues=8, batch_cq=True)
+        java_produce(rocketmq.namesrv_addr, "orders", messages=10_000)
+        java_pull(rocketmq.namesrv_addr, "orders", expect=10_000)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import classpath, harness_classpath
+from .process import JavaProcess, free_port, port_open, run_java
+
+CLUSTER = "DefaultCluster"
+BROKER_NAME = "broker-a"
+
+
+class RocketMQCluster:
+    """Start with ``with``. ``namesrv_addr`` for remoting clients, ``proxy_endpoint`` for
+    RocketMQ 5's gRPC clients, ``broker_addr`` for the broker itself, ``store_dir`` its data."""
+
+    def __init__(self, heap_mb: int = 512):
+        self.heap_mb = heap_mb
+        self.dir = Path(tempfile.mkdtemp(prefix="rocketmq-peer-"))
+        self.store_dir = self.dir / "store"
+        self.namesrv_port = free_port()
+        self.broker_port = free_port(count=2)  # the broker also listens on port - 2 and port + 1
+        self.grpc_port = free_port()
+        self.remoting_proxy_port = free_port()
+        self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
+        self.broker_addr = f"127.0.0.1:{self.broker_port}"
+        self.proxy_endpoint = f"127.0.0.1:{self.grpc_port}"
+        self._processes: list[JavaProcess] = []
+
+    def __enter__(self) -> "RocketMQCluster":
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _jvm(self, heap_mb: int) -> list[str]:
+        # user.home and rocketmq.home.dir: RocketMQ writes its logs and state below them, not in $HOME.
+        return [f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseG1GC",
+                f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}", f"-Djava.io.tmpdir={self.dir}"]
+
+    def _start(self) -> None:
+        (self.dir / "namesrv.properties").write_text(f"listenPort={self.namesrv_port}\n")
+        (self.dir / "broker.conf").write_text("\n".join([
+            f"brokerClusterName={CLUSTER}", f"brokerName={BROKER_NAME}", "brokerId=0",
+            f"namesrvAddr={self.namesrv_addr}", "brokerIP1=127.0.0.1", f"listenPort={self.broker_port}",
+            f"storePathRootDir={self.store_dir}", f"storePathCommitLog={self.store_dir / 'commitlog'}",
+            "mappedFileSizeCommitLog=134217728", "flushDiskType=ASYNC_FLUSH", "autoCreateTopicEnable=true",
+            "autoCreateSubscriptionGroup=true",
+            "timerWheelEnable=true",  # pop (the gRPC SimpleConsumer) needs the timer wheel
+        ]) + "\n")
+        (self.dir / "proxy.json").write_text(json.dumps({
+            "rocketMQClusterName": CLUSTER, "namesrvAddr": self.namesrv_addr, "grpcServerPort": self.grpc_port,
+            "remotingListenPort": self.remoting_proxy_port}))
+        server = classpath("rocketmq")
+        namesrv = JavaProcess("rocketmq name server", server, "org.apache.rocketmq.namesrv.NamesrvStartup",
+                              ["-c", str(self.dir / "namesrv.properties")], self.dir / "namesrv.out",
+                              jvm=self._jvm(256))
+        self._processes.append(namesrv)
+        namesrv.wait_until(lambda: port_open(self.namesrv_port), "name server port", timeout_s=60)
+        proxy = JavaProcess("rocketmq proxy and broker", server, "org.apache.rocketmq.proxy.ProxyStartup",
+                            ["-pm", "local", "-bc", str(self.dir / "broker.conf"), "-pc", str(self.dir / "proxy.json")],
+                            self.dir / "proxy.out", jvm=self._jvm(self.heap_mb))
+        self._processes.append(proxy)
+        proxy.wait_until(lambda: port_open(self.broker_port) and port_open(self.grpc_port), "broker and gRPC ports",
+                         timeout_s=120)
+        proxy.wait_until(self._broker_registered, "broker registered with the name server", timeout_s=60)
+
+    def _broker_registered(self) -> bool:
+        return BROKER_NAME in self.admin("clusterList", "-n", self.namesrv_addr)
+
+    def admin(self, *args: str) -> str:
+        """RocketMQ's mqadmin (MQAdminStartup) against this cluster; its output."""
+        return run_java(classpath("rocketmq"), "org.apache.rocketmq.tools.command.MQAdminStartup", list(args),
+                        jvm=["-Xmx128m", f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}"])
+
+    def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
+        """Create a topic on the broker (queue.type BatchCQ, or RocketMQ's default SimpleCQ)."""
+        args = ["updateTopic", "-n", self.namesrv_addr, "-c", CLUSTER, "-t", name, "-r", str(queues),
+                "-w", str(queues)]
+        if batch_cq:
+            args += ["-a", "+queue.type=BatchCQ"]
+        out = self.admin(*args)
+        if "success" not in out:
+            raise RuntimeError(f"creating topic {name} failed:\n{out[-2000:]}")
+
+    def create_group(self, name: str) -> None:
+        self.admin("updateSubGroup", "-n", self.namesrv_addr, "-c", CLUSTER, "-g", name)
+
+    def log_tail(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in self._processes)
+
+    def close(self) -> None:
+        for process in reversed(self._processes):
+            process.stop()
+        self._processes.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _harness(*args: str, timeout_s: float = 600.0) -> dict:
+    out = run_java(harness_classpath(), "peers.Harness", list(args), timeout_s=timeout_s,
+                   jvm=["-Xmx512m", f"-Duser.home={tempfile.gettempdir()}"])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def java_produce(namesrv: str, topic: str, messages: int, threads: int = 4, body_bytes: int = 1024,
+                 tag: str = "") -> dict:
+    """RocketMQ's Java producer (remoting) with autoBatch on, async sends from ``threads``
+    threads: {"sent", "failed", "seconds", "msgs_per_s", ...}."""
+    args = ["produce", "--namesrv", namesrv, "--topic", topic, "--messages", str(messages), "--threads",
+            str(threads), "--body-bytes", str(body_bytes)]
+    return _harness(*args, *(["--tag", tag] if tag else []))
+
+
+def java_pull(namesrv: str, topic: str, expect: int, timeout_s: float = 120) -> dict:
+    """RocketMQ's lite pull consumer over every queue from its start: {"received", "digest"}."""
+    return _harness("pull", "--namesrv", namesrv, "--topic", topic, "--expect", str(expect), "--timeout-s",
+                    str(timeout_s), timeout_s=timeout_s + 60)
+
+
+def grpc_produce(endpoint: str, topic: str, messages: int, body_bytes: int = 1024) -> dict:
+    """rocketmq-client-java's producer through the proxy (one send at a time)."""
+    return _harness("grpc-produce", "--endpoint", endpoint, "--topic", topic, "--messages", str(messages),
+                    "--body-bytes", str(body_bytes))
+
+
+def grpc_consume(endpoint: str, topic: str, group: str, expect: int, timeout_s: float = 120) -> dict:
+    """rocketmq-client-java's SimpleConsumer through the proxy, acking each message."""
+    return _harness("grpc-consume", "--endpoint", endpoint, "--topic", topic, "--group", group, "--expect",
+                    str(expect), "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60)
+
+
+def body(index: int, size: int = 1024) -> bytes:
+    """The harness's body of message ``index``: "m-<index>" padded with "x"."""
+    head = f"m-{index}".encode()
+    return head + b"x" * max(0, size - len(head))
+
+
+def digest(bodies) -> str:
+    """The harness's digest: SHA-256 of the sorted bodies, each followed by a newline."""
+    sha = hashlib.sha256()
+    for one in sorted(bodies):
+        sha.update(one + b"\n")
+    return sha.hexdigest()
