@@ -165,6 +165,17 @@ def record_size(body_len: int, topic_len: int, properties_len: int) -> int:
     return FIXED_BYTES + body_len + topic_len + properties_len + CRC_RESERVED_BYTES
 
 
+def body_crc(body) -> int:
+    """BODYCRC as RocketMQ writes it (UtilAll.crc32): the CRC-32 of the body, its top bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def body_crc_matches(body, stored: int) -> bool:
+    """Whether ``stored`` is the body's BODYCRC; stores written before 2026-11 kept all 32 bits."""
+    crc = zlib.crc32(body)
+    return stored in (crc & 0x7FFFFFFF, crc)
+
+
 def record_crc(header, after_body) -> int:
     """The record CRC: over the header (up to BODYLEN) and the bytes from the body's end to
     the CRC property (topic length, topic, properties length, properties)."""
@@ -280,7 +291,7 @@ def check_record(buf, pos: int, limit: int) -> tuple[Check, int, str]:
     body_end = body_at + body_len
     if not digits.isdigit() or int(digits) != record_crc(view[pos : body_at], view[body_end:crc_at]):
         return Check.INVALID, 0, "record CRC mismatch"
-    if zlib.crc32(view[body_at:body_end]) != body_crc:
+    if not body_crc_matches(view[body_at:body_end], body_crc):
         return Check.BAD_BODY, total, "body CRC mismatch"
     return Check.OK, total, ""
 

@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -217,7 +216,7 @@ class MessageStore:
         if failed:
             return failed
         props = fmt.encode_properties(properties)
-        record = PendingRecord(body, zlib.crc32(body), props, self._born(context), context.born_host, flag,
+        record = PendingRecord(body, fmt.body_crc(body), props, self._born(context), context.born_host, flag,
                                reconsume_times=context.reconsume_times)
         return self._checked(config, queue_id, [record])
 
@@ -238,7 +237,7 @@ class MessageStore:
                 problem = _early_batch_problem(props, wait_values)
                 if problem:
                     return _illegal(f"message {index} of the batch {problem}")
-                records.append(PendingRecord(body, zlib.crc32(body), props, born, context.born_host, flag))
+                records.append(PendingRecord(body, fmt.body_crc(body), props, born, context.born_host, flag))
         except fmt.BatchFormatError as err:
             return _illegal(f"malformed batch payload: {err}")
         return self._checked(config, queue_id, records)
@@ -272,7 +271,7 @@ class MessageStore:
         props = fmt.encode_properties({**(batch.properties or {}), fmt.PROPERTY_INNER_NUM: count,
                                        fmt.PROPERTY_BATCH_CODEC: codec})
         sys_flag = fmt.SysFlag.INNER_BATCH | fmt.SysFlag.NEED_UNWRAP | compression.sys_flag()
-        record = PendingRecord(payload, zlib.crc32(payload), props, self._born(context), context.born_host,
+        record = PendingRecord(payload, fmt.body_crc(payload), props, self._born(context), context.born_host,
                                batch.flag, sys_flag, count, context.reconsume_times)
         return self._checked(config, queue_id, [record])
 

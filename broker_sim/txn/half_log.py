@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_sim.store import NAME_DIGITS, DiskFullError, DiskGuard, MappedFile, PendingRecord, file_name, fsync_dir
+from broker_sim.store import format as fmt
 
 SEGMENT_MAGIC = b"RMQHALF1"
 _HEAD = struct.Struct(">IIIiiiiiq8sHHi")
@@ -162,7 +163,7 @@ class HalfLog:
         if verify and zlib.crc32(view[_AFTER_CRC:body_at]) != meta_crc:
             raise HalfLogError(f"half record at {position} is damaged: its header CRC does not match")
         body = view[body_at:]
-        if verify and zlib.crc32(body) != body_crc:
+        if verify and not fmt.body_crc_matches(body, body_crc):
             raise HalfLogError(f"half record at {position} is damaged: its body CRC does not match")
         at = _HEAD.size
         topic = bytes(view[at : at + topic_len]).decode()
