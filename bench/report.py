@@ -8,7 +8,7 @@ import platform
 import time
 from pathlib import Path
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(os.environ.get("RMQ_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def format_number(value) -> str:
