@@ -33,7 +33,8 @@ setup(
         # kafka-python: the Kafka peer's admin calls and a Python producer beside ours (peers/).
         "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "pyyaml>=6.0,<7", "ruff>=0.17,<0.18",
                  "kafka-python>=2.2,<4"],
-        "bench": ["matplotlib>=3.8,<4"],
+        # The peer benchmark's Python clients: Kafka's librdkafka one, and RocketMQ 5's official one (gRPC).
+        "bench": ["matplotlib>=3.8,<4", "confluent-kafka>=2.6,<3", "rocketmq-python-client>=5.1,<6"],
     },
     entry_points={"console_scripts": [
         "rmq-broker-sim = broker_sim.server.cli:main",
