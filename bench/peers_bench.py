@@ -57,9 +57,18 @@ class Rows:
         except Skip as skip:
             row["note"] = f"skipped: {skip}"
         except Exception as err:  # a failed peer row is reported, and the others still run
-            row["note"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+            row["note"] = f"failed: {_reason(err)}"
         print(f"  -> {row['rows/s']:,.0f} rows/s" if row["rows/s"] else f"  -> {row['note']}", flush=True)
         self.rows.append(row)
+
+
+def _reason(err: Exception) -> str:
+    """A failure in a line: a JVM error's deepest cause (Py4J's own message says nothing)."""
+    java = getattr(err, "java_exception", None)
+    while java is not None and java.getCause() is not None:
+        java = java.getCause()
+    text = java.toString() if java is not None else f"{type(err).__name__}: {err}"
+    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 class Skip(Exception):

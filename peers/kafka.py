@@ -25,6 +25,9 @@ _LOG4J2 = """\
 """
 
 
+_PARTITIONS_PER_REQUEST = 5000
+
+
 class KafkaBroker:
     """Start with ``with``; ``bootstrap`` is its "host:port" for clients."""
 
@@ -85,13 +88,18 @@ class KafkaBroker:
             admin.close()
 
     def create_topic(self, name: str, partitions: int) -> None:
-        """Create a topic (replication 1) and wait until its leaders are known."""
+        """Create a topic (replication 1). The KRaft controller takes at most 10,000 records per
+        request (a partition is one), so a larger topic grows by further requests."""
         from kafka import KafkaAdminClient
-        from kafka.admin import NewTopic
+        from kafka.admin import NewPartitions, NewTopic
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=60_000)
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=120_000)
         try:
-            admin.create_topics([NewTopic(name, partitions, 1)], timeout_ms=60_000)
+            created = min(partitions, _PARTITIONS_PER_REQUEST)
+            admin.create_topics([NewTopic(name, created, 1)], timeout_ms=120_000)
+            while created < partitions:
+                created = min(partitions, created + _PARTITIONS_PER_REQUEST)
+                admin.create_partitions({name: NewPartitions(created)}, timeout_ms=120_000)
         finally:
             admin.close()
 
