@@ -57,10 +57,12 @@ class RocketMQCluster:
                 f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}", f"-Djava.io.tmpdir={self.dir}"]
 
     def _start(self) -> None:
-        (self.dir / "namesrv.properties").write_text(f"listenPort={self.namesrv_port}\n")
+        # bindAddress: the name server and the broker listen on loopback only.
+        (self.dir / "namesrv.properties").write_text(f"listenPort={self.namesrv_port}\nbindAddress=127.0.0.1\n")
         (self.dir / "broker.conf").write_text("\n".join([
             f"brokerClusterName={CLUSTER}", f"brokerName={BROKER_NAME}", "brokerId=0",
-            f"namesrvAddr={self.namesrv_addr}", "brokerIP1=127.0.0.1", f"listenPort={self.broker_port}",
+            f"namesrvAddr={self.namesrv_addr}", "brokerIP1=127.0.0.1", "bindAddress=127.0.0.1",
+            f"listenPort={self.broker_port}",
             f"storePathRootDir={self.store_dir}", f"storePathCommitLog={self.store_dir / 'commitlog'}",
             "mappedFileSizeCommitLog=134217728", "flushDiskType=ASYNC_FLUSH", "autoCreateTopicEnable=true",
             "autoCreateSubscriptionGroup=true",
