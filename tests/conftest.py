@@ -1,3 +1,6 @@
+"""Session-wide fixtures: one local Spark, and the real peers (one of each per session, skipped
+with one line when Java or Maven is missing or `make peers` has not fetched them)."""
+
 import os
 import sys
 
@@ -23,6 +26,32 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def require_peers(*groups: str) -> None:
+    try:
+        for group in groups:
+            peers.jars(group)
+    except peers.PeersMissing as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    require_peers("kafka")
+    from peers.kafka import KafkaBroker
+
+    with KafkaBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def rocketmq():
+    require_peers("rocketmq", "clients")
+    from peers.rocketmq import RocketMQCluster
+
+    with RocketMQCluster() as cluster:
+        yield cluster
 
 
 def _spark_kafka_jars() -> list:

@@ -1,0 +1,53 @@
+"""The two remoting targets every RocketMQ-client scenario runs against: the real Apache
+RocketMQ (name server + broker, from the peers) and broker_sim's remoting door. Each gives a
+name-server address and creates topics and groups its own way; a scenario sees only this."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from broker_sim.testing import broker_process
+from peers.process import free_port
+from rmq_spark import Admin
+
+
+class BrokerSimTarget:
+    """broker_sim in a process of its own, its remoting door (name server + broker) on one port."""
+
+    kind = "broker_sim"
+
+    def __init__(self, endpoint: str, remoting_port: int, process):
+        self.endpoint = endpoint  # our gRPC door, for checks through our own SDK
+        self.namesrv = f"127.0.0.1:{remoting_port}"
+        self.process = process
+
+    def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
+        with Admin(self.endpoint) as admin:
+            admin.create_topic(name, queues, "BatchCQ" if batch_cq else "SimpleCQ")
+
+    def create_group(self, name: str) -> None:
+        """Groups need no creation on broker_sim (as with autoCreateSubscriptionGroup)."""
+
+
+class RocketMQTarget:
+    """The real broker of the session's RocketMQCluster (peers/rocketmq.py)."""
+
+    kind = "rocketmq"
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.namesrv = cluster.namesrv_addr
+
+    def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
+        self.cluster.create_topic(name, queues, batch_cq)
+
+    def create_group(self, name: str) -> None:
+        self.cluster.create_group(name)
+
+
+@contextlib.contextmanager
+def broker_sim_target(data_dir: Path, *extra_args: str):
+    port = free_port()
+    with broker_process(data_dir, "--remoting-port", str(port), *extra_args) as (endpoint, process):
+        yield BrokerSimTarget(endpoint, port, process)
