@@ -26,6 +26,7 @@ setup(
         "rocksdict>=0.3.24,<0.4",
         "zstandard>=0.25.0,<1",
         "lz4>=4.3.3,<5",
+        "orjson>=3.10,<4",  # remoting headers and bodies are JSON: ~5x faster than json here
     ],
     extras_require={
         # grpcio-tools is pinned: the generated code must not change under the regeneration test.

@@ -38,6 +38,7 @@ from broker_sim.store import (
     system_topic_problem,
     wall_clock_ms,
 )
+from broker_sim.store import format as fmt
 from broker_sim.txn import EndResult, TransactionConfig, TransactionService
 
 from . import sends
@@ -282,6 +283,19 @@ class BrokerCore:
                 _check_queue(config, queue_id)
             return [(q, self.store.offset_for_timestamp(config.name, q, timestamp_ms)) for q in queue_ids]
 
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        """The store time of the queue's first message, -1 when it holds none."""
+        with self.gate:
+            config = self.topic(topic)
+            _check_queue(config, queue_id)
+            low, high = self.queue_offsets(config, queue_id)
+            if high <= low:
+                return -1
+            result = self.store.get_messages(config.name, queue_id, low, low + 1, max_bytes=1)
+            if not result.batches:
+                return -1
+            return fmt.HEADER.unpack_from(result.batches[0].data)[10]
+
     # --- sends -----------------------------------------------------------------------------
 
     def send(self, request: sends.SendRequest) -> sends.SendOutcome:
@@ -324,6 +338,38 @@ class BrokerCore:
             raise bad_range(f"{where}: end_offset {r.end} is not after start_offset {r.start}; the end is exclusive "
                             "(0: up to the max offset)")
         return RangeCursor(self, config, r.queue_id, r.start, r.end, tags, budget)
+
+    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int, max_bytes: int,
+             tag_filter: TagFilter | None, consume: Callable) -> object:
+        """RocketMQ's pull: whole stored records from ``offset`` until ``max_messages`` messages
+        or ``max_bytes`` are reached (the first record always), passed through ``tag_filter``
+        (parsed: see ``parse_tag_filter``). Calls ``consume(cursor, records)`` inside the gate,
+        the records valid only there, and returns its result; ``cursor`` says how the read ended
+        (``status``, ``next_offset``, ``min_offset``, ``max_offset``)."""
+        if offset < 0:
+            raise bad_range(f"queue offset {offset} is negative; offsets start at 0")
+        if max_messages <= 0:
+            raise invalid(f"max messages {max_messages}: ask for 1 or more")
+        with self.gate:
+            config = self.topic(topic)
+            _check_queue(config, queue_id)
+            cursor = RangeCursor(self, config, queue_id, offset, None, tag_filter, ReadBudget(max_bytes, max_messages))
+            records = cursor.read_all(max_bytes)
+            if records:
+                self.counters.add(read=cursor.budget.messages)
+            return consume(cursor, records)
+
+    def ensure_retry_topic(self, group: str) -> str:
+        """The group's retry topic ``%RETRY%{group}`` (one SimpleCQ queue, as RocketMQ's), made
+        on first use: a consumer's failed messages come back through it."""
+        _check_group(group)
+        name = fmt.RETRY_TOPIC_PREFIX + group
+        with self.gate:
+            if self.store.find_topic(name) is None:
+                status, detail = self.store.create_topic(name, 1, QueueType.SIMPLE_CQ)
+                if status not in (CreateStatus.CREATED, CreateStatus.ALREADY_EXISTS):
+                    raise from_create(status, detail)
+        return name
 
     # --- group offsets ---------------------------------------------------------------------
 

@@ -34,10 +34,12 @@ class OffsetRange:
 
 
 class ReadBudget:
-    """The request's byte budget; its first record is returned even when larger."""
+    """The request's byte budget, and optionally a message budget (RocketMQ's pull: whole
+    records until ``max_messages`` are reached); its first record is returned even when larger."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, max_messages: int | None = None):
         self.left = total
+        self.max_messages = max_messages
         self.returned = False
         self.exhausted = False
         self.messages = 0
@@ -45,7 +47,7 @@ class ReadBudget:
     def fits(self, size: int) -> bool:
         if not self.returned:
             return True
-        if size > self.left:
+        if size > self.left or (self.max_messages is not None and self.messages >= self.max_messages):
             self.exhausted = True  # later ranges get nothing either: ranges are served in order
         return not self.exhausted
 
@@ -92,6 +94,15 @@ class RangeCursor:
         with self._core.gate:
             records, done = self._step(most_bytes)
             return consume(records, done)
+
+    def read_all(self, most_bytes: int) -> list:
+        """Every record of the range the budget allows, by store reads of ``most_bytes``; the
+        caller holds the core's gate while it uses them."""
+        records, done = self._step(most_bytes)
+        while not done:
+            more, done = self._step(most_bytes)
+            records += more
+        return records
 
     def _step(self, most_bytes: int) -> tuple[list, bool]:
         out: list = []

@@ -25,13 +25,15 @@ _SEPARATORS = re.compile("[\x01\x02]")
 
 @dataclass(slots=True)
 class SingleSend:
-    """One message; ``tags`` and ``keys`` become its TAGS and KEYS properties."""
+    """One message; ``tags`` and ``keys`` become its TAGS and KEYS properties; ``sys_flag``
+    RocketMQ's SYSFLAG bits a client sets (its body compressed)."""
 
     body: bytes
     properties: dict = field(default_factory=dict)
     tags: str = ""
     keys: str = ""
     flag: int = 0
+    sys_flag: int = 0
 
 
 @dataclass(slots=True)
@@ -69,10 +71,11 @@ class SendRequest:
     producer_id: str = ""
     sequence: int = 0
     transaction_id: str = ""
+    reconsume_times: int = 0
 
     def context(self) -> PutContext:
         producer = (self.producer_id, self.sequence) if self.producer_id else None
-        return PutContext(self.born_timestamp_ms or None, self.born_host, producer)
+        return PutContext(self.born_timestamp_ms or None, self.born_host, producer, self.reconsume_times)
 
 
 @dataclass(slots=True)
@@ -110,7 +113,7 @@ def put(target, request: SendRequest) -> PutResult:
         properties = user_properties(content.properties, "the message")
         properties.update(_field_properties(content.tags, content.keys))
         return target.put_message(request.topic, request.queue_id, content.body, properties=properties,
-                                  flag=content.flag, context=context)
+                                  flag=content.flag, sys_flag=content.sys_flag, context=context)
     if isinstance(content, EarlyBatchSend):
         return target.put_early_batch(request.topic, request.queue_id, content.payload, context=context)
     properties = user_properties(content.properties, "the batch")

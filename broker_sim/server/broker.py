@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from broker_sim.core import BrokerCore, CoreOptions
 from broker_sim.pop import PopConfig
+from broker_sim.remoting import RemotingDoor, RemotingOptions
 from broker_sim.store import DEFAULT_FLUSH_INTERVAL_MS, FlushMode, StoreConfig, wall_clock_ms
 from broker_sim.txn import TransactionConfig
 from rmq_spark.codec import check_batch
@@ -68,7 +69,7 @@ class Broker:
                  *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS,
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
-                 stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S):
+                 stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None):
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -86,6 +87,8 @@ class Broker:
             raise ValueError(f"stream_write_timeout_s={stream_write_timeout_s!r}: give a positive number of seconds")
         self.stream_write_timeout_s = stream_write_timeout_s
         self.pop_now_ms = pop_now_ms
+        self.remoting_options = remoting
+        self.remoting: RemotingDoor | None = None
         self.core: BrokerCore | None = None
         self._server: grpc.aio.Server | None = None
         self._loop: _LoopThread | None = None
@@ -112,9 +115,12 @@ class Broker:
                 core = BrokerCore.open(self.data_dir, self._core_options(port))
                 started.callback(core.close, _DRAIN_TIMEOUT_S)
                 self._add_doors(server, core)
+                remoting = self._start_remoting(core)
+                if remoting is not None:
+                    started.callback(remoting.stop)
                 loop.run(server.start())
                 started.pop_all()
-            self.core, self._server, self._loop, self.port = core, server, loop, port
+            self.core, self._server, self._loop, self.port, self.remoting = core, server, loop, port, remoting
             log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
             return port
 
@@ -143,6 +149,19 @@ class Broker:
                                          _service_handler(txn_pb2, "Transactions", TransactionsServicer(core)),
                                          _service_handler(pop_pb2, "Pop", PopServicer(core))))
 
+    def _start_remoting(self, core: BrokerCore) -> RemotingDoor | None:
+        """RocketMQ's remoting door (broker and name server) when asked for, over the same core."""
+        if self.remoting_options is None:
+            return None
+        door = RemotingDoor(core, self.host, _store_ip(self.host), self.remoting_options)
+        try:
+            door.start()
+        except OSError as err:
+            raise BindError(f"cannot listen for RocketMQ's remoting protocol on {_host_part(self.host)}:"
+                            f"{self.remoting_options.port}: {err.strerror or err}; choose another --remoting-port "
+                            "(0: any free port)") from err
+        return door
+
     def stop(self, grace: float | None = None) -> None:
         """Stop serving, wait for calls in flight (``grace`` seconds, then they are cancelled),
         and close the core. Idempotent."""
@@ -152,6 +171,8 @@ class Broker:
                 return
             self.core.stop_waiting()  # long-polling pops answer now
             try:
+                if self.remoting is not None:
+                    self.remoting.stop()
                 self._loop.close(self._server, grace)
                 self.core.close(_DRAIN_TIMEOUT_S)
             finally:

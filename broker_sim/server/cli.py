@@ -1,7 +1,8 @@
 """`rmq-broker-sim`: run a broker until SIGTERM or SIGINT, then stop cleanly.
 
     rmq-broker-sim --data-dir ./rmq-data --host 127.0.0.1 --port 10911 [--flush async|sync]
-                   [--dispatch serial|concurrent]
+                   [--dispatch serial|concurrent] [--remoting-port 9876 [--broker-name broker-a]
+                   [--cluster-name DefaultCluster] [--namesrv HOST:PORT[;HOST:PORT]]]
 
 It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
 (``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
@@ -49,6 +50,16 @@ def port_number(text: str) -> int:
     return port
 
 
+def name_servers(text: str) -> tuple:
+    addresses = tuple(a.strip() for a in text.split(";") if a.strip())
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{address!r} is not a name server address: write HOST:PORT, several "
+                                             "separated by ';'")
+    return addresses
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="A local broker with RocketMQ's batch storage model.")
     p.add_argument("--data-dir", type=Path, default=Path("./rmq-data"),
@@ -68,6 +79,14 @@ def parser() -> argparse.ArgumentParser:
                         "and metadata keep room (default: 64m)")
     p.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms,
                    help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
+    p.add_argument("--remoting-port", type=port_number, default=None,
+                   help="also serve RocketMQ's remoting protocol on this port, as a broker and a name server, so "
+                        "that RocketMQ's own clients and mqadmin use this broker (0: any free port; default: off)")
+    p.add_argument("--broker-name", default="broker-a", help="this broker's name in routes (default: broker-a)")
+    p.add_argument("--cluster-name", default="DefaultCluster", help="its cluster's name (default: DefaultCluster)")
+    p.add_argument("--namesrv", type=name_servers, default=(),
+                   help="other name servers HOST:PORT[;HOST:PORT] this broker registers with every 30 s, as "
+                        "RocketMQ's brokers do: brokers registered with one name server make one cluster")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     return p
@@ -100,13 +119,23 @@ def main(argv: list[str] | None = None) -> int:
     from .broker import BindError, Broker  # after the arguments are checked: grpc takes a moment to import
 
     data_dir = args.data_dir.resolve()
-    broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config)
+    remoting = None
+    if args.remoting_port is not None:
+        from broker_sim.remoting import RemotingOptions
+
+        remoting = RemotingOptions(args.remoting_port, args.broker_name, args.cluster_name, args.namesrv)
+    elif args.namesrv:
+        p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
+    broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting)
     try:
         broker.start()
     except (DataDirInUseError, BindError, StoreError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         return 2
     try:
+        if broker.remoting is not None:
+            print(f"{PROG} remoting (RocketMQ broker {args.broker_name} and name server) on {broker.remoting.address}",
+                  flush=True)
         print(f"{PROG} listening on {broker.endpoint}, data in {data_dir}", flush=True)
         while not stop.wait(0.5):
             pass

@@ -73,6 +73,8 @@ class SysFlag:
 
 COMPRESSION_SHIFT = 8
 COMPRESSION_MASK = 0x7 << COMPRESSION_SHIFT
+# What a client may set on a single message: its body compressed (and how), several tags.
+CLIENT_SYS_FLAGS = SysFlag.COMPRESSED | SysFlag.MULTI_TAGS | COMPRESSION_MASK
 
 
 class Compression(enum.IntEnum):

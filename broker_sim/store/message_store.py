@@ -85,6 +85,7 @@ class MessageStore:
     def _open(self) -> None:
         self._closed = False
         self._dispatched = threading.Condition()
+        self._arrival_listeners = ()
         self._admin_lock = threading.Lock()  # topic creation and deletion, and index flushes
         self.topics = TopicTable(self.paths.topics, self.paths.topics_journal)
         self.disk = DiskGuard(self.data_dir, self.config.disk_reserve_bytes)
@@ -176,13 +177,13 @@ class MessageStore:
     # --- writing ---------------------------------------------------------------------------
 
     def put_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
-                    flag: int = 0, context: PutContext = DEFAULT_PUT) -> PutResult:
+                    flag: int = 0, sys_flag: int = 0, context: PutContext = DEFAULT_PUT) -> PutResult:
         """Store one message.
 
         A put with a producer stamp in its ``context`` is idempotent: a stamp stored before gets
         its first answer back (``duplicate`` set) and nothing is stored (see ``producer_state``)."""
         return self._put(self.build_message(topic, queue_id, body, properties=properties, flag=flag,
-                                            context=context), context)
+                                            sys_flag=sys_flag, context=context), context)
 
     def put_early_batch(self, topic: str, queue_id: int, payload: bytes, *,
                         context: PutContext = DEFAULT_PUT) -> PutResult:
@@ -210,14 +211,17 @@ class MessageStore:
     # put_records appends, or the failed PutResult.
 
     def build_message(self, topic: str, queue_id: int, body: bytes, *, properties: dict | None = None,
-                      flag: int = 0, context: PutContext = DEFAULT_PUT) -> "QueueRecords | PutResult":
+                      flag: int = 0, sys_flag: int = 0,
+                      context: PutContext = DEFAULT_PUT) -> "QueueRecords | PutResult":
+        """``sys_flag``: the client's SYSFLAG bits of a single message (a compressed body, multi
+        tags), kept so that RocketMQ's clients read it back as they sent it."""
         config, failed = self._check_queue(topic, queue_id)
         failed = failed or self._check_body(len(body))
         if failed:
             return failed
         props = fmt.encode_properties(properties)
         record = PendingRecord(body, fmt.body_crc(body), props, self._born(context), context.born_host, flag,
-                               reconsume_times=context.reconsume_times)
+                               sys_flag & fmt.CLIENT_SYS_FLAGS, reconsume_times=context.reconsume_times)
         return self._checked(config, queue_id, [record])
 
     def build_early_batch(self, topic: str, queue_id: int, payload: bytes, *,
@@ -549,9 +553,17 @@ class MessageStore:
 
         return store_timestamp
 
+    def add_arrival_listener(self, listener) -> None:
+        """Call ``listener()`` (on the dispatcher's thread: it must return at once) whenever
+        newly indexed messages become readable, as RocketMQ's MessageArrivingListener: how a door
+        wakes the pulls it holds without a thread per pull."""
+        self._arrival_listeners = (*self._arrival_listeners, listener)
+
     def _notify_dispatched(self) -> None:
         with self._dispatched:
             self._dispatched.notify_all()
+        for listener in self._arrival_listeners:
+            listener()
 
     # --- flushing and closing --------------------------------------------------------------
 

@@ -1,0 +1,393 @@
+"""The broker's remoting requests, each translated into a BrokerCore call and back, as
+RocketMQ's broker processors answer them (SendMessageProcessor, PullMessageProcessor,
+ConsumerManageProcessor, ClientManageProcessor, AdminBrokerProcessor, ...).
+
+What RocketMQ means by each request (message ids, tag filters, retry topics, offsets) is the
+core's; here are only the header fields, the bodies and the response codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+
+import orjson
+
+from broker_sim.core import (
+    BrokerCore,
+    BrokerError,
+    EarlyBatchSend,
+    InnerBatchSend,
+    RangeStatus,
+    Reason,
+    SendRequest,
+    SingleSend,
+    parse_tag_filter,
+)
+from broker_sim.store import QueueType, TopicConfig
+from broker_sim.store import format as fmt
+from rmq_spark.protocol.remoting import RemotingCommand, RequestCode, ResponseCode
+
+from .clients import ClientRegistry
+from .fields import SEND_V2_NAMES, Fields
+from .server import Connection, Handler
+
+log = logging.getLogger(__name__)
+
+# PullSysFlag bits.
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+MAX_PULL_MESSAGES_DEFAULT = 32
+_PROPERTY_FIELDS = (fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS)
+
+
+def decode_properties(text: str) -> dict:
+    """RocketMQ's properties string, name \\x01 value \\x02 ..., as a dict."""
+    out = {}
+    for pair in text.split("\x02"):
+        name, sep, value = pair.partition("\x01")
+        if sep and name:
+            out[name] = value
+    return out
+
+
+class BrokerRequests:
+    """The broker's side of the door: requests over ``core``; ``clients`` holds heartbeats,
+    subscriptions and queue locks; ``address`` is this broker's remoting address."""
+
+    def __init__(self, core: BrokerCore, clients: ClientRegistry, broker_name: str, cluster_name: str,
+                 address: str, hold):
+        self.core = core
+        self.clients = clients
+        self.broker_name = broker_name
+        self.cluster_name = cluster_name
+        self.address = address
+        self.hold = hold  # PullHold: suspended pulls
+
+    def handlers(self) -> dict:
+        blocking = self.core.appends_wait_for_flush
+        plain = {
+            RequestCode.PULL_MESSAGE: self.pull,
+            RequestCode.LITE_PULL_MESSAGE: self.pull,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_store_time,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+            RequestCode.GET_TOPIC_CONFIG: self.topic_config,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
+            RequestCode.QUERY_DATA_VERSION: self.data_version,
+        }
+        table = {code: Handler(call) for code, call in plain.items()}
+        for code, call in ((RequestCode.SEND_MESSAGE, self.send), (RequestCode.SEND_MESSAGE_V2, self.send_v2),
+                           (RequestCode.SEND_BATCH_MESSAGE, self.send_batch)):
+            table[code] = Handler(call, blocking)
+        return table
+
+    # --- sends -----------------------------------------------------------------------------
+
+    def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        return self._send(request, connection, Fields(request), batch=False)
+
+    def send_v2(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        fields = Fields(request, SEND_V2_NAMES)
+        return self._send(request, connection, fields, batch=fields.flag("batch"))
+
+    def send_batch(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        names = SEND_V2_NAMES if "b" in request.ext_fields else None
+        return self._send(request, connection, Fields(request, names), batch=True)
+
+    def _send(self, request: RemotingCommand, connection: Connection, fields: Fields, batch: bool) -> RemotingCommand:
+        topic = fields.text("topic")
+        config = self.core.topic(topic)
+        queue_id = fields.integer("queueId")
+        if queue_id < 0:  # RocketMQ: any queue
+            queue_id = fields.integer("bornTimestamp", 0) % config.queue_count
+        properties = decode_properties(fields.text("properties", ""))
+        sys_flag = fields.integer("sysFlag", 0)
+        tags, keys = properties.pop(fmt.PROPERTY_TAGS, ""), properties.pop(fmt.PROPERTY_KEYS, "")
+        transaction_id = ""
+        if properties.get(fmt.PROPERTY_TRANSACTION_PREPARED) == "true":
+            if batch:
+                raise BrokerError(Reason.INVALID_ARGUMENT, "a batch cannot be transactional: send its messages "
+                                                           "one at a time")
+            transaction_id = properties.get(UNIQ_KEY) or f"{connection.remote}-{request.opaque}"
+        if batch:
+            content = self._batch_content(request.body, config, properties, tags)
+        else:
+            content = SingleSend(request.body, properties, tags, keys, fields.integer("flag", 0), sys_flag)
+        send = SendRequest(topic, queue_id, content, fields.integer("bornTimestamp", 0), born_host(connection),
+                           transaction_id=transaction_id, reconsume_times=fields.integer("reconsumeTimes", 0))
+        outcome = self.core.send(send)
+        if transaction_id:
+            self.clients.prepared(transaction_id, fields.text("producerGroup", ""), topic)
+            msg_id = fmt.message_id(self.core.store.config.store_host_bytes, 0)
+            return request.response(ResponseCode.SUCCESS, ext_fields={
+                "msgId": msg_id, "queueId": str(queue_id), "queueOffset": "0", "transactionId": transaction_id})
+        header = {"queueId": str(outcome.queue_id), "queueOffset": str(outcome.base_offset)}
+        if isinstance(content, InnerBatchSend):  # one record: its offsetMsgId, and the batch's UNIQ_KEY
+            header["msgId"] = outcome.message_ids[0].rpartition("-")[0]
+            header["batchUniqId"] = properties[UNIQ_KEY]
+        else:  # a batch unpacked: the offsetMsgId of each message
+            header["msgId"] = ",".join(outcome.message_ids)
+        return request.response(ResponseCode.SUCCESS, ext_fields=header)
+
+    @staticmethod
+    def _batch_content(body: bytes, config: TopicConfig, properties: dict, tags: str):
+        """A batch into a BatchCQ topic is ONE inner batch, as RocketMQ 5's broker stores it
+        when the batch carries a UNIQ_KEY; otherwise a record per message."""
+        try:
+            count = sum(1 for _ in fmt.iter_message_batch(body, len(body) // fmt.BATCH_ENTRY_FIXED_BYTES + 1))
+        except fmt.BatchFormatError as bad:
+            raise BrokerError(Reason.MESSAGE_ILLEGAL, f"the batch's body is not RocketMQ's MessageBatch encoding: "
+                                                      f"{bad}") from None
+        if not count:
+            raise BrokerError(Reason.MESSAGE_ILLEGAL, "the batch holds no message: send at least one")
+        if config.queue_type is QueueType.BATCH_CQ and UNIQ_KEY in properties:
+            return InnerBatchSend(body, count, "rmq", properties=properties, tags=tags)
+        return EarlyBatchSend(body, count)
+
+    # --- pulls -----------------------------------------------------------------------------
+
+    def pull(self, request: RemotingCommand, connection: Connection):
+        fields = Fields(request)
+        pull = PullRequest.read(fields, self.clients)
+        answer = self.pull_once(request, pull)
+        if answer.code == ResponseCode.PULL_NOT_FOUND and pull.suspend_ms > 0:
+            return self.hold.suspend(request, pull, self)
+        return answer
+
+    def pull_once(self, request: RemotingCommand, pull: "PullRequest") -> RemotingCommand:
+        if pull.commit_offset >= 0:
+            self.core.commit_offsets(pull.group, [(pull.topic, pull.queue_id, pull.commit_offset)])
+
+        def answer(cursor, records):
+            header = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(cursor.next_offset),
+                      "minOffset": str(cursor.min_offset), "maxOffset": str(cursor.max_offset),
+                      "topicSysFlag": "0", "groupSysFlag": "0", "forbiddenType": "0"}
+            if records:
+                return request.response(ResponseCode.SUCCESS, "FOUND", header, b"".join(records))
+            code, remark = _PULL_CODES[cursor.status]
+            return request.response(code, remark, header)
+
+        return self.core.pull(pull.topic, pull.queue_id, pull.offset, pull.max_messages, MAX_PULL_BYTES,
+                              pull.tags, answer)
+
+    # --- offsets ---------------------------------------------------------------------------
+
+    def _queue(self, fields: Fields) -> tuple[TopicConfig, int]:
+        config = self.core.topic(fields.text("topic"))
+        queue_id = fields.integer("queueId")
+        if not 0 <= queue_id < config.queue_count:
+            raise BrokerError(Reason.QUEUE_NOT_FOUND, f"queueId[{queue_id}] is illegal, topic:[{config.name}] has "
+                                                      f"queues 0 to {config.queue_count - 1}")
+        return config, queue_id
+
+    def max_offset(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        config, queue_id = self._queue(Fields(request))
+        return request.response(ResponseCode.SUCCESS, ext_fields={
+            "offset": str(self.core.queue_offsets(config, queue_id)[1])})
+
+    def min_offset(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        config, queue_id = self._queue(Fields(request))
+        return request.response(ResponseCode.SUCCESS, ext_fields={
+            "offset": str(self.core.queue_offsets(config, queue_id)[0])})
+
+    def search_offset(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        fields = Fields(request)
+        config, queue_id = self._queue(fields)
+        [(_q, offset)] = self.core.offsets_for_timestamp(config.name, [queue_id], fields.integer("timestamp"))
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    def earliest_store_time(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        config, queue_id = self._queue(Fields(request))
+        timestamp = self.core.earliest_store_time(config.name, queue_id)
+        if timestamp < 0:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"topic {config.name} queue {queue_id} holds no "
+                                                               "message: it has no earliest store time")
+        return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(timestamp)})
+
+    def query_consumer_offset(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        fields = Fields(request)
+        group = fields.text("consumerGroup")
+        config, queue_id = self._queue(fields)
+        committed = {q: o for _t, q, o in self.core.query_offsets(group, [config.name])}
+        if queue_id in committed:
+            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(committed[queue_id])})
+        low, high = self.core.queue_offsets(config, queue_id)
+        if fields.text("setZeroIfNotFound", "true") != "false" and low == 0 and high > 0:
+            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+        return request.response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+
+    def update_consumer_offset(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        fields = Fields(request)
+        config, queue_id = self._queue(fields)
+        offset = fields.integer("commitOffset")
+        self.core.commit_offsets(fields.text("consumerGroup"), [(config.name, queue_id, offset)])
+        return request.response(ResponseCode.SUCCESS)
+
+    # --- clients ---------------------------------------------------------------------------
+
+    def heartbeat(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        try:
+            data = orjson.loads(request.body or b"{}")
+        except orjson.JSONDecodeError as bad:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"the heartbeat's body is not HeartbeatData JSON: {bad}")
+        for group in self.clients.heartbeat(connection, data):
+            self.core.ensure_retry_topic(group)
+        return request.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        fields = Fields(request)
+        self.clients.unregister(connection, fields.text("clientID"), fields.text("producerGroup", None),
+                                fields.text("consumerGroup", None))
+        return request.response(ResponseCode.SUCCESS)
+
+    def consumer_list(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        group = Fields(request).text("consumerGroup")
+        ids = self.clients.consumer_ids(group)
+        if not ids:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} is connected")
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
+
+    def lock_batch(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        body = _json_body(request, "LockBatchRequestBody")
+        locked = self.clients.lock(body.get("consumerGroup", ""), body.get("clientId", ""), body.get("mqSet") or [])
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": locked}))
+
+    def unlock_batch(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        body = _json_body(request, "UnlockBatchRequestBody")
+        self.clients.unlock(body.get("consumerGroup", ""), body.get("clientId", ""), body.get("mqSet") or [])
+        return request.response(ResponseCode.SUCCESS)
+
+    # --- admin -----------------------------------------------------------------------------
+
+    def create_topic(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """mqadmin updateTopic: queue.type=BatchCQ in its attributes makes a BatchCQ topic."""
+        fields = Fields(request)
+        attributes = fields.text("attributes", "") or ""
+        queue_type = QueueType.BATCH_CQ if "queue.type=BatchCQ" in attributes else QueueType.SIMPLE_CQ
+        queues = max(fields.integer("writeQueueNums", 8), fields.integer("readQueueNums", 8))
+        config, _created = self.core.create_topic(fields.text("topic"), queues, queue_type)
+        if config.queue_count != queues or config.queue_type is not queue_type:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"topic {config.name} exists with "
+                                    f"{config.queue_count} {config.queue_type.value} queues: broker_sim does not "
+                                    "change a topic's queues; delete it and create it again")
+        return request.response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        self.core.delete_topic(Fields(request).text("topic"))
+        return request.response(ResponseCode.SUCCESS)
+
+    def create_group(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """Groups need no creation here (as with autoCreateSubscriptionGroup)."""
+        return request.response(ResponseCode.SUCCESS)
+
+    def topic_config(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        config = self.core.topic(Fields(request).text("topic"))
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"topicConfig": _topic_json(config)}))
+
+    def all_topic_config(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        table = {t.name: _topic_json(t) for t in self.core.list_topics()}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(
+            {"topicConfigTable": table, "dataVersion": _data_version()}))
+
+    def data_version(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(_data_version()))
+
+    def topic_stats(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        config, queues = self.core.describe_topic(Fields(request).text("topic"))
+        table = {}
+        for queue in queues:
+            key = orjson.dumps({"topic": config.name, "brokerName": self.broker_name, "queueId": queue.queue_id})
+            table[key.decode()] = {"minOffset": queue.min_offset, "maxOffset": queue.max_offset,
+                                   "lastUpdateTimestamp": 0}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"offsetTable": table}))
+
+    def runtime_info(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        stats = self.core.stats()
+        table = {"brokerVersionDesc": "broker_sim", "msgPutTotalTodayNow": stats.messages_put,
+                 "msgGetTotalTodayNow": stats.messages_read, "commitLogMinOffset": stats.commitlog_min_offset,
+                 "commitLogMaxOffset": stats.commitlog_max_offset, "dispatchBehindBytes": stats.dispatch_lag_bytes,
+                 "topics": stats.topics, "queues": stats.queues, "flushMode": stats.flush_mode,
+                 "brokerName": self.broker_name, "clusterName": self.cluster_name}
+        table = {name: str(value) for name, value in table.items()}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
+
+
+UNIQ_KEY = "UNIQ_KEY"
+
+_PULL_CODES = {
+    RangeStatus.FOUND: (ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"),  # found, none passed the filter
+    RangeStatus.NO_MESSAGE: (ResponseCode.PULL_NOT_FOUND, "NO_NEW_MESSAGE"),
+    RangeStatus.OFFSET_TOO_SMALL: (ResponseCode.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL"),
+    RangeStatus.OFFSET_OVERFLOW: (ResponseCode.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY"),
+    RangeStatus.BUDGET_EXHAUSTED: (ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"),
+    RangeStatus.RECORD_CORRUPTED: (ResponseCode.PULL_RETRY_IMMEDIATELY, "the record is damaged; read on past it"),
+}
+
+
+class PullRequest:
+    """A PULL_MESSAGE's fields, its tag filter resolved (the request's subscription, or the one
+    its group registered by heartbeat)."""
+
+    __slots__ = ("group", "topic", "queue_id", "offset", "max_messages", "commit_offset", "suspend_ms", "tags")
+
+    @classmethod
+    def read(cls, fields: Fields, clients: ClientRegistry) -> "PullRequest":
+        pull = cls()
+        pull.group, pull.topic = fields.text("consumerGroup"), fields.text("topic")
+        pull.queue_id, pull.offset = fields.integer("queueId"), fields.integer("queueOffset")
+        pull.max_messages = fields.integer("maxMsgNums", MAX_PULL_MESSAGES_DEFAULT)
+        flags = fields.integer("sysFlag", 0)
+        pull.commit_offset = fields.integer("commitOffset", -1) if flags & PULL_COMMIT_OFFSET else -1
+        pull.suspend_ms = fields.integer("suspendTimeoutMillis", 0) if flags & PULL_SUSPEND else 0
+        if flags & PULL_SUBSCRIPTION:
+            expression = fields.text("subscription", "*")
+        else:
+            expression = clients.subscription(pull.group, pull.topic)
+        pull.tags = parse_tag_filter(expression or "*")
+        return pull
+
+
+def born_host(connection: Connection) -> bytes:
+    """The client's address as a record's BORNHOST (IPv4 and port; others as 0.0.0.0)."""
+    host, port = connection.address
+    try:
+        return socket.inet_aton(host) + struct.pack(">i", port)
+    except OSError:
+        return bytes(4) + struct.pack(">i", port)
+
+
+def _json_body(request: RemotingCommand, what: str) -> dict:
+    try:
+        body = orjson.loads(request.body or b"{}")
+    except orjson.JSONDecodeError as bad:
+        raise BrokerError(Reason.INVALID_ARGUMENT, f"the request's body is not {what} JSON: {bad}") from None
+    if not isinstance(body, dict):
+        raise BrokerError(Reason.INVALID_ARGUMENT, f"the request's body is not a {what} object")
+    return body
+
+
+def _topic_json(config: TopicConfig) -> dict:
+    attributes = {"+queue.type": "BatchCQ"} if config.queue_type is QueueType.BATCH_CQ else {}
+    return {"topicName": config.name, "readQueueNums": config.queue_count, "writeQueueNums": config.queue_count,
+            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False, "attributes": attributes}
+
+
+def _data_version() -> dict:
+    return {"timestamp": 0, "counter": 0, "stateVersion": 0}

@@ -1,0 +1,125 @@
+"""The clients the broker knows from their heartbeats (RocketMQ's ProducerManager,
+ConsumerManager and RebalanceLockManager): producer and consumer groups by connection, each
+consumer group's subscriptions, orderly consumers' queue locks, and which producer group sent
+each prepared transactional message (whom to ask when its end does not come)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+LOCK_EXPIRY_MS = 60_000  # RebalanceLockManager's REBALANCE_LOCK_MAX_LIVE_TIME
+
+
+@dataclass
+class _Client:
+    client_id: str
+    connection: object
+    producer_groups: set = field(default_factory=set)
+    consumer_groups: set = field(default_factory=set)
+
+
+@dataclass
+class PreparedMessage:
+    """A prepared (half) message sent through this door: its producer group, topic, and when."""
+
+    transaction_id: str
+    producer_group: str
+    topic: str
+    sent_ms: float
+    checks: int = 0
+
+
+class ClientRegistry:
+    def __init__(self, clock_ms=lambda: time.monotonic() * 1000):
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._clients: dict[int, _Client] = {}  # by id(connection)
+        self._subscriptions: dict[str, dict[str, str]] = {}  # group -> topic -> expression
+        self._locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}  # (group, topic, broker, queue)
+        self.prepared_messages: dict[str, PreparedMessage] = {}
+
+    def heartbeat(self, connection, data: dict) -> list[str]:
+        """Record a HeartbeatData; the clustering consumer groups in it (their retry topics are due)."""
+        client_id = str(data.get("clientID", ""))
+        clustering = []
+        with self._lock:
+            client = self._clients.setdefault(id(connection), _Client(client_id, connection))
+            for producer in data.get("producerDataSet") or []:
+                client.producer_groups.add(producer.get("groupName", ""))
+            for consumer in data.get("consumerDataSet") or []:
+                group = consumer.get("groupName", "")
+                client.consumer_groups.add(group)
+                subscriptions = self._subscriptions.setdefault(group, {})
+                for sub in consumer.get("subscriptionDataSet") or []:
+                    subscriptions[sub.get("topic", "")] = sub.get("subString") or "*"
+                if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
+                    clustering.append(group)
+        return clustering
+
+    def unregister(self, connection, client_id: str, producer_group: str | None, consumer_group: str | None) -> None:
+        with self._lock:
+            client = self._clients.get(id(connection))
+            if client is None:
+                return
+            client.producer_groups.discard(producer_group)
+            client.consumer_groups.discard(consumer_group)
+
+    def forget(self, connection) -> None:
+        """A connection closed: its client is gone."""
+        with self._lock:
+            self._clients.pop(id(connection), None)
+
+    def consumer_ids(self, group: str) -> list[str]:
+        with self._lock:
+            return sorted({c.client_id for c in self._clients.values() if group in c.consumer_groups})
+
+    def subscription(self, group: str, topic: str) -> str | None:
+        with self._lock:
+            return self._subscriptions.get(group, {}).get(topic)
+
+    def producer_connection(self, group: str):
+        """A live connection of a client of producer ``group``, or None."""
+        with self._lock:
+            for client in self._clients.values():
+                if group in client.producer_groups:
+                    return client.connection
+        return None
+
+    # --- orderly consumers' queue locks ----------------------------------------------------
+
+    def lock(self, group: str, client_id: str, queues: list[dict]) -> list[dict]:
+        """Lock each queue for ``client_id`` unless another live client holds it; those it holds now."""
+        now = self._clock_ms()
+        held = []
+        with self._lock:
+            for queue in queues:
+                key = _lock_key(group, queue)
+                owner = self._locks.get(key)
+                if owner is None or owner[0] == client_id or now - owner[1] > LOCK_EXPIRY_MS:
+                    self._locks[key] = (client_id, now)
+                    held.append(queue)
+        return held
+
+    def unlock(self, group: str, client_id: str, queues: list[dict]) -> None:
+        with self._lock:
+            for queue in queues:
+                key = _lock_key(group, queue)
+                if self._locks.get(key, ("",))[0] == client_id:
+                    del self._locks[key]
+
+    # --- prepared transactional messages ---------------------------------------------------
+
+    def prepared(self, transaction_id: str, producer_group: str, topic: str) -> None:
+        with self._lock:
+            self.prepared_messages[transaction_id] = PreparedMessage(transaction_id, producer_group, topic,
+                                                                     self._clock_ms())
+
+    def ended(self, transaction_id: str) -> None:
+        with self._lock:
+            self.prepared_messages.pop(transaction_id, None)
+
+
+def _lock_key(group: str, queue: dict) -> tuple:
+    return group, str(queue.get("topic", "")), str(queue.get("brokerName", "")), int(queue.get("queueId", -1))

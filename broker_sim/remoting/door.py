@@ -1,0 +1,122 @@
+"""RemotingDoor: RocketMQ's remoting protocol over one BrokerCore, a broker and a name server on
+one port, and the broker's registration with other name servers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import orjson
+
+from broker_sim.core import BrokerCore
+from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+
+from .broker import BrokerRequests
+from .clients import ClientRegistry
+from .hold import PullHold
+from .namesrv import DEFAULT_BROKER_TIMEOUT_MS, LocalBroker, NameServer, RouteTable
+from .server import Handler, RemotingServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemotingOptions:
+    """The door's settings, with RocketMQ's defaults.
+
+    Attributes
+    ----------
+    port : int
+        Where the broker and its name server listen (0: any free port).
+    broker_name, cluster_name : str
+        How routes name this broker (RocketMQ's brokerName, brokerClusterName).
+    name_servers : tuple of str
+        Other name servers ("host:port") this broker registers with, every
+        ``register_interval_ms`` (registerNameServerPeriod, 30 s).
+    broker_timeout_ms : int
+        How long a name server keeps a broker that stopped registering (120 s); sent with
+        each registration, as RocketMQ's brokers send heartbeatTimeoutMillis.
+    """
+
+    port: int = 9876
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    name_servers: tuple = field(default_factory=tuple)
+    register_interval_ms: int = 30_000
+    broker_timeout_ms: int = DEFAULT_BROKER_TIMEOUT_MS
+
+
+class RemotingDoor:
+    def __init__(self, core: BrokerCore, host: str, advertised_ip: str, options: RemotingOptions):
+        self.core = core
+        self.options = options
+        self.clients = ClientRegistry()
+        self.server = RemotingServer({}, host, options.port)
+        self.hold = PullHold(self.server.loop)
+        self._advertised_ip = advertised_ip
+        self._stop = threading.Event()
+        self._registrar: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self._advertised_ip}:{self.server.port}"
+
+    def start(self) -> int:
+        port = self.server.start()
+        local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
+                            self.core.list_topics, self.core.store.find_topic)
+        self.routes = RouteTable(local)
+        broker = BrokerRequests(self.core, self.clients, self.options.broker_name, self.options.cluster_name,
+                                self.address, self.hold)
+        handlers = {code: Handler(call) for code, call in NameServer(self.routes).handlers().items()}
+        handlers.update(broker.handlers())
+        self.server.handlers.update(handlers)
+        self.server.close_listeners.append(self.clients.forget)
+        self.core.store.add_arrival_listener(self.hold.arrived)
+        if self.options.name_servers:
+            self._registrar = threading.Thread(target=self._register_loop, name="rmq-remoting-register", daemon=True)
+            self._registrar.start()
+        log.info("remoting door (broker %s, name server) listening on %s", self.options.broker_name, self.address)
+        return port
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._registrar is not None:
+            self._registrar.join(10)
+            self._unregister_all()
+        self.server.stop()
+
+    # --- registration with other name servers ----------------------------------------------
+
+    def _register_loop(self) -> None:
+        while not self._stop.is_set():
+            for address in self.options.name_servers:
+                self._register(address)
+            self._stop.wait(self.options.register_interval_ms / 1000)
+
+    def _register(self, address: str) -> None:
+        body = orjson.dumps({"topicConfigSerializeWrapper": {
+            "topicConfigTable": self.routes.local.registered_topics(),
+            "dataVersion": {"timestamp": 0, "counter": 0}}, "filterServerList": []})
+        try:
+            with RemotingConnection(address, timeout_s=3) as connection:
+                answer = connection.invoke(RequestCode.REGISTER_BROKER, self._identity() | {
+                    "haServerAddr": "", "heartbeatTimeoutMillis": self.options.broker_timeout_ms,
+                    "enableActingMaster": "false", "compressed": "false", "bodyCrc32": 0}, body, timeout_s=3)
+            if answer.code != ResponseCode.SUCCESS:
+                log.warning("name server %s refused this broker's registration: %s", address, answer.remark)
+        except (OSError, TimeoutError) as err:
+            log.warning("cannot register with name server %s: %s", address, err)
+
+    def _unregister_all(self) -> None:
+        for address in self.options.name_servers:
+            try:
+                with RemotingConnection(address, timeout_s=2) as connection:
+                    connection.invoke(RequestCode.UNREGISTER_BROKER, self._identity(), timeout_s=2)
+            except (OSError, TimeoutError) as err:
+                log.info("cannot unregister from name server %s: %s", address, err)
+
+    def _identity(self) -> dict:
+        return {"brokerName": self.options.broker_name, "brokerAddr": self.address,
+                "clusterName": self.options.cluster_name, "brokerId": 0}

@@ -1,0 +1,216 @@
+"""The remoting door's TCP server: asyncio connections (no thread per connection), frames cut
+and decoded, each request dispatched by its code to a handler, many in flight per connection.
+
+A handler takes ``(request, connection)`` and returns the response command, None (answered
+later, or a oneway request), or a coroutine (waits: long polling); handlers marked ``blocking``
+(a sync flush, a pop that may wait) run in the door's thread pool. A handler's refusal
+(BrokerError, or a HeaderFieldError for a bad or missing header field) becomes the response's
+code and remark; the connection stays. A frame that cannot be cut (a length no frame may have)
+closes the connection: nothing after it can be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from broker_sim.core import BrokerError
+from broker_sim.core.errors import from_exception
+from rmq_spark.protocol.remoting import (
+    FrameError,
+    FrameReader,
+    HeaderError,
+    RemotingCommand,
+    ResponseCode,
+    decode,
+    encode,
+)
+
+from .errors import HeaderFieldError, response_code
+
+log = logging.getLogger(__name__)
+_STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Handler:
+    call: Callable
+    blocking: bool = False  # may wait (a disk flush, a long poll): runs in the pool, not on the loop
+
+
+class Connection(asyncio.Protocol):
+    """One client's TCP connection: its frames in, its responses (and the broker's own
+    requests, such as transaction checks) out."""
+
+    def __init__(self, server: "RemotingServer"):
+        self.server = server
+        self.reader = FrameReader()
+        self.transport: asyncio.Transport | None = None
+        self.address = ("", 0)
+        self.closed = False
+
+    @property
+    def remote(self) -> str:
+        return f"{self.address[0]}:{self.address[1]}"
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.address = transport.get_extra_info("peername")[:2]
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        if self.reader.pending_bytes:
+            log.debug("connection from %s closed inside a frame (%d bytes unread)", self.remote,
+                      self.reader.pending_bytes)
+        for listener in self.server.close_listeners:
+            listener(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except FrameError as bad:
+            log.warning("closing the connection from %s: %s", self.remote, bad)
+            self.transport.close()
+            return
+        for frame in frames:
+            self.server.dispatch(self, frame)
+
+    def send(self, command: RemotingCommand) -> None:
+        """Write a command, from the loop's thread; dropped when the connection is gone."""
+        if not self.closed:
+            self.transport.write(encode(command))
+
+    def send_threadsafe(self, command: RemotingCommand) -> None:
+        self.server.loop.call_soon_threadsafe(self.send, command)
+
+
+class RemotingServer:
+    """Serves ``handlers`` ({request code: Handler}) on ``host:port`` with an event loop of
+    its own thread. ``close_listeners`` are called with each connection that closes."""
+
+    def __init__(self, handlers: dict, host: str, port: int, pool_threads: int = 32, name: str = "rmq-remoting"):
+        self.handlers = handlers
+        self.host, self.port = host, port
+        self.connections: set[Connection] = set()
+        self.close_listeners: list[Callable] = []
+        self.pool = ThreadPoolExecutor(max_workers=pool_threads, thread_name_prefix=f"{name}-pool")
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=f"{name}-loop", daemon=True)
+        self._server: asyncio.AbstractServer | None = None
+
+    def start(self) -> int:
+        """Listen; the bound port. Raises OSError when the address cannot be bound."""
+        self._thread.start()
+        try:
+            self._server = self.run(self.loop.create_server(lambda: Connection(self), self.host, self.port))
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def run(self, coroutine, timeout: float | None = _STOP_TIMEOUT_S):
+        """Run ``coroutine`` on the loop from another thread; its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def call_soon(self, function, *args) -> None:
+        self.loop.call_soon_threadsafe(function, *args)
+
+    def stop(self) -> None:
+        """Stop listening, close every connection, stop the loop and the pool."""
+        if self._server is not None:
+            try:
+                self.run(self._close_all())
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                log.warning("the remoting server did not close within %.0f s", _STOP_TIMEOUT_S)
+        self._stop_loop()
+
+    async def _close_all(self) -> None:
+        self._server.close()
+        for connection in list(self.connections):
+            connection.transport.close()
+        await asyncio.sleep(0)  # let connection_lost run
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_STOP_TIMEOUT_S / 2)
+
+    def _stop_loop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(_STOP_TIMEOUT_S)
+        if not self._thread.is_alive():
+            self.loop.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- dispatch --------------------------------------------------------------------------
+
+    def dispatch(self, connection: Connection, frame: bytes) -> None:
+        try:
+            request = decode(frame)
+        except HeaderError as bad:
+            log.info("unreadable request header from %s: %s", connection.remote, bad)
+            answer = RemotingCommand(ResponseCode.SYSTEM_ERROR, bad.opaque or 0, 1,
+                                     remark=f"the request could not be read: {bad}")
+            connection.send(answer)
+            return
+        if request.is_response:
+            return  # answers to the broker's oneway requests: nothing waits for them
+        handler = self.handlers.get(request.code)
+        if handler is None:
+            if not request.is_oneway:
+                connection.send(request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, _unsupported(request.code)))
+            return
+        if handler.blocking:
+            future = self.loop.run_in_executor(self.pool, _answer, handler.call, request, connection)
+            future.add_done_callback(lambda done: self._respond(connection, request, done.result()))
+            return
+        self._respond(connection, request, _answer(handler.call, request, connection))
+
+    def _respond(self, connection: Connection, request: RemotingCommand, answer) -> None:
+        if asyncio.iscoroutine(answer):
+            task = self.loop.create_task(_answer_later(answer, request))
+            task.add_done_callback(lambda done: self._respond(connection, request, done.result()))
+            return
+        if answer is not None and not request.is_oneway:
+            connection.send(answer)
+
+
+def _answer(call: Callable, request: RemotingCommand, connection: Connection):
+    """The handler's answer, or its refusal as a response."""
+    try:
+        return call(request, connection)
+    except Exception as err:  # a handler's fault answers its request; the connection goes on
+        return refusal(request, err)
+
+
+async def _answer_later(coroutine, request: RemotingCommand):
+    try:
+        return await coroutine
+    except asyncio.CancelledError:
+        return None
+    except Exception as err:
+        return refusal(request, err)
+
+
+def refusal(request: RemotingCommand, err: Exception) -> RemotingCommand:
+    """A refusal as RocketMQ's response code and a remark the user can act on."""
+    if isinstance(err, HeaderFieldError):
+        return request.response(ResponseCode.SYSTEM_ERROR, str(err))
+    refused = from_exception(err)
+    return request.response(response_code(refused), refused.message)
+
+
+def _unsupported(code: int) -> str:
+    return f"request code {code} is not supported by broker_sim's remoting door"
+
+
+__all__ = ["BrokerError", "Connection", "Handler", "RemotingServer", "refusal"]

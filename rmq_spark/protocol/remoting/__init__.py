@@ -1,0 +1,19 @@
+"""RocketMQ's remoting protocol: frames, commands and codes, shared by broker_sim's remoting
+door and the SDK's remoting transport."""
+
+from .client import RemotingConnection
+from .codes import LANGUAGES, RequestCode, ResponseCode, SerializeType
+from .command import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    MAX_FRAME_BYTES,
+    FrameError,
+    FrameReader,
+    HeaderError,
+    RemotingCommand,
+    decode,
+    encode,
+)
+
+__all__ = ["FLAG_ONEWAY", "FLAG_RESPONSE", "LANGUAGES", "MAX_FRAME_BYTES", "FrameError", "FrameReader", "HeaderError",
+           "RemotingCommand", "RemotingConnection", "RequestCode", "ResponseCode", "SerializeType", "decode", "encode"]

@@ -1,0 +1,111 @@
+"""A remoting connection for clients: requests matched to their responses by opaque, many in
+flight, read by one thread of its own. The broker's name-server registration, the tests and
+the benchmarks use it; the SDK's remoting transport is built on it."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+from concurrent.futures import Future
+
+from .codes import SerializeType
+from .command import FLAG_ONEWAY, FrameError, FrameReader, RemotingCommand, decode, encode
+
+
+class RemotingConnection:
+    """A TCP connection to ``address`` ("host:port"). ``request`` returns a Future of the
+    response; ``invoke`` waits for it. Closed by ``close`` or as a context manager."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0, language: str = "PYTHON",
+                 serialize_type: SerializeType = SerializeType.JSON):
+        host, _, port = address.rpartition(":")
+        self.address = address
+        self.language = language
+        self.serialize_type = serialize_type
+        self._socket = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+        self._socket.settimeout(None)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._opaques = itertools.count(1)
+        self._pending: dict[int, Future] = {}
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self.on_request = None  # called with requests the server sends (transaction checks)
+        self._reader = threading.Thread(target=self._read, name=f"remoting-{address}", daemon=True)
+        self._reader.start()
+
+    def request(self, code: int, ext_fields: dict | None = None, body: bytes = b"") -> Future:
+        command = RemotingCommand(code, next(self._opaques), 0, {k: str(v) for k, v in (ext_fields or {}).items()},
+                                  body, language=self.language, serialize_type=self.serialize_type)
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise ConnectionError(f"the connection to {self.address} is closed")
+            self._pending[command.opaque] = future
+        self.send(command)
+        return future
+
+    def invoke(self, code: int, ext_fields: dict | None = None, body: bytes = b"",
+               timeout_s: float = 10.0) -> RemotingCommand:
+        return self.request(code, ext_fields, body).result(timeout_s)
+
+    def oneway(self, code: int, ext_fields: dict | None = None, body: bytes = b"") -> None:
+        self.send(RemotingCommand(code, next(self._opaques), FLAG_ONEWAY,
+                                  {k: str(v) for k, v in (ext_fields or {}).items()}, body, language=self.language,
+                                  serialize_type=self.serialize_type))
+
+    def send(self, command: RemotingCommand) -> None:
+        self.send_raw(encode(command))
+
+    def send_raw(self, data: bytes) -> None:
+        with self._send_lock:
+            self._socket.sendall(data)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        try:
+            self._socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._socket.close()
+        self._reader.join(5)
+
+    def __enter__(self) -> "RemotingConnection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _read(self) -> None:
+        reader = FrameReader()
+        error: Exception = ConnectionError(f"the connection to {self.address} was closed")
+        try:
+            while True:
+                data = self._socket.recv(1 << 20)
+                if not data:
+                    break
+                for frame in reader.feed(data):
+                    self._deliver(decode(frame))
+        except (OSError, FrameError, ValueError) as err:
+            error = ConnectionError(f"the connection to {self.address} failed: {err}")
+        with self._lock:
+            self._closed = True
+            pending, self._pending = self._pending, {}
+        for future in pending.values():
+            future.set_exception(error)
+
+    def _deliver(self, command: RemotingCommand) -> None:
+        if not command.is_response:
+            if self.on_request is not None:
+                self.on_request(command)
+            return
+        with self._lock:
+            future = self._pending.pop(command.opaque, None)
+        if future is not None:
+            future.set_result(command)
