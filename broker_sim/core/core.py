@@ -432,6 +432,12 @@ class BrokerCore:
         with self.gate:
             return self.transactions.rollback([txn_id for txn_id, _count in refs])
 
+    def prepared_message(self, transaction_id: str):
+        """The first message prepared under an open transaction (a HalfRecord, copied), None
+        once it has ended: what a transaction check shows the producer."""
+        with self.gate:
+            return self.transactions.first_prepared(transaction_id)
+
     def sink_batch(self, sink_id: str, batch_id: int):
         with self.gate:
             return self.transactions.sink_batch(sink_id, batch_id)

@@ -8,6 +8,7 @@ core's; here are only the header fields, the bodies and the response codes.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import socket
 import struct
@@ -66,6 +67,7 @@ class BrokerRequests:
         self.cluster_name = cluster_name
         self.address = address
         self.hold = hold  # PullHold: suspended pulls
+        self._half_ids = itertools.count(1)
 
     def handlers(self) -> dict:
         blocking = self.core.appends_wait_for_flush
@@ -133,9 +135,9 @@ class BrokerRequests:
         send = SendRequest(topic, queue_id, content, fields.integer("bornTimestamp", 0), born_host(connection),
                            transaction_id=transaction_id, reconsume_times=fields.integer("reconsumeTimes", 0))
         outcome = self.core.send(send)
-        if transaction_id:
+        if transaction_id:  # offsets come at the commit: the id only has to be one a client can decode
             self.clients.prepared(transaction_id, fields.text("producerGroup", ""), topic)
-            msg_id = fmt.message_id(self.core.store.config.store_host_bytes, 0)
+            msg_id = fmt.message_id(self.core.store.config.store_host_bytes, next(self._half_ids))
             return request.response(ResponseCode.SUCCESS, ext_fields={
                 "msgId": msg_id, "queueId": str(queue_id), "queueOffset": "0", "transactionId": transaction_id})
         header = {"queueId": str(outcome.queue_id), "queueOffset": str(outcome.base_offset)}

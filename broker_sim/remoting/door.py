@@ -17,6 +17,7 @@ from .clients import ClientRegistry
 from .hold import PullHold
 from .namesrv import DEFAULT_BROKER_TIMEOUT_MS, LocalBroker, NameServer, RouteTable
 from .server import Handler, RemotingServer
+from .transactions import TransactionRequests
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,10 @@ class RemotingOptions:
     broker_timeout_ms : int
         How long a name server keeps a broker that stopped registering (120 s); sent with
         each registration, as RocketMQ's brokers send heartbeatTimeoutMillis.
+    transaction_check_interval_ms, transaction_check_max : int
+        A half message left unknown for this long is checked back with its producer group,
+        again every interval, and rolled back after this many checks
+        (transactionCheckInterval 30 s, transactionCheckMax 15).
     """
 
     port: int = 9876
@@ -45,6 +50,8 @@ class RemotingOptions:
     name_servers: tuple = field(default_factory=tuple)
     register_interval_ms: int = 30_000
     broker_timeout_ms: int = DEFAULT_BROKER_TIMEOUT_MS
+    transaction_check_interval_ms: int = 30_000
+    transaction_check_max: int = 15
 
 
 class RemotingDoor:
@@ -71,6 +78,11 @@ class RemotingDoor:
                                 self.address, self.hold)
         handlers = {code: Handler(call) for code, call in NameServer(self.routes).handlers().items()}
         handlers.update(broker.handlers())
+        transactions = TransactionRequests(self.core, self.clients, self.options.broker_name,
+                                           self.options.transaction_check_interval_ms,
+                                           self.options.transaction_check_max)
+        handlers.update({code: Handler(call) for code, call in transactions.handlers().items()})
+        self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))
         self.server.handlers.update(handlers)
         self.server.close_listeners.append(self.clients.forget)
         self.core.store.add_arrival_listener(self.hold.arrived)

@@ -87,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--namesrv", type=name_servers, default=(),
                    help="other name servers HOST:PORT[;HOST:PORT] this broker registers with every 30 s, as "
                         "RocketMQ's brokers do: brokers registered with one name server make one cluster")
+    p.add_argument("--transaction-check-interval-ms", type=int, default=30_000,
+                   help="remoting: check a transactional message left unknown this long with its producer, again "
+                        "every interval; rolled back after 15 checks (default: 30000, RocketMQ's)")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     return p
@@ -123,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.remoting_port is not None:
         from broker_sim.remoting import RemotingOptions
 
-        remoting = RemotingOptions(args.remoting_port, args.broker_name, args.cluster_name, args.namesrv)
+        remoting = RemotingOptions(args.remoting_port, args.broker_name, args.cluster_name, args.namesrv,
+                                   transaction_check_interval_ms=args.transaction_check_interval_ms)
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting)

@@ -346,3 +346,18 @@ def iter_message_batch(payload, max_count: int):
         n += 1
     if n == 0:
         raise BatchFormatError("batch is empty")
+
+
+def encode_message(*, topic: str, queue_id: int, body: bytes, properties: bytes, flag: int = 0, sys_flag: int = 0,
+                   queue_offset: int = 0, physical_offset: int = 0, born_timestamp: int = 0,
+                   born_host: bytes = bytes(8), store_timestamp: int = 0, store_host: bytes = bytes(8),
+                   reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> bytes:
+    """A message in the record layout, as RocketMQ's MessageDecoder.encode sends one to a
+    client (a transaction check, a message looked up by id): no CRC property of our own."""
+    topic_raw = topic.encode()
+    total = FIXED_BYTES + len(body) + len(topic_raw) + len(properties)
+    header = HEADER.pack(total, MAGIC_V1, body_crc(body), queue_id, flag, queue_offset, physical_offset, sys_flag,
+                         born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+                         prepared_transaction_offset, len(body))
+    return b"".join((header, body, struct.pack(">B", len(topic_raw)), topic_raw, struct.pack(">h", len(properties)),
+                     properties))

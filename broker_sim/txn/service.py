@@ -58,7 +58,7 @@ from broker_sim.store import (
 )
 from broker_sim.store import format as fmt
 
-from .half_log import HalfLog, HalfLogError
+from .half_log import HalfLog, HalfLogError, HalfRecord
 from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
 
 log = logging.getLogger(__name__)
@@ -329,6 +329,17 @@ class TransactionService:
             with self._lock:
                 return sorted(self._open.values(), key=lambda t: (t.created_ms, t.id))
         return [self._find(check_id(i, "transaction id")) for i in ids]
+
+    def first_prepared(self, transaction_id: str) -> HalfRecord | None:
+        """A copy of the first record prepared under an open transaction (RocketMQ's check of a
+        half message shows it to its producer), or None when the transaction is not open."""
+        with self._lock:
+            txn = self._open.get(transaction_id)
+            if txn is None or txn.state is not TxnState.OPEN or not txn.batches:
+                return None
+            first = txn.batches[0]
+            half = self.half.read(first.position, first.size)
+            return dataclasses.replace(half, record=dataclasses.replace(half.record, body=bytes(half.record.body)))
 
     def expires_ms(self, txn: Transaction) -> int:
         return txn.last_ms + self.config.timeout_ms if txn.state is TxnState.OPEN else 0

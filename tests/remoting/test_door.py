@@ -1,0 +1,392 @@
+"""broker_sim's remoting door, request by request, over a real TCP connection to an in-process
+broker: the name server's answers, sends of every kind, pulls, offsets, transactions, and bad
+input that gets an answer (or a closed connection) while the broker stays up."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import orjson
+import pytest
+
+from broker_sim.remoting import RemotingOptions
+from broker_sim.server import Broker
+from broker_sim.store import QueueType
+from broker_sim.store import format as fmt
+from rmq_spark import Message, OffsetRange, Producer, RangeReader
+from rmq_spark.protocol.remoting import (
+    FLAG_ONEWAY,
+    RemotingConnection,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
+from wire import properties_text, pull, records, send, send_batch, uniq_key
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    options = RemotingOptions(port=0, transaction_check_interval_ms=300)
+    with Broker(tmp_path_factory.mktemp("remoting"), "127.0.0.1", 0, remoting=options) as started:
+        started.core.create_topic("batch-topic", 4, QueueType.BATCH_CQ)
+        started.core.create_topic("simple-topic", 4, QueueType.SIMPLE_CQ)
+        yield started
+
+
+@pytest.fixture
+def conn(broker):
+    with RemotingConnection(broker.remoting.address) as connection:
+        yield connection
+
+
+def fetch(conn, topic: str, queue_id: int, offset: int, **options):
+    """A pull that waits (suspends) for messages: a send returns before its message is indexed."""
+    return pull(conn, topic, queue_id, offset, suspend_ms=5000, **options)
+
+
+def new_topic(broker, name: str, queues: int = 1, queue_type=QueueType.SIMPLE_CQ) -> str:
+    broker.core.create_topic(name, queues, queue_type)
+    return name
+
+
+# --- name server ---------------------------------------------------------------------------
+
+def test_routes_name_this_broker_and_its_queues(broker, conn):
+    answer = conn.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "batch-topic"})
+    assert answer.code == ResponseCode.SUCCESS
+    route = orjson.loads(answer.body)
+    assert route["queueDatas"] == [{"brokerName": "broker-a", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+                                    "topicSysFlag": 0}]
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": broker.remoting.address}
+    assert route["brokerDatas"][0]["cluster"] == "DefaultCluster"
+
+
+def test_an_unknown_topic_has_no_route(conn):
+    answer = conn.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "nowhere"})
+    assert answer.code == ResponseCode.TOPIC_NOT_EXIST
+    assert "nowhere" in answer.remark
+
+
+def test_cluster_info_and_topic_list(broker, conn):
+    info = orjson.loads(conn.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+    assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+    assert info["brokerAddrTable"]["broker-a"]["brokerAddrs"]["0"] == broker.remoting.address
+    topics = orjson.loads(conn.invoke(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body)["topicList"]
+    assert {"batch-topic", "simple-topic"} <= set(topics)
+
+
+# --- sends and pulls -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_a_send_is_stored_with_its_properties_and_pulled_as_stored(broker, conn, v2):
+    topic = new_topic(broker, f"one-send-{v2}")
+    answer = send(conn, topic, b"hello", tags="TagA", keys="k1 k2", properties={"color": "red"}, v2=v2)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert (answer.ext_fields["queueId"], answer.ext_fields["queueOffset"]) == ("0", "0")
+    assert len(answer.ext_fields["msgId"]) == 32  # the offsetMsgId: store host and position
+    got = fetch(conn, topic, 0, 0)
+    assert got.code == ResponseCode.SUCCESS
+    assert got.ext_fields["nextBeginOffset"] == "1"
+    [(stored_topic, offset, _flag, props, body)] = records(got.body)
+    assert (stored_topic, offset, body) == (topic, 0, b"hello")
+    assert (props["TAGS"], props["KEYS"], props["color"]) == ("TagA", "k1 k2", "red")
+
+
+def test_a_batch_into_a_batchcq_topic_is_one_inner_batch(broker, conn):
+    topic = new_topic(broker, "inner", 1, QueueType.BATCH_CQ)
+    answer = send_batch(conn, topic, [b"a", b"b", b"c"])
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert answer.ext_fields["batchUniqId"]  # the client then reads msgId as the batch's one id
+    assert "," not in answer.ext_fields["msgId"]
+    got = fetch(conn, topic, 0, 0)
+    [(_t, offset, sys_flag, props, _payload)] = records(got.body)
+    assert (offset, props["INNER_NUM"]) == (0, "3")
+    assert sys_flag & 0x80  # INNER_BATCH
+    assert got.ext_fields["nextBeginOffset"] == "3"
+
+
+def test_a_batch_into_a_simplecq_topic_is_unpacked(broker, conn):
+    topic = new_topic(broker, "unpacked")
+    answer = send_batch(conn, topic, [b"a", b"b", b"c"])
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert len(answer.ext_fields["msgId"].split(",")) == 3
+    got = records(fetch(conn, topic, 0, 0).body)
+    assert [(o, b) for _t, o, _f, _p, b in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_a_pull_stops_at_its_message_count_on_whole_records(broker, conn):
+    topic = new_topic(broker, "counted")
+    for i in range(10):
+        send(conn, topic, b"m%d" % i)
+    fetch(conn, topic, 0, 9)
+    got = fetch(conn, topic, 0, 2, max_messages=4)
+    assert [o for _t, o, *_ in records(got.body)] == [2, 3, 4, 5]
+    assert got.ext_fields["nextBeginOffset"] == "6"
+    assert (got.ext_fields["minOffset"], got.ext_fields["maxOffset"]) == ("0", "10")
+
+
+def test_pull_answers_at_the_end_and_past_it(broker, conn):
+    topic = new_topic(broker, "ends")
+    send(conn, topic, b"x")
+    fetch(conn, topic, 0, 0)
+    at_end = pull(conn, topic, 0, 1)
+    assert at_end.code == ResponseCode.PULL_NOT_FOUND
+    assert at_end.ext_fields["nextBeginOffset"] == "1"
+    past = pull(conn, topic, 0, 50)
+    assert past.code == ResponseCode.PULL_OFFSET_MOVED
+    assert past.ext_fields["nextBeginOffset"] == "1"
+
+
+def test_the_subscription_filters_by_tag(broker, conn):
+    topic = new_topic(broker, "tagged")
+    for tag in ("A", "B", "A", "C"):
+        send(conn, topic, tag.encode(), tags=tag)
+    fetch(conn, topic, 0, 3)
+    got = fetch(conn, topic, 0, 0, subscription="A || C")
+    assert [b for *_x, b in records(got.body)] == [b"A", b"A", b"C"]
+    only_b_later = pull(conn, topic, 0, 3, subscription="B")
+    assert only_b_later.code == ResponseCode.PULL_RETRY_IMMEDIATELY  # read, none matched: go on from next
+    assert only_b_later.ext_fields["nextBeginOffset"] == "4"
+
+
+def test_a_suspended_pull_answers_when_a_message_arrives(broker, conn):
+    topic = new_topic(broker, "long-poll")
+    waiting = conn.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "g", "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0x2,
+        "commitOffset": 0, "suspendTimeoutMillis": 20_000, "subVersion": 0})
+    time.sleep(0.3)
+    assert not waiting.done()
+    with RemotingConnection(broker.remoting.address) as other:
+        send(other, topic, b"wake up")
+    answer = waiting.result(10)
+    assert answer.code == ResponseCode.SUCCESS
+    assert records(answer.body)[0][4] == b"wake up"
+
+
+def test_a_suspended_pull_gives_up_after_its_timeout(broker, conn):
+    topic = new_topic(broker, "long-poll-empty")
+    answer = conn.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "g", "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0x2,
+        "commitOffset": 0, "suspendTimeoutMillis": 300, "subVersion": 0}).result(10)
+    assert answer.code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_both_doors_share_one_store(broker, conn):
+    topic = new_topic(broker, "shared", 1, QueueType.BATCH_CQ)
+    send(conn, topic, b"through remoting")
+    with Producer(broker.endpoint) as producer:
+        producer.send(Message(topic, b"through grpc", queue_id=0))
+    with RangeReader(broker.endpoint) as reader:
+        bodies = reader.read_table([OffsetRange(topic, 0, 0, 2)]).column("body").to_pylist()
+    assert bodies == [b"through remoting", b"through grpc"]
+    _t, offset, _f, props, payload = records(fetch(conn, topic, 0, 0).body)[-1]
+    assert (offset, props["INNER_NUM"]) == (1, "1")  # our producer's inner batch, as RocketMQ's 5.x clients unpack it
+    [(_flag, body, _props)] = fmt.iter_message_batch(payload, 1)
+    assert bytes(body) == b"through grpc"
+
+
+# --- offsets -------------------------------------------------------------------------------
+
+def test_queue_offsets_and_offsets_by_time(broker, conn):
+    topic = new_topic(broker, "offsets")
+    before = int(time.time() * 1000) - 1
+    for i in range(3):
+        send(conn, topic, b"%d" % i)
+    fetch(conn, topic, 0, 2)
+    head = {"topic": topic, "queueId": 0}
+    assert conn.invoke(RequestCode.GET_MIN_OFFSET, head).ext_fields["offset"] == "0"
+    assert conn.invoke(RequestCode.GET_MAX_OFFSET, head).ext_fields["offset"] == "3"
+    def by_time(ms):
+        return conn.invoke(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**head, "timestamp": ms}).ext_fields["offset"]
+    assert by_time(before) == "0"
+    assert by_time(int(time.time() * 1000) + 60_000) == "3"
+    earliest = int(conn.invoke(RequestCode.GET_EARLIEST_MSG_STORETIME, head).ext_fields["timestamp"])
+    assert before <= earliest <= time.time() * 1000
+
+
+def test_consumer_offsets_committed_and_queried(broker, conn):
+    topic = new_topic(broker, "group-offsets", 2)
+    send(conn, topic, b"x", queue_id=0)
+    fetch(conn, topic, 0, 0)
+    query = {"consumerGroup": "g1", "topic": topic, "queueId": 0}
+    first = conn.invoke(RequestCode.QUERY_CONSUMER_OFFSET, query)  # none committed: the queue's first message
+    assert first.ext_fields["offset"] == "0"
+    empty = conn.invoke(RequestCode.QUERY_CONSUMER_OFFSET, {**query, "queueId": 1})
+    assert empty.code == ResponseCode.QUERY_NOT_FOUND
+    assert conn.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, {**query, "commitOffset": 1}).code == ResponseCode.SUCCESS
+    assert conn.invoke(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields["offset"] == "1"
+    fetch(conn, topic, 0, 0)
+    pull(conn, topic, 0, 1, group="g2", commit_offset=1)  # the pull's piggyback commit
+    assert broker.core.query_offsets("g2", [topic]) == [(topic, 0, 1)]
+
+
+# --- transactions --------------------------------------------------------------------------
+
+def half_send(conn, topic: str, body: bytes):
+    answer = send(conn, topic, body, properties={"TRAN_MSG": "true", "PGROUP": "tx-group"}, group="tx-group",
+                  sys_flag=0x4)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return answer.ext_fields["transactionId"]
+
+
+def end(conn, transaction_id: str, decision: int, from_check: bool = False) -> None:
+    conn.oneway(RequestCode.END_TRANSACTION, {"producerGroup": "tx-group", "tranStateTableOffset": 0,
+                                               "commitLogOffset": 0, "commitOrRollback": decision,
+                                               "fromTransactionCheck": str(from_check).lower(),
+                                               "msgId": transaction_id, "transactionId": transaction_id})
+
+
+def wait_for(condition, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("the condition did not hold in time")
+
+
+def test_a_half_message_is_visible_at_its_commit_and_never_after_a_rollback(broker, conn):
+    topic = new_topic(broker, "tx")
+    committed, rolled_back = half_send(conn, topic, b"commit me"), half_send(conn, topic, b"roll me back")
+    assert pull(conn, topic, 0, 0).code == ResponseCode.PULL_NOT_FOUND
+    end(conn, committed, 0x8)
+    end(conn, rolled_back, 0xC)
+    got = wait_for(lambda: records(pull(conn, topic, 0, 0).body))
+    assert [b for *_x, b in got] == [b"commit me"]
+
+
+def test_an_unknown_transaction_is_checked_back_with_its_producer(broker, conn):
+    topic = new_topic(broker, "tx-check")
+    checks = []
+    conn.on_request = checks.append
+    conn.invoke(RequestCode.HEART_BEAT, body=orjson.dumps({"clientID": "c1", "producerDataSet": [
+        {"groupName": "tx-group"}], "consumerDataSet": []}))
+    transaction_id = half_send(conn, topic, b"ask me")
+    end(conn, transaction_id, 0)  # unknown yet
+    check = wait_for(lambda: checks and checks[0])
+    assert check.code == RequestCode.CHECK_TRANSACTION_STATE
+    assert check.ext_fields["transactionId"] == transaction_id
+    [(check_topic, _o, _f, props, body)] = records(check.body)
+    assert (check_topic, body, props["PGROUP"]) == (topic, b"ask me", "tx-group")
+    end(conn, transaction_id, 0x8, from_check=True)
+    assert [b for *_x, b in wait_for(lambda: records(pull(conn, topic, 0, 0).body))] == [b"ask me"]
+
+
+# --- clients -------------------------------------------------------------------------------
+
+def test_heartbeats_list_consumers_and_make_the_retry_topic(broker, conn):
+    heartbeat = {"clientID": "client-1", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": "push-group", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        "subscriptionDataSet": [{"topic": "simple-topic", "subString": "*"}]}]}
+    assert conn.invoke(RequestCode.HEART_BEAT, body=orjson.dumps(heartbeat)).code == ResponseCode.SUCCESS
+    listed = conn.invoke(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "push-group"})
+    assert orjson.loads(listed.body) == {"consumerIdList": ["client-1"]}
+    assert broker.core.store.find_topic("%RETRY%push-group") is not None
+    queues = [{"topic": "simple-topic", "brokerName": "broker-a", "queueId": q} for q in range(2)]
+    lock = {"consumerGroup": "push-group", "clientId": "client-1", "mqSet": queues}
+    locked = orjson.loads(conn.invoke(RequestCode.LOCK_BATCH_MQ, body=orjson.dumps(lock)).body)
+    assert locked["lockOKMQSet"] == queues
+    other = orjson.loads(conn.invoke(RequestCode.LOCK_BATCH_MQ, body=orjson.dumps(
+        {**lock, "clientId": "client-2"})).body)
+    assert other["lockOKMQSet"] == []
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+def raw_frame(header: bytes, kind: int = 0, body: bytes = b"") -> bytes:
+    return struct.pack(">iI", 4 + len(header) + len(body), kind << 24 | len(header)) + header + body
+
+
+def test_unreadable_headers_are_answered_and_the_connection_goes_on(conn):
+    answers = []
+    conn.on_request = answers.append
+    for bad in (raw_frame(b"{not json"), raw_frame(b'{"code":10,"opaque":"x"}'), raw_frame(b"{}", kind=7)):
+        conn.send_raw(bad)
+    assert conn.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+
+
+def test_a_header_missing_a_required_field_is_refused_naming_it(conn):
+    answer = conn.invoke(RequestCode.GET_MAX_OFFSET, {"queueId": 0})
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert "GET_MAX_OFFSET header has no topic" in answer.remark
+
+
+def test_an_unsupported_code_is_answered_and_the_connection_stays(conn):
+    answer = conn.invoke(9999, {})
+    assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert "9999" in answer.remark
+    assert conn.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+
+
+def test_a_malformed_batch_stores_nothing(broker, conn):
+    topic = new_topic(broker, "bad-batch")
+    answer = send_batch(conn, topic, [], payload=struct.pack(">i", 10_000) + b"x" * 20)
+    assert answer.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "MessageBatch" in answer.remark
+    assert broker.core.queue_offsets(broker.core.topic(topic), 0) == (0, 0)
+
+
+def test_a_send_to_an_unknown_topic_or_queue_is_refused(conn):
+    assert send(conn, "nowhere", b"x").code == ResponseCode.TOPIC_NOT_EXIST
+    refused = send(conn, "simple-topic", b"x", queue_id=99)
+    assert refused.code == ResponseCode.SYSTEM_ERROR
+    assert "no queue 99" in refused.remark
+
+
+@pytest.mark.parametrize("cut", ["length", "oversized"])
+def test_frames_that_cannot_be_read_close_only_their_connection(broker, conn, cut):
+    host, port = broker.remoting.address.split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        if cut == "length":
+            raw.sendall(raw_frame(b'{"code":34,"opaque":1}')[:-5])
+            raw.shutdown(socket.SHUT_WR)
+        else:
+            raw.sendall(struct.pack(">i", 64 << 20) + b"x" * 64)
+        assert raw.recv(100) == b""  # closed by the broker (or after our half-close)
+    assert conn.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+
+
+def test_binary_serialized_requests_are_answered_in_kind(broker):
+    with RemotingConnection(broker.remoting.address, serialize_type=SerializeType.ROCKETMQ) as binary:
+        answer = binary.invoke(RequestCode.GET_MAX_OFFSET, {"topic": "simple-topic", "queueId": 0})
+    assert answer.code == ResponseCode.SUCCESS
+    assert answer.serialize_type is SerializeType.ROCKETMQ
+
+
+def test_oneway_requests_get_no_answer(broker, conn):
+    topic = new_topic(broker, "oneway")
+    props = properties_text({"UNIQ_KEY": uniq_key()})
+    conn.oneway(RequestCode.SEND_MESSAGE, {"producerGroup": "p", "topic": topic, "defaultTopic": "TBW102",
+                                           "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0,
+                                           "bornTimestamp": 0, "flag": 0, "properties": props})
+    wait_for(lambda: broker.core.queue_offsets(broker.core.topic(topic), 0)[1] == 1)
+    assert FLAG_ONEWAY == 2
+
+
+def test_many_requests_in_flight_on_one_connection(broker, conn):
+    futures = [conn.request(RequestCode.GET_MAX_OFFSET, {"topic": "simple-topic", "queueId": i % 4})
+               for i in range(500)]
+    assert all(f.result(10).code == ResponseCode.SUCCESS for f in futures)
+
+
+def test_two_brokers_serve_one_topic_through_one_name_server(broker, tmp_path):
+    new_topic(broker, "spread", 2)
+    options = RemotingOptions(port=0, broker_name="broker-b", name_servers=(broker.remoting.address,),
+                              register_interval_ms=200)
+    with Broker(tmp_path, "127.0.0.1", 0, remoting=options) as second:
+        second.core.create_topic("spread", 3, QueueType.SIMPLE_CQ)
+        with RemotingConnection(broker.remoting.address) as conn:
+            def route():
+                answer = conn.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "spread"})
+                return orjson.loads(answer.body)
+            both = wait_for(lambda: len(route()["queueDatas"]) == 2 and route())
+            assert {q["brokerName"]: q["writeQueueNums"] for q in both["queueDatas"]} == {"broker-a": 2, "broker-b": 3}
+            addresses = {b["brokerName"]: b["brokerAddrs"]["0"] for b in both["brokerDatas"]}
+            assert addresses == {"broker-a": broker.remoting.address, "broker-b": second.remoting.address}
+    with RemotingConnection(broker.remoting.address) as conn:  # the stopped broker unregistered
+        answer = conn.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "spread"})
+        assert [q["brokerName"] for q in orjson.loads(answer.body)["queueDatas"]] == ["broker-a"]
