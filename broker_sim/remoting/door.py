@@ -89,7 +89,7 @@ class RemotingDoor:
         if self.options.name_servers:
             self._registrar = threading.Thread(target=self._register_loop, name="rmq-remoting-register", daemon=True)
             self._registrar.start()
-        log.info("remoting door (broker %s, name server) listening on %s", self.options.broker_name, self.address)
+        log.info("remoting door (broker %s and name server) serving on %s", self.options.broker_name, self.address)
         return port
 
     def stop(self) -> None:
