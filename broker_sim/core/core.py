@@ -413,6 +413,13 @@ class BrokerCore:
         with self.gate:
             return self.pop_service.ack(group, receipt_handles)
 
+    def receipt_at(self, group: str, topic: str, queue_id: int, offset: int, deadline_ms: int,
+                   orderly: bool = False) -> str:
+        """The receipt handle of a unit in flight, named as RocketMQ's remoting clients name it."""
+        _check_group(group)
+        with self.gate:
+            return self.pop_service.receipt_at(group, topic, queue_id, offset, deadline_ms, orderly)
+
     def change_invisible_duration(self, group: str, receipt_handle: str, invisible_time_ms: int) -> tuple[str, int]:
         with self.gate:
             return self.pop_service.change_invisible_duration(group, receipt_handle, invisible_time_ms)

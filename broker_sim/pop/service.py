@@ -53,6 +53,7 @@ from .state import (
     PopCheckpoint,
     PopStateStore,
     RocksDBState,
+    checkpoint_key,
     decode_marker,
     decode_pull,
     expired_bound,
@@ -477,6 +478,21 @@ class PopService:
             changes.added.append((moved_key, moved))
             self._apply(changes)
             return self.signer.sign(moved_key, moved), moved.deadline_ms
+
+    def receipt_at(self, group: str, topic: str, queue_id: int, offset: int, deadline_ms: int,
+                   orderly: bool = False) -> str:
+        """The receipt handle of the unit at ``offset`` popped with visibility deadline
+        ``deadline_ms``: how RocketMQ's remoting clients name a popped message (its queue, offset,
+        pop time and invisible time). Raises ReceiptHandleExpired when no such unit is in flight."""
+        key = checkpoint_key(orderly, deadline_ms, queue_prefix(group, topic), queue_id, offset)
+        with self._lock:
+            held = self._checkpoints.get(key)
+            if held is None:
+                raise ReceiptHandleExpired(
+                    f"no message of {topic!r} queue {queue_id} offset {offset} popped by {group!r} with that pop and "
+                    "invisible time is in flight: it was acked, came back after its invisible time, or its invisible "
+                    "time was changed")
+            return self.signer.sign(key, held)
 
     def _held(self, group: bytes, handle: str) -> tuple[bytes, PopCheckpoint]:
         """The record a handle names, with its key; raises InvalidReceiptHandle or

@@ -16,6 +16,7 @@ from .broker import BrokerRequests
 from .clients import ClientRegistry
 from .hold import PullHold
 from .namesrv import DEFAULT_BROKER_TIMEOUT_MS, LocalBroker, NameServer, RouteTable
+from .pop import PopRequests
 from .server import Handler, RemotingServer
 from .transactions import TransactionRequests
 
@@ -82,6 +83,8 @@ class RemotingDoor:
                                            self.options.transaction_check_interval_ms,
                                            self.options.transaction_check_max)
         handlers.update({code: Handler(call) for code, call in transactions.handlers().items()})
+        handlers.update({code: Handler(call, blocking) for code, (call, blocking) in
+                         PopRequests(self.core).handlers().items()})
         self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))
         self.server.handlers.update(handlers)
         self.server.close_listeners.append(self.clients.forget)

@@ -390,3 +390,61 @@ def test_two_brokers_serve_one_topic_through_one_name_server(broker, tmp_path):
     with RemotingConnection(broker.remoting.address) as conn:  # the stopped broker unregistered
         answer = conn.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "spread"})
         assert [q["brokerName"] for q in orjson.loads(answer.body)["queueDatas"]] == ["broker-a"]
+
+
+# --- pop -----------------------------------------------------------------------------------
+
+def pop(conn, topic: str, group: str, invisible_ms: int = 60_000, poll_ms: int = 3000, max_messages: int = 32):
+    return conn.invoke(RequestCode.POP_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": max_messages,
+        "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000), "initMode": 0,
+        "expType": "TAG", "exp": "*", "order": "false"}, timeout_s=poll_ms / 1000 + 10)
+
+
+def extra_info(answer, queue_id: int, offset: int) -> str:
+    """The POP_CK a RocketMQ client builds for a popped message (ExtraInfoUtil.buildExtraInfo)."""
+    head = answer.ext_fields
+    start = dict(part.rsplit(" ", 1) for part in head["startOffsetInfo"].split(";"))[f"0 {queue_id}"]
+    return f"{start} {head['popTime']} {head['invisibleTime']} {head['reviveQid']} 0 broker-a {queue_id} {offset}"
+
+
+def test_pop_ack_and_change_invisible_time_over_remoting(broker, conn):
+    topic = new_topic(broker, "popped", 2)
+    for i in range(4):
+        send(conn, topic, b"p%d" % i, queue_id=i % 2)
+    answer = pop(conn, topic, "pop-group")
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    popped = records(answer.body)
+    while len(popped) < 4:  # a pop may find some queues before the others are indexed
+        more = pop(conn, topic, "pop-group")
+        assert more.code == ResponseCode.SUCCESS, more.remark
+        popped += records(more.body)
+    assert sorted(b for *_x, b in popped) == [b"p0", b"p1", b"p2", b"p3"]
+    assert int(answer.ext_fields["popTime"]) + 60_000 > time.time() * 1000
+    assert answer.ext_fields["msgOffsetInfo"]
+    queue_of = {b: q for q in (0, 1) for b in (b"p%d" % q, b"p%d" % (q + 2))}
+    _t, offset, _f, _p, body = records(answer.body)[0]
+    head = {"consumerGroup": "pop-group", "topic": topic, "queueId": queue_of[body], "offset": offset,
+            "extraInfo": extra_info(answer, queue_of[body], offset)}
+    changed = conn.invoke(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {**head, "invisibleTime": 30_000})
+    assert changed.code == ResponseCode.SUCCESS, changed.remark
+    stale = conn.invoke(RequestCode.ACK_MESSAGE, head)  # named with the old pop time: moved since
+    assert stale.code == ResponseCode.NO_MESSAGE
+    renamed = {**head, "extraInfo": " ".join([head["extraInfo"].split(" ")[0], changed.ext_fields["popTime"],
+                                              "30000", "0", "0", "broker-a", str(queue_of[body]), str(offset)])}
+    assert conn.invoke(RequestCode.ACK_MESSAGE, renamed).code == ResponseCode.SUCCESS
+    assert conn.invoke(RequestCode.ACK_MESSAGE, renamed).code == ResponseCode.NO_MESSAGE  # acked once only
+    assert broker.core.pop_service.in_flight("pop-group") == 3
+
+
+def test_a_pop_of_an_empty_topic_waits_its_poll_time(broker, conn):
+    topic = new_topic(broker, "pop-empty")
+    answer = pop(conn, topic, "pop-empty-group", poll_ms=200)
+    assert answer.code == ResponseCode.POLLING_TIMEOUT
+
+
+def test_a_bad_extra_info_is_refused(broker, conn):
+    answer = conn.invoke(RequestCode.ACK_MESSAGE, {"consumerGroup": "g", "topic": "simple-topic", "queueId": 0,
+                                                   "offset": 0, "extraInfo": "garbage"})
+    assert answer.code == ResponseCode.INVALID_PARAMETER
+    assert "POP_CK" in answer.remark
