@@ -120,6 +120,9 @@ class BrokerRequests:
         if queue_id < 0:  # RocketMQ: any queue
             queue_id = fields.integer("bornTimestamp", 0) % config.queue_count
         properties = decode_properties(fields.text("properties", ""))
+        # A consumed message re-sent as it came (a client's send-back fallback, a forwarder)
+        # carries the store's own CRC property: the store writes a new one.
+        properties.pop(fmt.PROPERTY_RECORD_CRC, None)
         sys_flag = fields.integer("sysFlag", 0)
         tags, keys = properties.pop(fmt.PROPERTY_TAGS, ""), properties.pop(fmt.PROPERTY_KEYS, "")
         transaction_id = ""

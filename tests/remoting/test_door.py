@@ -448,3 +448,28 @@ def test_a_bad_extra_info_is_refused(broker, conn):
                                                    "offset": 0, "extraInfo": "garbage"})
     assert answer.code == ResponseCode.INVALID_PARAMETER
     assert "POP_CK" in answer.remark
+
+
+def test_a_consumed_message_sent_again_as_it_came_is_stored(broker, conn):
+    topic = new_topic(broker, "resent")
+    send(conn, topic, b"first")
+    pulled = fetch(conn, topic, 0, 0).body
+    assert b"__HCRC32#\x01" in pulled  # a client sees the store's CRC property among the message's
+    crc = pulled.split(b"__HCRC32#\x01")[1][:10].decode()
+    again = send(conn, topic, b"first", properties={"__HCRC32#": crc})
+    assert again.code == ResponseCode.SUCCESS, again.remark
+
+
+def test_a_broker_that_stops_registering_drops_out_of_routes():
+    from broker_sim.remoting.namesrv import BrokerEntry, LocalBroker, RouteTable, queue_data
+
+    now = [0.0]
+    local = LocalBroker("DefaultCluster", "broker-a", "127.0.0.1:1", list, lambda name: None)
+    table = RouteTable(local, clock_ms=lambda: now[0])
+    table.register(BrokerEntry("DefaultCluster", "broker-b", "127.0.0.1:2", topics={"t": queue_data("broker-b", 2)},
+                               timeout_ms=120_000))
+    now[0] = 119_000
+    assert [q["brokerName"] for q in table.route("t")["queueDatas"]] == ["broker-b"]
+    now[0] = 121_000
+    assert table.route("t") is None
+    assert table.cluster_info()["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
