@@ -89,6 +89,7 @@ class BrokerRequests:
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
@@ -316,12 +317,29 @@ class BrokerRequests:
 
     def topic_stats(self, request: RemotingCommand, _connection) -> RemotingCommand:
         config, queues = self.core.describe_topic(Fields(request).text("topic"))
-        table = {}
-        for queue in queues:
-            key = orjson.dumps({"topic": config.name, "brokerName": self.broker_name, "queueId": queue.queue_id})
-            table[key.decode()] = {"minOffset": queue.min_offset, "maxOffset": queue.max_offset,
-                                   "lastUpdateTimestamp": 0}
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"offsetTable": table}))
+        table = [(self._queue_json(config.name, q.queue_id), {"minOffset": q.min_offset, "maxOffset": q.max_offset,
+                                                              "lastUpdateTimestamp": 0}) for q in queues]
+        return request.response(ResponseCode.SUCCESS, body=b'{"offsetTable":' + object_keyed_map(table) + b"}")
+
+    def consume_stats(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """mqadmin consumerProgress: per queue, the broker's max offset and the group's commit."""
+        fields = Fields(request)
+        group = fields.text("consumerGroup")
+        wanted = [t for t in (fields.text("topic", "") or "").split(";") if t] or None
+        committed = {(t, q): o for t, q, o in self.core.query_offsets(group, wanted)}
+        table = []
+        for topic in sorted({t for t, _q in committed}):
+            config = self.core.topic(topic)
+            for queue_id in range(config.queue_count):
+                offset = committed.get((topic, queue_id), 0)
+                table.append((self._queue_json(topic, queue_id), {
+                    "brokerOffset": self.core.queue_offsets(config, queue_id)[1], "consumerOffset": offset,
+                    "pullOffset": offset, "lastTimestamp": 0}))
+        return request.response(ResponseCode.SUCCESS, body=b'{"consumeTps":0.0,"offsetTable":' +
+                                object_keyed_map(table) + b"}")
+
+    def _queue_json(self, topic: str, queue_id: int) -> dict:
+        return {"brokerName": self.broker_name, "queueId": queue_id, "topic": topic}
 
     def runtime_info(self, request: RemotingCommand, _connection) -> RemotingCommand:
         stats = self.core.stats()
@@ -376,6 +394,12 @@ def born_host(connection: Connection) -> bytes:
         return socket.inet_aton(host) + struct.pack(">i", port)
     except OSError:
         return bytes(4) + struct.pack(">i", port)
+
+
+def object_keyed_map(entries: list[tuple[dict, dict]]) -> bytes:
+    """A map whose keys are objects, as fastjson writes RocketMQ's Map<MessageQueue, ...>
+    (``{{"topic":...}:{...}}``, not JSON proper, but what RocketMQ's clients parse)."""
+    return b"{" + b",".join(orjson.dumps(key) + b":" + orjson.dumps(value) for key, value in entries) + b"}"
 
 
 def _json_body(request: RemotingCommand, what: str) -> dict:
