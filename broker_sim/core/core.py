@@ -420,6 +420,30 @@ class BrokerCore:
         with self.gate:
             return self.pop_service.receipt_at(group, topic, queue_id, offset, deadline_ms, orderly)
 
+    def send_back(self, group: str, physical_offset: int, delay_level: int, max_reconsume_times: int | None,
+                  origin_message_id: str = "") -> str:
+        """A consumer's failed message, named by its commitlog position, back through the
+        group's retry topic (or its DLQ): see PopService.send_back. The topic it went to."""
+        with self.gate:
+            record = self._record_at(physical_offset)
+            target, result = self.pop_service.send_back(group, record, delay_level, max_reconsume_times,
+                                                        origin_message_id)
+        if not result.ok:
+            raise from_put(result)
+        return target
+
+    def message_at(self, physical_offset: int) -> bytes:
+        """The stored record at a commitlog position (what an offsetMsgId names), copied."""
+        with self.gate:
+            return self._record_at(physical_offset)
+
+    def _record_at(self, physical_offset: int) -> bytes:
+        record = self.store.record_at(physical_offset)
+        if record is None:
+            raise BrokerError(Reason.MESSAGE_NOT_FOUND, f"no message starts at commitlog offset {physical_offset}: the "
+                                                        "id is not one this broker gave, or its message was deleted")
+        return record
+
     def change_invisible_duration(self, group: str, receipt_handle: str, invisible_time_ms: int) -> tuple[str, int]:
         with self.gate:
             return self.pop_service.change_invisible_duration(group, receipt_handle, invisible_time_ms)

@@ -33,6 +33,7 @@ from broker_sim.store import (
     InnerBatch,
     MessageStore,
     PutContext,
+    PutResult,
     QueueType,
     StoredBatch,
     StorePaths,
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 RETRY_PREFIX = fmt.RETRY_TOPIC_PREFIX
 DLQ_PREFIX = fmt.DLQ_TOPIC_PREFIX
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # RocketMQ's: the topic a retried message was first sent to
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"  # RocketMQ's: the id of the message a retry copies
 PROPERTY_POP_CK = "POP_CK"  # the nonce of the pop whose revive stored this copy
 # Properties the store writes itself: a retry or DLQ copy gets its own (an idempotent send's
 # stamp belongs to the send, not to a copy of its message).
@@ -591,6 +593,30 @@ class PopService:
             log.warning("pop revive of %s queue %d offset %d (group %s) into %s failed: %s; trying again later",
                         ck.topic, ck.queue_id, ck.offset, ck.group, target, result.detail or result.status.value)
         return result.ok
+
+    def send_back(self, group: str, record: bytes, delay_level: int, max_reconsume_times: int | None = None,
+                  origin_message_id: str = "") -> tuple[str, PutResult]:
+        """A push consumer's failed message (RocketMQ's CONSUMER_SEND_MSG_BACK): a copy of its
+        stored ``record`` into the group's retry topic ``%RETRY%{group}`` with one more
+        reconsume, delayed by ``delay_level`` (0: level 3 + its reconsumes, as RocketMQ), or into
+        its DLQ once it was reconsumed ``max_reconsume_times`` (None: the config's) or when
+        ``delay_level`` is negative. Returns the topic it went to and the put's result."""
+        self._check_group(group)
+        message = fmt.decode_record(record)
+        limit = self.config.max_reconsume_times if max_reconsume_times is None else max_reconsume_times
+        properties = {k: v for k, v in message.properties.items() if k not in _SYSTEM_PROPERTIES}
+        properties.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
+        properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin_message_id or properties.get("UNIQ_KEY", ""))
+        properties.pop(fmt.PROPERTY_DELAY_TIME_LEVEL, None)
+        if message.reconsume_times >= limit or delay_level < 0:
+            target = self._ensure_topic(dlq_topic(group), QueueType.SIMPLE_CQ)
+        else:
+            target = self._ensure_topic(f"{RETRY_PREFIX}{group}", QueueType.SIMPLE_CQ)
+            properties[fmt.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level or 3 + message.reconsume_times)
+        context = PutContext(message.born_timestamp, message.born_host, reconsume_times=message.reconsume_times + 1,
+                             stored_before=True)
+        return target, self.store.put_message(target, 0, bytes(message.body), properties=properties,
+                                              flag=message.flag, sys_flag=message.sys_flag, context=context)
 
     def _settle_revives(self) -> None:
         """After a crash in a revive: a marker whose copy is stored is done; any other gets its

@@ -81,6 +81,8 @@ class BrokerRequests:
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch,
@@ -192,6 +194,17 @@ class BrokerRequests:
 
         return self.core.pull(pull.topic, pull.queue_id, pull.offset, pull.max_messages, MAX_PULL_BYTES,
                               pull.tags, answer)
+
+    def send_back(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        fields = Fields(request)
+        limit = fields.integer("maxReconsumeTimes", -1)
+        self.core.send_back(fields.text("group"), fields.integer("offset"), fields.integer("delayLevel", 0),
+                            None if limit < 0 else limit, fields.text("originMsgId", ""))
+        return request.response(ResponseCode.SUCCESS)
+
+    def view_message(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """A message by its offsetMsgId, which the client decodes into this commitlog offset."""
+        return request.response(ResponseCode.SUCCESS, body=self.core.message_at(Fields(request).integer("offset")))
 
     # --- offsets ---------------------------------------------------------------------------
 

@@ -515,6 +515,23 @@ class MessageStore:
         return LogPositions(self.commitlog.min_offset, self.commitlog.max_offset, self.commitlog.flushed_offset,
                             self.dispatcher.position)
 
+    def record_at(self, physical_offset: int) -> bytes | None:
+        """A copy of the stored record starting at commitlog position ``physical_offset``,
+        checked whole (its CRCs); None when no intact record starts there (not a record's
+        start, not stored, deleted with its segment, or damaged). Message ids name positions."""
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        segment = self.commitlog.segment_at(physical_offset)
+        end = self.commitlog.max_offset  # below it every record is whole
+        if segment is None or physical_offset >= end:
+            return None
+        pos = physical_offset - segment.start
+        limit = min(segment.size, end - segment.start)
+        check, size, _why = fmt.check_record(segment.view, pos, limit)
+        if check is not fmt.Check.OK:
+            return None
+        return bytes(segment.view[pos:pos + size])
+
     def record_headers(self, start: int):
         """(position, header fields) of every record from commitlog position ``start`` on."""
         return self.commitlog.headers(start)

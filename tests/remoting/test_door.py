@@ -473,3 +473,43 @@ def test_a_broker_that_stops_registering_drops_out_of_routes():
     now[0] = 121_000
     assert table.route("t") is None
     assert table.cluster_info()["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+
+
+# --- consumer send-back, message by id -----------------------------------------------------
+
+def offset_of(msg_id: str) -> int:
+    """The commitlog offset an offsetMsgId names (its last 16 hex digits)."""
+    return int(msg_id[-16:], 16)
+
+
+def test_a_message_is_viewed_by_its_offset_message_id(broker, conn):
+    topic = new_topic(broker, "viewed")
+    sent = send(conn, topic, b"look at me", tags="T")
+    answer = conn.invoke(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset_of(sent.ext_fields["msgId"])})
+    assert answer.code == ResponseCode.SUCCESS
+    [(viewed_topic, _o, _f, props, body)] = records(answer.body)
+    assert (viewed_topic, body, props["TAGS"]) == (topic, b"look at me", "T")
+    missing = conn.invoke(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset_of(sent.ext_fields["msgId"]) + 1})
+    assert missing.code == ResponseCode.SYSTEM_ERROR
+    assert "no message starts at" in missing.remark
+
+
+def send_back(conn, msg_id: str, group: str, delay_level: int = 0, max_reconsume: int = 16):
+    return conn.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "offset": offset_of(msg_id), "group": group, "delayLevel": delay_level, "originMsgId": "origin-1",
+        "originTopic": "x", "unitMode": "false", "maxReconsumeTimes": max_reconsume})
+
+
+def test_a_failed_message_goes_back_through_the_retry_topic_then_the_dlq(broker, conn):
+    topic = new_topic(broker, "sent-back")
+    sent = send(conn, topic, b"fail me", tags="T", properties={"color": "red"})
+    assert send_back(conn, sent.ext_fields["msgId"], "back-group").code == ResponseCode.SUCCESS
+    [(retry_topic, _o, _f, props, body)] = records(fetch(conn, "%RETRY%back-group", 0, 0).body)
+    assert (retry_topic, body) == ("%RETRY%back-group", b"fail me")
+    assert (props["RETRY_TOPIC"], props["ORIGIN_MESSAGE_ID"], props["color"], props["TAGS"]) == (
+        topic, "origin-1", "red", "T")
+    assert props["DELAY"] == "3"  # level 3 + reconsume times, RocketMQ's first retry delay
+    last = send(conn, topic, b"give up", properties={})
+    assert send_back(conn, last.ext_fields["msgId"], "back-group", max_reconsume=0).code == ResponseCode.SUCCESS
+    [(dlq, *_rest)] = records(fetch(conn, "%DLQ%back-group", 0, 0).body)
+    assert dlq == "%DLQ%back-group"
