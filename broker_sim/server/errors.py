@@ -51,6 +51,8 @@ TRANSACTION_INCOMPLETE     FAILED_PRECONDITION  a commit whose transaction holds
                                                 nothing was committed
 GROUP_NOT_FOUND            NOT_FOUND            an ack or change of invisible time for a group
                                                 that never popped on this broker
+MESSAGE_NOT_FOUND          NOT_FOUND            a message id naming no stored message (remoting:
+                                                view by id, a consumer's send-back)
 RECEIPT_HANDLE_INVALID     INVALID_ARGUMENT     a receipt handle this broker did not issue
                                                 (forged, damaged) or issued to another group
 RECEIPT_HANDLE_EXPIRED     FAILED_PRECONDITION  ChangeInvisibleDuration on a handle whose message
