@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from broker_sim.pop import PopConfig, PopService, ReviveService
+from broker_sim.schedule import ScheduleService
 from broker_sim.store import (
     DEFAULT_FLUSH_INTERVAL_MS,
     ConsumerOffsetTable,
@@ -132,6 +133,7 @@ class CoreOptions:
     pop: PopConfig | None = None
     pop_now_ms: Callable[[], int] = wall_clock_ms
     payload_check: Callable | None = None  # MessageStore's payload_check
+    schedule_now_ms: Callable[[], int] = wall_clock_ms
 
 
 class BrokerCore:
@@ -139,8 +141,9 @@ class BrokerCore:
     together by ``open`` (recovery runs there) and closed together by ``close``."""
 
     def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, transactions: TransactionService,
-                 pop: PopService, revive: ReviveService):
+                 pop: PopService, revive: ReviveService, schedule: ScheduleService):
         self.store = store
+        self.schedule = schedule
         self.offsets = offsets
         self.transactions = transactions
         self.pop_service = pop
@@ -172,8 +175,11 @@ class BrokerCore:
             opened.callback(pop.close)
             revive = ReviveService(pop)
             revive.start()
+            opened.callback(revive.stop)
+            schedule = ScheduleService(store, store.paths, now_ms=options.schedule_now_ms)
+            schedule.start()
             opened.pop_all()
-        return cls(store, offsets, transactions, pop, revive)
+        return cls(store, offsets, transactions, pop, revive, schedule)
 
     def stop_waiting(self) -> None:
         """Long-polling pops answer now (the broker is stopping)."""
@@ -186,7 +192,8 @@ class BrokerCore:
         if not self.gate.close(drain_timeout_s):
             log.warning("calls still inside the store after %.0f s; closing it anyway", drain_timeout_s)
         try:
-            for name, close in (("pop revive", self._revive.stop), ("pop", self.pop_service.close),
+            for name, close in (("delayed messages", self.schedule.close), ("pop revive", self._revive.stop),
+                                ("pop", self.pop_service.close),
                                 ("transactions", self.transactions.close), ("offsets", self.offsets.close)):
                 try:
                     close()
@@ -299,19 +306,43 @@ class BrokerCore:
     # --- sends -----------------------------------------------------------------------------
 
     def send(self, request: sends.SendRequest) -> sends.SendOutcome:
-        """Store a send (prepared under its transaction, if it names one); refusals raise."""
+        """Store a send (prepared under its transaction, if it names one; held until its time,
+        if it asks for a delay: the answer then gives the offset in the schedule queue, as
+        RocketMQ's does); refusals raise."""
         sends.check_send(request)
+        stored = self._delayed(request) if sends.asks_delay(request) else request
         with self.gate:
             # A prepared send is checked as a plain one, then kept aside by the transaction service.
-            target = self.transactions.prepared(request.transaction_id) if request.transaction_id else self.store
-            result = sends.put(target, request)
+            target = self.transactions.prepared(stored.transaction_id) if stored.transaction_id else self.store
+            result = sends.put(target, stored)
         if not result.ok:
             raise from_put(result)
         if not result.duplicate:
             self.counters.add(put=result.count)
-        ids = sends.message_ids(request, result, self.store.config.store_host_bytes)
-        return sends.SendOutcome(result.queue_id, result.queue_offset, result.count, ids, result.store_timestamp,
-                                 result.duplicate)
+        ids = sends.message_ids(stored, result, self.store.config.store_host_bytes)
+        if stored is not request:
+            self.schedule.wake()
+        return sends.SendOutcome(request.queue_id if stored is not request else result.queue_id, result.queue_offset,
+                                 result.count, ids, result.store_timestamp, result.duplicate)
+
+    def _delayed(self, request: sends.SendRequest) -> sends.SendRequest:
+        """A delayed send as it is stored: into the schedule topic until its time (the request
+        itself when its time has come already)."""
+        if request.transaction_id or not isinstance(request.content, sends.SingleSend):
+            raise invalid("a delay (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) is for single messages: "
+                          "batches and transactional messages cannot be delayed; send them without it")
+        with self.gate:
+            config = self.topic(request.topic)  # checked now: the delivery comes too late to refuse
+            _check_queue(config, request.queue_id)
+            try:
+                diverted = self.schedule.divert(request.topic, request.queue_id, request.content.properties)
+            except ValueError as bad:
+                raise invalid(f"the message's delay: {bad}") from None
+        if diverted is None:
+            return request
+        topic, queue_id, properties = diverted
+        return dataclasses.replace(request, topic=topic, queue_id=queue_id,
+                                   content=dataclasses.replace(request.content, properties=properties))
 
     # --- range reads -----------------------------------------------------------------------
 

@@ -91,6 +91,15 @@ class SendOutcome:
     duplicate: bool
 
 
+_DELAY_PROPERTIES = (fmt.PROPERTY_DELAY_TIME_LEVEL, *fmt.PROPERTY_TIMER_PROPERTIES)
+
+
+def asks_delay(request: SendRequest) -> bool:
+    """Whether the send's properties ask for a delay (a few dict lookups: every send pays them)."""
+    properties = request.content.properties if not isinstance(request.content, EarlyBatchSend) else None
+    return bool(properties) and any(name in properties for name in _DELAY_PROPERTIES)
+
+
 def check_send(request: SendRequest) -> None:
     """Refuse what no store call would make sense of: empty names, negative times, counts that
     cannot be right."""

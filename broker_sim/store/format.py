@@ -55,6 +55,7 @@ CRC_DIGITS = 10
 # The CRC property is always the last one: prefix, 10 digits, separator.
 CRC_RESERVED_BYTES = len(CRC_PROPERTY_PREFIX) + CRC_DIGITS + 1
 
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # RocketMQ's: delayed messages wait here
 RETRY_TOPIC_PREFIX = "%RETRY%"
 DLQ_TOPIC_PREFIX = "%DLQ%"
 BATCH_CODECS = ("rmq", "arrow")

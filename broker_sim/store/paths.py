@@ -10,6 +10,7 @@ Data directory::
     config/topics.json                topic table snapshot
     config/topics.journal             topic changes since the snapshot
     config/consumerOffset.json        consumer group offsets
+    config/delayOffset.json           how far delayed messages were delivered
     commitlog/{20-digit start}
     consumequeue/{topic}/{queueId}/{20-digit start}        SimpleCQ
     batchconsumequeue/{topic}/{queueId}/{20-digit start}   BatchCQ
@@ -73,6 +74,10 @@ class StorePaths:
     @property
     def consumer_offsets(self) -> Path:
         return self.config / "consumerOffset.json"
+
+    @property
+    def delay_offsets(self) -> Path:
+        return self.config / "delayOffset.json"
 
     @property
     def commitlog(self) -> Path:

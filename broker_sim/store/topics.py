@@ -75,6 +75,9 @@ def system_topic_problem(name: str, action: str) -> str | None:
     """Why a client may not ``action`` ("create", "delete") topic ``name``, or None: retry and
     DLQ topics belong to pop, which makes them on first use; one a client made or removed would
     take a group's retries or lose its dead letters."""
+    if name == fmt.SCHEDULE_TOPIC:
+        return (f"cannot {action} topic {echo(name)}: it holds delayed messages until their time, and the broker "
+                "makes and keeps it; name your topic otherwise")
     if name.startswith((fmt.RETRY_TOPIC_PREFIX, fmt.DLQ_TOPIC_PREFIX)):
         return (f"cannot {action} topic {echo(name)}: names starting with {fmt.RETRY_TOPIC_PREFIX} or "
                 f"{fmt.DLQ_TOPIC_PREFIX} are pop's retry and dead letter topics, which the broker makes and keeps; "

@@ -513,3 +513,15 @@ def test_a_failed_message_goes_back_through_the_retry_topic_then_the_dlq(broker,
     assert send_back(conn, last.ext_fields["msgId"], "back-group", max_reconsume=0).code == ResponseCode.SUCCESS
     [(dlq, *_rest)] = records(fetch(conn, "%DLQ%back-group", 0, 0).body)
     assert dlq == "%DLQ%back-group"
+
+
+def test_a_delayed_message_is_invisible_until_its_level_s_time(broker, conn):
+    topic = new_topic(broker, "delayed")
+    sent_at = time.monotonic()
+    answer = send(conn, topic, b"a second later", properties={"DELAY": "1"})
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    got = fetch(conn, topic, 0, 0)  # waits, suspended, until the delivery arrives
+    assert time.monotonic() - sent_at >= 0.9
+    [(_t, _o, _f, props, body)] = records(got.body)
+    assert body == b"a second later"
+    assert "DELAY" not in props and "REAL_TOPIC" not in props
