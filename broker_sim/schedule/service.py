@@ -73,10 +73,12 @@ class ScheduleService:
         self._levels, self._timer_below, self._timer_done = self._load()
         self._timer_heap: list[tuple[int, int]] = []  # (due ms, offset) of queue 18 not yet delivered
         self._timer_seen = self._timer_below  # queue 18 is read up to here
+        self._wanted = 0  # the commitlog position of the latest delayed send, until it is indexed
         self._thread = ServiceThread("rmq-schedule", _IDLE_S, self._run_once, task="delivering delayed messages",
                                      retry_s=1.0)
 
     def start(self) -> None:
+        self.store.add_arrival_listener(self._indexed)
         self._thread.start()
 
     def close(self) -> None:
@@ -112,8 +114,15 @@ class ScheduleService:
         return SCHEDULE_TOPIC, queue, held
 
     def wake(self) -> None:
-        """A delayed message was stored: its due time may come before the current sleep ends."""
-        self._thread.wake()
+        """A delayed message was stored: its due time may come before the current sleep ends.
+        The thread looks once the message is indexed (readable)."""
+        self._wanted = max(self._wanted, self.store.log_positions().max_offset)
+
+    def _indexed(self) -> None:
+        """The store's arrival listener (the dispatcher's thread): wake when what was wanted is readable."""
+        if self._wanted and self.store.indexed_position >= self._wanted:
+            self._wanted = 0
+            self._thread.wake()
 
     # --- delivery --------------------------------------------------------------------------
 
