@@ -106,7 +106,8 @@ class BrokerRequests:
     # --- sends -----------------------------------------------------------------------------
 
     def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        return self._send(request, connection, Fields(request), batch=False)
+        fields = Fields(request)  # the C++ client sends its batches with this code and batch=1
+        return self._send(request, connection, fields, batch=fields.flag("batch"))
 
     def send_v2(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         fields = Fields(request, SEND_V2_NAMES)

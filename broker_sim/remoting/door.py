@@ -56,8 +56,11 @@ class RemotingOptions:
 
 
 class RemotingDoor:
-    def __init__(self, core: BrokerCore, host: str, advertised_ip: str, options: RemotingOptions):
-        self.core = core
+    """The door of ``core`` (given at ``start``; ``bind`` may come before the core opens, so
+    that records name the remoting address as their store host, as RocketMQ's clients expect)."""
+
+    def __init__(self, host: str, advertised_ip: str, options: RemotingOptions):
+        self.core: BrokerCore | None = None
         self.options = options
         self.clients = ClientRegistry()
         self.server = RemotingServer({}, host, options.port)
@@ -70,7 +73,11 @@ class RemotingDoor:
     def address(self) -> str:
         return f"{self._advertised_ip}:{self.server.port}"
 
-    def start(self) -> int:
+    def bind(self) -> int:
+        return self.server.bind()
+
+    def start(self, core: BrokerCore) -> int:
+        self.core = core
         port = self.server.start()
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)

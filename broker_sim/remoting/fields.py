@@ -43,8 +43,9 @@ class Fields:
             raise HeaderFieldError(f"the {self._request()} header's {name} is {value[:40]!r}, not a number") from None
 
     def flag(self, name: str, default: bool = False) -> bool:
+        """A boolean: "true" as Java writes it, "1" as the C++ client does."""
         value = self.values.get(name)
-        return default if value is None else value.lower() == "true"
+        return default if value is None else value.lower() in ("true", "1")
 
     def _request(self) -> str:
         try:

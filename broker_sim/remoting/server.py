@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -104,16 +105,26 @@ class RemotingServer:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=f"{name}-loop", daemon=True)
         self._server: asyncio.AbstractServer | None = None
+        self._socket: socket.socket | None = None
+
+    def bind(self) -> int:
+        """Take the address (before serving: the port is known early); the bound port.
+        Raises OSError when the address cannot be bound."""
+        self._socket = socket.create_server((self.host, self.port), reuse_port=False)
+        self.port = self._socket.getsockname()[1]
+        return self.port
 
     def start(self) -> int:
-        """Listen; the bound port. Raises OSError when the address cannot be bound."""
+        """Serve (binding first unless ``bind`` did); the port."""
+        if self._socket is None:
+            self.bind()
         self._thread.start()
         try:
-            self._server = self.run(self.loop.create_server(lambda: Connection(self), self.host, self.port))
+            self._server = self.run(self.loop.create_server(lambda: Connection(self), sock=self._socket))
         except BaseException:
+            self._socket.close()
             self._stop_loop()
             raise
-        self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
     def run(self, coroutine, timeout: float | None = _STOP_TIMEOUT_S):
@@ -125,6 +136,8 @@ class RemotingServer:
 
     def stop(self) -> None:
         """Stop listening, close every connection, stop the loop and the pool."""
+        if self._server is None and self._socket is not None:
+            self._socket.close()  # bound, never served
         if self._server is not None:
             try:
                 self.run(self._close_all())
@@ -162,6 +175,9 @@ class RemotingServer:
                                      remark=f"the request could not be read: {bad}")
             connection.send(answer)
             return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("from %s: code %d, %s, %d body bytes, %s", connection.remote, request.code, request.ext_fields,
+                      len(request.body), request.serialize_type.name)
         if request.is_response:
             return  # answers to the broker's oneway requests: nothing waits for them
         handler = self.handlers.get(request.code)

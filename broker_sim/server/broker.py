@@ -112,12 +112,15 @@ class Broker:
                     ("grpc.so_reuseport", 0)]))
                 started.callback(loop.close, server)
                 port = self._bind(server)
-                core = BrokerCore.open(self.data_dir, self._core_options(port))
-                started.callback(core.close, _DRAIN_TIMEOUT_S)
-                self._add_doors(server, core)
-                remoting = self._start_remoting(core)
+                remoting = self._bind_remoting()
                 if remoting is not None:
                     started.callback(remoting.stop)
+                # RocketMQ's clients find a message's broker by its store host: the remoting door's.
+                core = BrokerCore.open(self.data_dir, self._core_options(remoting.server.port if remoting else port))
+                started.callback(core.close, _DRAIN_TIMEOUT_S)
+                self._add_doors(server, core)
+                if remoting is not None:
+                    remoting.start(core)
                 loop.run(server.start())
                 started.pop_all()
             self.core, self._server, self._loop, self.port, self.remoting = core, server, loop, port, remoting
@@ -149,13 +152,13 @@ class Broker:
                                          _service_handler(txn_pb2, "Transactions", TransactionsServicer(core)),
                                          _service_handler(pop_pb2, "Pop", PopServicer(core))))
 
-    def _start_remoting(self, core: BrokerCore) -> RemotingDoor | None:
-        """RocketMQ's remoting door (broker and name server) when asked for, over the same core."""
+    def _bind_remoting(self) -> RemotingDoor | None:
+        """RocketMQ's remoting door (broker and name server) when asked for, its port taken."""
         if self.remoting_options is None:
             return None
-        door = RemotingDoor(core, self.host, _store_ip(self.host), self.remoting_options)
+        door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options)
         try:
-            door.start()
+            door.bind()
         except OSError as err:
             raise BindError(f"cannot listen for RocketMQ's remoting protocol on {_host_part(self.host)}:"
                             f"{self.remoting_options.port}: {err.strerror or err}; choose another --remoting-port "
