@@ -67,6 +67,8 @@ class RocketMQCluster:
             "mappedFileSizeCommitLog=134217728", "flushDiskType=ASYNC_FLUSH", "autoCreateTopicEnable=true",
             "autoCreateSubscriptionGroup=true",
             "timerWheelEnable=true",  # pop (the gRPC SimpleConsumer) needs the timer wheel
+            # transactional messages left unknown are checked within seconds, not a minute
+            "transactionCheckInterval=2000", "transactionTimeOut=1000",
         ]) + "\n")
         (self.dir / "proxy.json").write_text(json.dumps({
             "rocketMQClusterName": CLUSTER, "namesrvAddr": self.namesrv_addr, "grpcServerPort": self.grpc_port,
@@ -135,6 +137,26 @@ def java_pull(namesrv: str, topic: str, expect: int, timeout_s: float = 120) -> 
     """RocketMQ's lite pull consumer over every queue from its start: {"received", "digest"}."""
     return _harness("pull", "--namesrv", namesrv, "--topic", topic, "--expect", str(expect), "--timeout-s",
                     str(timeout_s), timeout_s=timeout_s + 60)
+
+
+def java_push(namesrv: str, topic: str, group: str, messages: int, orderly: bool = False,
+              timeout_s: float = 90) -> dict:
+    """RocketMQ's push consumer (clustering) after N sends; message 3 fails once when not
+    orderly: {"received", "distinct", "retried", "in_order", "digest"}."""
+    return _harness("push", "--namesrv", namesrv, "--topic", topic, "--group", group, "--messages", str(messages),
+                    "--orderly", str(orderly).lower(), "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60)
+
+
+def java_transaction(namesrv: str, topic: str, timeout_s: float = 90) -> dict:
+    """TransactionMQProducer: commit, rollback, and an UNKNOW the check commits:
+    {"states", "visible", "checked"}."""
+    return _harness("transaction", "--namesrv", namesrv, "--topic", topic, "--timeout-s", str(timeout_s),
+                    timeout_s=timeout_s + 60)
+
+
+def java_sends(namesrv: str, topic: str) -> dict:
+    """Sends of several kinds, then what a lite pull, the admin's offsets and a view by id see."""
+    return _harness("sends", "--namesrv", namesrv, "--topic", topic, timeout_s=120)
 
 
 def grpc_produce(endpoint: str, topic: str, messages: int, body_bytes: int = 1024) -> dict:

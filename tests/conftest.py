@@ -36,6 +36,12 @@ def require_peers(*groups: str) -> None:
         pytest.skip(str(missing))
 
 
+@pytest.fixture
+def require_java_peers():
+    """RocketMQ's Java clients and the harness that drives them (`make peers`)."""
+    require_peers("clients")
+
+
 @pytest.fixture(scope="session")
 def kafka():
     require_peers("kafka")

@@ -49,5 +49,7 @@ class RocketMQTarget:
 @contextlib.contextmanager
 def broker_sim_target(data_dir: Path, *extra_args: str):
     port = free_port()
-    with broker_process(data_dir, "--remoting-port", str(port), *extra_args) as (endpoint, process):
+    # transactions left unknown are checked within seconds, as the real broker is configured
+    with broker_process(data_dir, "--remoting-port", str(port), "--transaction-check-interval-ms", "2000",
+                        *extra_args) as (endpoint, process):
         yield BrokerSimTarget(endpoint, port, process)

@@ -39,6 +39,16 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *              DefaultLitePullConsumer: every queue from its beginning until N messages.
  * grpc-produce --endpoint H:P --topic T --messages N [--body-bytes B]   (rocketmq-client-java)
  * grpc-consume --endpoint H:P --topic T --group G --expect N [--timeout-s S]   (SimpleConsumer)
+ * push         --namesrv H:P --topic T --group G --messages N [--orderly true] [--timeout-s S]
+ *              DefaultMQProducer sends N, then DefaultMQPushConsumer (clustering) receives them;
+ *              message 3 fails once (RECONSUME_LATER, concurrently: back through the retry topic).
+ * transaction  --namesrv H:P --topic T [--timeout-s S]
+ *              TransactionMQProducer: one commit, one rollback, one UNKNOW that the check commits;
+ *              then a lite pull reads what became visible.
+ * sends        --namesrv H:P --topic T
+ *              sync, oneway, to a chosen queue, a batch, with tags / keys / a property; then
+ *              what a lite pull of each queue returns, min / max offsets, offsets by time, a
+ *              committed offset read back, the message viewed by id.
  */
 public final class Harness {
     public static void main(String[] argv) throws Exception {
@@ -48,6 +58,9 @@ public final class Harness {
             case "pull" -> pull(a);
             case "grpc-produce" -> grpcProduce(a);
             case "grpc-consume" -> grpcConsume(a);
+            case "push" -> push(a);
+            case "transaction" -> transaction(a);
+            case "sends" -> sends(a);
             default -> throw new IllegalArgumentException("unknown command " + argv[0]);
         }
         System.exit(0);  // the clients' non-daemon threads would keep the JVM alive
@@ -145,6 +158,175 @@ public final class Harness {
         consumer.shutdown();
         System.out.printf("{\"received\": %d, \"queues\": %d, \"digest\": \"%s\"}%n", bodies.size(), queues.size(),
                 digest(bodies));
+    }
+
+    static DefaultMQProducer producer(Map<String, String> a, String group) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer(group);
+        producer.setNamesrvAddr(a.get("namesrv"));
+        producer.setSendMsgTimeout(30_000);
+        producer.start();
+        return producer;
+    }
+
+    static void push(Map<String, String> a) throws Exception {
+        String topic = a.get("topic");
+        int messages = Integer.parseInt(a.get("messages"));
+        boolean orderly = Boolean.parseBoolean(a.getOrDefault("orderly", "false"));
+        long timeoutMs = (long) (Double.parseDouble(a.getOrDefault("timeout-s", "90")) * 1000);
+        DefaultMQProducer producer = producer(a, a.get("group") + "-producer");
+        for (int i = 0; i < messages; i++) {
+            Message message = new Message(topic, "TagA", body(i, 16));
+            if (orderly) {
+                producer.send(message, (queues, msg, arg) -> queues.get(0), null);
+            } else {
+                producer.send(message);
+            }
+        }
+        producer.shutdown();
+        List<String> received = java.util.Collections.synchronizedList(new ArrayList<>());
+        AtomicLong retried = new AtomicLong();
+        org.apache.rocketmq.client.consumer.DefaultMQPushConsumer consumer =
+                new org.apache.rocketmq.client.consumer.DefaultMQPushConsumer(a.get("group"));
+        consumer.setNamesrvAddr(a.get("namesrv"));
+        consumer.setConsumeFromWhere(org.apache.rocketmq.common.consumer.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setPollNameServerInterval(1000);
+        consumer.subscribe(topic, "*");
+        if (orderly) {
+            consumer.registerMessageListener((org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly)
+                    (msgs, context) -> {
+                        for (MessageExt m : msgs) received.add(new String(m.getBody(), StandardCharsets.UTF_8));
+                        return org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus.SUCCESS;
+                    });
+        } else {
+            consumer.registerMessageListener((org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently)
+                    (msgs, context) -> {
+                        for (MessageExt m : msgs) {
+                            String text = new String(m.getBody(), StandardCharsets.UTF_8);
+                            if (text.startsWith("m-3x") && m.getReconsumeTimes() == 0) {
+                                return org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                            }
+                            if (m.getReconsumeTimes() > 0) retried.incrementAndGet();
+                            received.add(text);
+                        }
+                        return org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                    });
+        }
+        consumer.start();
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        while (received.size() < messages && System.currentTimeMillis() < deadline) Thread.sleep(100);
+        Thread.sleep(500);
+        consumer.shutdown();
+        List<String> copy = new ArrayList<>(received);
+        boolean inOrder = true;
+        for (int i = 1; i < copy.size(); i++) {
+            inOrder &= Integer.parseInt(copy.get(i).replaceAll("^m-(\\d+).*", "$1"))
+                    > Integer.parseInt(copy.get(i - 1).replaceAll("^m-(\\d+).*", "$1"));
+        }
+        System.out.printf("{\"received\": %d, \"distinct\": %d, \"retried\": %d, \"in_order\": %b, \"digest\": \"%s\"}%n",
+                copy.size(), new java.util.HashSet<>(copy).size(), retried.get(), inOrder, digest(copy));
+    }
+
+    static void transaction(Map<String, String> a) throws Exception {
+        String topic = a.get("topic");
+        long timeoutMs = (long) (Double.parseDouble(a.getOrDefault("timeout-s", "90")) * 1000);
+        AtomicLong checks = new AtomicLong();
+        org.apache.rocketmq.client.producer.TransactionMQProducer producer =
+                new org.apache.rocketmq.client.producer.TransactionMQProducer("harness-tx-" + topic);
+        producer.setNamesrvAddr(a.get("namesrv"));
+        producer.setTransactionListener(new org.apache.rocketmq.client.producer.TransactionListener() {
+            public org.apache.rocketmq.client.producer.LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                return switch (new String(msg.getBody(), StandardCharsets.UTF_8)) {
+                    case "commit" -> org.apache.rocketmq.client.producer.LocalTransactionState.COMMIT_MESSAGE;
+                    case "rollback" -> org.apache.rocketmq.client.producer.LocalTransactionState.ROLLBACK_MESSAGE;
+                    default -> org.apache.rocketmq.client.producer.LocalTransactionState.UNKNOW;
+                };
+            }
+            public org.apache.rocketmq.client.producer.LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                checks.incrementAndGet();
+                return org.apache.rocketmq.client.producer.LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        producer.start();
+        List<String> states = new ArrayList<>();
+        for (String body : new String[] {"commit", "rollback", "unknown"}) {
+            states.add(producer.sendMessageInTransaction(new Message(topic, body.getBytes(StandardCharsets.UTF_8)), null)
+                    .getLocalTransactionState().name());
+        }
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer("harness-tx-pull-" + topic);
+        consumer.setNamesrvAddr(a.get("namesrv"));
+        consumer.start();
+        Collection<MessageQueue> queues = consumer.fetchMessageQueues(topic);
+        consumer.assign(queues);
+        for (MessageQueue queue : queues) consumer.seekToBegin(queue);
+        List<String> visible = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        while (visible.size() < 2 && System.currentTimeMillis() < deadline) {
+            for (MessageExt m : consumer.poll(500)) visible.add(new String(m.getBody(), StandardCharsets.UTF_8));
+        }
+        for (int i = 0; i < 4; i++) {  // nothing more comes (the rollback stays invisible)
+            for (MessageExt m : consumer.poll(500)) visible.add(new String(m.getBody(), StandardCharsets.UTF_8));
+        }
+        consumer.shutdown();
+        producer.shutdown();
+        java.util.Collections.sort(visible);
+        System.out.printf("{\"states\": \"%s\", \"visible\": \"%s\", \"checked\": %b}%n",
+                String.join(",", states), String.join(",", visible), checks.get() > 0);
+    }
+
+    static void sends(Map<String, String> a) throws Exception {
+        String topic = a.get("topic");
+        DefaultMQProducer producer = producer(a, "harness-sends-" + topic);
+        long before = System.currentTimeMillis() - 1;
+        List<String> out = new ArrayList<>();
+        Message sync = new Message(topic, "TagA", "k1 k2", "sync".getBytes(StandardCharsets.UTF_8));
+        sync.putUserProperty("color", "red");
+        SendResult syncResult = producer.send(sync, new MessageQueue(topic, producer.fetchPublishMessageQueues(topic)
+                .get(0).getBrokerName(), 0));
+        out.add("\"sync\": {\"status\": \"" + syncResult.getSendStatus() + "\", \"queue\": "
+                + syncResult.getMessageQueue().getQueueId() + ", \"offset\": " + syncResult.getQueueOffset() + "}");
+        producer.sendOneway(new Message(topic, "TagB", "oneway".getBytes(StandardCharsets.UTF_8)),
+                new MessageQueue(topic, syncResult.getMessageQueue().getBrokerName(), 1));
+        List<Message> batch = new ArrayList<>();
+        for (int i = 0; i < 3; i++) batch.add(new Message(topic, "TagC", ("batch-" + i).getBytes(StandardCharsets.UTF_8)));
+        SendResult batchResult = producer.send(batch, new MessageQueue(topic, syncResult.getMessageQueue().getBrokerName(), 1));
+        out.add("\"batch\": {\"status\": \"" + batchResult.getSendStatus() + "\", \"offset\": "
+                + batchResult.getQueueOffset() + "}");
+        org.apache.rocketmq.tools.admin.DefaultMQAdminExt admin = new org.apache.rocketmq.tools.admin.DefaultMQAdminExt();
+        admin.setNamesrvAddr(a.get("namesrv"));
+        admin.start();
+        MessageExt viewed = admin.viewMessage(topic, syncResult.getOffsetMsgId());
+        out.add("\"viewed\": {\"body\": \"" + new String(viewed.getBody(), StandardCharsets.UTF_8) + "\", \"tags\": \""
+                + viewed.getTags() + "\", \"keys\": \"" + viewed.getKeys() + "\", \"color\": \""
+                + viewed.getUserProperty("color") + "\"}");
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer("harness-sends-pull-" + topic);
+        consumer.setNamesrvAddr(a.get("namesrv"));
+        consumer.setAutoCommit(false);
+        consumer.start();
+        List<MessageQueue> queues = new ArrayList<>(consumer.fetchMessageQueues(topic));
+        queues.sort(java.util.Comparator.comparingInt(MessageQueue::getQueueId));
+        consumer.assign(queues);
+        List<String> pulled = new ArrayList<>();
+        for (MessageQueue queue : queues) consumer.seek(queue, 0);
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (pulled.size() < 5 && System.currentTimeMillis() < deadline) {
+            for (MessageExt m : consumer.poll(500)) {
+                pulled.add("\"" + m.getQueueId() + "/" + m.getQueueOffset() + "/" + m.getTags() + "/"
+                        + new String(m.getBody(), StandardCharsets.UTF_8) + "\"");
+            }
+        }
+        java.util.Collections.sort(pulled);
+        out.add("\"pulled\": [" + String.join(", ", pulled) + "]");
+        MessageQueue q1 = queues.get(1);
+        out.add("\"q1\": {\"min\": " + admin.minOffset(q1) + ", \"max\": " + admin.maxOffset(q1)
+                + ", \"by_time_before\": " + admin.searchOffset(q1, before)
+                + ", \"by_time_after\": " + admin.searchOffset(q1, System.currentTimeMillis() + 60_000) + "}");
+        consumer.seek(q1, 2);
+        consumer.commit(java.util.Map.of(q1, 2L), true);
+        out.add("\"committed\": " + consumer.committed(q1));
+        consumer.shutdown();
+        admin.shutdown();
+        producer.shutdown();
+        System.out.println("{" + String.join(", ", out) + "}");
     }
 
     static void grpcProduce(Map<String, String> a) throws Exception {
