@@ -68,7 +68,7 @@ class RocketMQCluster:
             "autoCreateSubscriptionGroup=true",
             "timerWheelEnable=true",  # pop (the gRPC SimpleConsumer) needs the timer wheel
             # transactional messages left unknown are checked within seconds, not a minute
-            "transactionCheckInterval=2000", "transactionTimeOut=1000",
+            "transactionCheckInterval=2000", "transactionTimeOut=3000",
         ]) + "\n")
         (self.dir / "proxy.json").write_text(json.dumps({
             "rocketMQClusterName": CLUSTER, "namesrvAddr": self.namesrv_addr, "grpcServerPort": self.grpc_port,

@@ -242,8 +242,10 @@ public final class Harness {
                 };
             }
             public org.apache.rocketmq.client.producer.LocalTransactionState checkLocalTransaction(MessageExt msg) {
-                checks.incrementAndGet();
-                return org.apache.rocketmq.client.producer.LocalTransactionState.COMMIT_MESSAGE;
+                checks.incrementAndGet();  // the local transaction's state now: only "unknown" was undecided
+                return "rollback".equals(new String(msg.getBody(), StandardCharsets.UTF_8))
+                        ? org.apache.rocketmq.client.producer.LocalTransactionState.ROLLBACK_MESSAGE
+                        : org.apache.rocketmq.client.producer.LocalTransactionState.COMMIT_MESSAGE;
             }
         });
         producer.start();
