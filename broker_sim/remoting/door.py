@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 import orjson
@@ -21,6 +22,7 @@ from .server import Handler, RemotingServer
 from .transactions import TransactionRequests
 
 log = logging.getLogger(__name__)
+_TOPIC_CHANGE_CHECK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,20 @@ class RemotingDoor:
     # --- registration with other name servers ----------------------------------------------
 
     def _register_loop(self) -> None:
+        """Register every interval, and at once when this broker's topics change (RocketMQ's
+        brokers register again after a topic is created or deleted)."""
+        registered, last = None, 0.0
         while not self._stop.is_set():
-            for address in self.options.name_servers:
-                self._register(address)
-            self._stop.wait(self.options.register_interval_ms / 1000)
+            topics = self.routes.local.registered_topics()
+            if topics != registered or time.monotonic() - last >= self.options.register_interval_ms / 1000:
+                for address in self.options.name_servers:
+                    self._register(address, topics)
+                registered, last = topics, time.monotonic()
+            self._stop.wait(_TOPIC_CHANGE_CHECK_S)
 
-    def _register(self, address: str) -> None:
+    def _register(self, address: str, topics: dict) -> None:
         body = orjson.dumps({"topicConfigSerializeWrapper": {
-            "topicConfigTable": self.routes.local.registered_topics(),
+            "topicConfigTable": topics,
             "dataVersion": {"timestamp": 0, "counter": 0}}, "filterServerList": []})
         try:
             with RemotingConnection(address, timeout_s=3) as connection:

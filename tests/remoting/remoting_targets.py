@@ -5,11 +5,15 @@ name-server address and creates topics and groups its own way; a scenario sees o
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
+
+import orjson
 
 from broker_sim.testing import broker_process
 from peers.process import free_port
 from rmq_spark import Admin
+from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 
 
 class BrokerSimTarget:
@@ -30,6 +34,33 @@ class BrokerSimTarget:
         """Groups need no creation on broker_sim (as with autoCreateSubscriptionGroup)."""
 
 
+class ClusterTarget:
+    """Two broker_sim processes, one cluster: the first is the name server, the second registers
+    with it (--namesrv); every topic has queues on both."""
+
+    kind = "broker_sim_cluster"
+
+    def __init__(self, first: BrokerSimTarget, second: BrokerSimTarget):
+        self.brokers = (first, second)
+        self.namesrv = first.namesrv
+        self.endpoint = first.endpoint
+
+    def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
+        for broker in self.brokers:
+            broker.create_topic(name, queues, batch_cq)
+        with RemotingConnection(self.namesrv) as conn:  # the second broker registers it within a second
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                answer = conn.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": name})
+                if answer.code == ResponseCode.SUCCESS and len(orjson.loads(answer.body)["queueDatas"]) == 2:
+                    return
+                time.sleep(0.1)
+        raise RuntimeError(f"topic {name} did not reach the name server from both brokers in 10 s")
+
+    def create_group(self, name: str) -> None:
+        """Groups need no creation on broker_sim."""
+
+
 class RocketMQTarget:
     """The real broker of the session's RocketMQCluster (peers/rocketmq.py)."""
 
@@ -44,6 +75,13 @@ class RocketMQTarget:
 
     def create_group(self, name: str) -> None:
         self.cluster.create_group(name)
+
+
+@contextlib.contextmanager
+def cluster_target(data_dir: Path):
+    with broker_sim_target(data_dir / "a") as first:
+        with broker_sim_target(data_dir / "b", "--broker-name", "broker-b", "--namesrv", first.namesrv) as second:
+            yield ClusterTarget(first, second)
 
 
 @contextlib.contextmanager

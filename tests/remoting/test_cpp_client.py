@@ -44,9 +44,21 @@ def started_producer(target, group: str) -> Producer:
     return producer
 
 
+class QueuePullConsumer(PullConsumer):
+    """The binding's PullConsumer keeps its offsets in one table shared by every instance, keyed
+    by topic and queue id only: two brokers' queue 0 would share an offset. Keyed by broker too."""
+
+    def __init__(self, group: str):
+        super().__init__(group)
+        self.offset_table = {}
+
+    def _get_mq_key(self, mq):
+        return f"{mq.topic}@{mq.brokerName}@{mq.queueId}"
+
+
 def pull_all(target, topic: str, expect: int, timeout_s: float = 30) -> list:
     """Every message of every queue from offset 0, by the C++ PullConsumer."""
-    consumer = PullConsumer(unique("cpp-pull", target))
+    consumer = QueuePullConsumer(unique("cpp-pull", target))
     consumer.set_namesrv_addr(target.namesrv)
     consumer.start()
     got, deadline = [], time.monotonic() + timeout_s
