@@ -48,6 +48,7 @@ from .reads import OffsetRange, RangeCursor, ReadBudget
 
 log = logging.getLogger(__name__)
 
+QUERY_SCAN_BYTES = 256 << 20  # what a query by key reads at most (no key index: it scans)
 MAX_OFFSETS_QUEUES = 16384  # queues per page of offsets, at most (a larger topic travels alone)
 _GROUP_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]{1,255}$")  # RocketMQ's group characters
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -468,6 +469,37 @@ class BrokerCore:
         with self.gate:
             return self._record_at(physical_offset)
 
+    def query_messages(self, topic: str, key: str, max_messages: int, begin_ms: int, end_ms: int,
+                       unique_key: bool = False) -> list[bytes]:
+        """Up to ``max_messages`` stored records of ``topic`` stored between ``begin_ms`` and
+        ``end_ms`` whose KEYS hold ``key`` (``unique_key``: whose UNIQ_KEY is ``key``), most
+        recent first. broker_sim keeps no key index (RocketMQ's IndexFile): each queue is scanned
+        from the first offset stored at ``begin_ms``, at most QUERY_SCAN_BYTES in all."""
+        if not key:
+            raise invalid("the key to query is empty; give the message key (or its unique key)")
+        if max_messages <= 0:
+            raise invalid(f"max messages {max_messages}: ask for 1 or more")
+        wanted = key.encode()
+        found: list[tuple[int, bytes]] = []
+        with self.gate:
+            config = self.topic(topic)
+            budget = QUERY_SCAN_BYTES
+            for queue_id in range(config.queue_count):
+                offset = self.store.offset_for_timestamp(config.name, queue_id, max(0, begin_ms))
+                while budget > 0:
+                    result = self.store.get_messages(config.name, queue_id, offset, max_bytes=min(budget, 4 << 20)) \
+                        if offset < self.store.max_offset(config.name, queue_id) else None
+                    if result is None or not result.batches:
+                        break
+                    for batch in result.batches:
+                        budget -= len(batch.data)
+                        stored_ms = fmt.HEADER.unpack_from(batch.data)[10]
+                        if begin_ms <= stored_ms <= end_ms and _holds_key(batch.data, wanted, unique_key):
+                            found.append((stored_ms, bytes(batch.data)))
+                    offset = result.next_begin_offset
+        found.sort(key=lambda item: item[0], reverse=True)
+        return [record for _ms, record in found[:max_messages]]
+
     def _record_at(self, physical_offset: int) -> bytes:
         record = self.store.record_at(physical_offset)
         if record is None:
@@ -533,6 +565,14 @@ class BrokerCore:
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
         return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
                                                    f"{shown or 'none'}. Create it first, or check the name")
+
+
+def _holds_key(record, key: bytes, unique_key: bool) -> bool:
+    properties = fmt.properties_of(record)
+    if unique_key:
+        return fmt.find_property(properties, b"UNIQ_KEY") == key
+    keys = fmt.find_property(properties, fmt.PROPERTY_KEYS.encode())
+    return keys is not None and key in keys.split(b" ")
 
 
 def parse_tag_filter(expression: str) -> TagFilter | None:

@@ -83,6 +83,7 @@ class BrokerRequests:
             RequestCode.HEART_BEAT: self.heartbeat,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
+            RequestCode.QUERY_MESSAGE: self.query_message,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch,
@@ -206,6 +207,17 @@ class BrokerRequests:
     def view_message(self, request: RemotingCommand, _connection) -> RemotingCommand:
         """A message by its offsetMsgId, which the client decodes into this commitlog offset."""
         return request.response(ResponseCode.SUCCESS, body=self.core.message_at(Fields(request).integer("offset")))
+
+    def query_message(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """Messages by key (mqadmin queryMsgByKey), or by unique key (queryMsgByUniqueKey)."""
+        fields = Fields(request)
+        unique = fields.flag("_UNIQUE_KEY_QUERY")
+        found = self.core.query_messages(fields.text("topic"), fields.text("key"), fields.integer("maxNum"),
+                                         fields.integer("beginTimestamp"), fields.integer("endTimestamp"), unique)
+        if not found:
+            return request.response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+        header = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
+        return request.response(ResponseCode.SUCCESS, ext_fields=header, body=b"".join(found))
 
     # --- offsets ---------------------------------------------------------------------------
 

@@ -148,6 +148,15 @@ def find_property(raw: bytes, name: bytes) -> bytes | None:
         at += 1
 
 
+def properties_of(record) -> bytes:
+    """The encoded properties of a whole record, without decoding the rest."""
+    (body_len,) = struct.unpack_from(">i", record, BODYLEN_AT)
+    at = HEADER.size + body_len
+    at += 1 + record[at]
+    (props_len,) = struct.unpack_from(">h", record, at)
+    return bytes(record[at + 2 : at + 2 + props_len])
+
+
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode (over UTF-16 code units), RocketMQ's tagsCode."""
     h = 0

@@ -525,3 +525,24 @@ def test_a_delayed_message_is_invisible_until_its_level_s_time(broker, conn):
     [(_t, _o, _f, props, body)] = records(got.body)
     assert body == b"a second later"
     assert "DELAY" not in props and "REAL_TOPIC" not in props
+
+
+def test_messages_are_queried_by_key_and_by_unique_key(broker, conn):
+    topic = new_topic(broker, "keyed", 2)
+    send(conn, topic, b"one", keys="order-1 customer-9", queue_id=0)
+    send(conn, topic, b"two", keys="order-2 customer-9", queue_id=1)
+    unique = send(conn, topic, b"three", keys="order-3", properties={"UNIQ_KEY": "ABCDEF0123456789"})
+    fetch(conn, topic, 0, 1)
+
+    def query(key: str, unique_key: bool = False, max_num: int = 32, end: int = 2**62):
+        head = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": 0, "endTimestamp": end}
+        if unique_key:
+            head["_UNIQUE_KEY_QUERY"] = "true"
+        return conn.invoke(RequestCode.QUERY_MESSAGE, head)
+
+    assert sorted(r[4] for r in records(query("customer-9").body)) == [b"one", b"two"]
+    assert len(records(query("customer-9", max_num=1).body)) == 1
+    assert [r[4] for r in records(query("ABCDEF0123456789", unique_key=True).body)] == [b"three"]
+    assert unique.code == ResponseCode.SUCCESS
+    assert query("order-").code == ResponseCode.QUERY_NOT_FOUND  # whole keys only
+    assert query("customer-9", end=1).code == ResponseCode.QUERY_NOT_FOUND  # outside the time range
