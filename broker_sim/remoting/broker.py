@@ -12,6 +12,7 @@ import itertools
 import logging
 import socket
 import struct
+import zlib
 
 import orjson
 
@@ -137,7 +138,9 @@ class BrokerRequests:
                                                            "one at a time")
             transaction_id = properties.get(UNIQ_KEY) or f"{connection.remote}-{request.opaque}"
         if batch:
-            content = self._batch_content(request.body, config, properties, tags)
+            body = _inflated(request.body, self.core.store.config.max_message_bytes) \
+                if sys_flag & fmt.SysFlag.COMPRESSED else request.body  # the C++ client compresses its batches
+            content = self._batch_content(body, config, properties, tags)
         else:
             content = SingleSend(request.body, properties, tags, keys, fields.integer("flag", 0), sys_flag)
         send = SendRequest(topic, queue_id, content, fields.integer("bornTimestamp", 0), born_host(connection),
@@ -426,6 +429,20 @@ def object_keyed_map(entries: list[tuple[dict, dict]]) -> bytes:
     """A map whose keys are objects, as fastjson writes RocketMQ's Map<MessageQueue, ...>
     (``{{"topic":...}:{...}}``, not JSON proper, but what RocketMQ's clients parse)."""
     return b"{" + b",".join(orjson.dumps(key) + b":" + orjson.dumps(value) for key, value in entries) + b"}"
+
+
+def _inflated(body: bytes, max_bytes: int) -> bytes:
+    """A zlib-compressed batch body, inflated to at most ``max_bytes``."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as bad:
+        raise BrokerError(Reason.MESSAGE_ILLEGAL, f"the batch's body is flagged compressed but is not zlib: {bad}") \
+            from None
+    if len(out) > max_bytes:
+        raise BrokerError(Reason.MESSAGE_TOO_LARGE, f"the batch inflates to more than {max_bytes} bytes "
+                                                    "(max_message_bytes): send smaller batches")
+    return out
 
 
 def _json_body(request: RemotingCommand, what: str) -> dict:

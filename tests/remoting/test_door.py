@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import zlib
 
 import orjson
 import pytest
@@ -114,6 +115,16 @@ def test_a_batch_into_a_simplecq_topic_is_unpacked(broker, conn):
     assert len(answer.ext_fields["msgId"].split(",")) == 3
     got = records(fetch(conn, topic, 0, 0).body)
     assert [(o, b) for _t, o, _f, _p, b in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_a_compressed_batch_is_inflated_and_unpacked(broker, conn):
+    topic = new_topic(broker, "inflated")
+    payload = zlib.compress(fmt.encode_message_batch([(b"x" * 3000, {}, 0), (b"y" * 3000, {}, 0)]))
+    answer = send_batch(conn, topic, [], payload=payload, sys_flag=0x1)  # as the C++ client sends batches
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert [b for *_x, b in records(fetch(conn, topic, 0, 0).body)] == [b"x" * 3000, b"y" * 3000]
+    garbage = send_batch(conn, topic, [], payload=b"not zlib at all", sys_flag=0x1)
+    assert garbage.code == ResponseCode.MESSAGE_ILLEGAL
 
 
 def test_a_pull_stops_at_its_message_count_on_whole_records(broker, conn):

@@ -41,12 +41,12 @@ def send(conn: RemotingConnection, topic: str, body: bytes, queue_id: int = 0, t
 
 
 def send_batch(conn: RemotingConnection, topic: str, bodies: list, queue_id: int = 0, uniq: bool = True,
-               payload: bytes | None = None):
+               payload: bytes | None = None, sys_flag: int = 0):
     messages = [(b, {"UNIQ_KEY": uniq_key()}, 0) for b in bodies]
     payload = fmt.encode_message_batch(messages) if payload is None else payload
     props = {"UNIQ_KEY": uniq_key(), "WAIT": "true"} if uniq else {"WAIT": "true"}
     header = {"producerGroup": "g-producer", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
-              "queueId": queue_id, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
+              "queueId": queue_id, "sysFlag": sys_flag, "bornTimestamp": int(time.time() * 1000), "flag": 0,
               "properties": properties_text(props), "reconsumeTimes": 0, "unitMode": "false", "batch": "true"}
     return conn.invoke(RequestCode.SEND_BATCH_MESSAGE, header, payload)
 
