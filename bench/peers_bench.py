@@ -219,7 +219,10 @@ def produce_section(table: Rows, endpoint: str, kafka, rocketmq, messages: int) 
         if rocketmq is None:
             raise Skip("no RocketMQ peer (make peers)")
         try:
-            from rocketmq import ClientConfiguration, Credentials, Message, Producer
+            # From its v5 package: the C++ client (PyPI rocketmq, the tests') installs a rocketmq/__init__.py too.
+            from rocketmq.v5.client import ClientConfiguration, Credentials
+            from rocketmq.v5.model import Message
+            from rocketmq.v5.producer import Producer
         except ImportError:
             raise Skip("rocketmq-python-client is not installed") from None
         rocketmq.create_topic("produced-py", PRODUCER_QUEUES, batch_cq=False)

@@ -64,7 +64,8 @@ class RocketMQCluster:
             f"namesrvAddr={self.namesrv_addr}", "brokerIP1=127.0.0.1", "bindAddress=127.0.0.1",
             f"listenPort={self.broker_port}",
             f"storePathRootDir={self.store_dir}", f"storePathCommitLog={self.store_dir / 'commitlog'}",
-            "mappedFileSizeCommitLog=134217728", "flushDiskType=ASYNC_FLUSH", "autoCreateTopicEnable=true",
+            "mappedFileSizeCommitLog=134217728", "flushDiskType=ASYNC_FLUSH",
+            "autoCreateTopicEnable=false",  # as in production, and as broker_sim: topics are created first
             "autoCreateSubscriptionGroup=true",
             "timerWheelEnable=true",  # pop (the gRPC SimpleConsumer) needs the timer wheel
             # transactional messages left unknown are checked within seconds, not a minute
