@@ -20,6 +20,7 @@ pulls hand out stored bytes at least as fast as ReadRanges.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
@@ -172,7 +173,8 @@ def remoting_pull_all(address: str, topic: str, queues: int) -> tuple[int, float
 def _pull(topic: str, queue: int, offset: int) -> bytes:
     return encode(RemotingCommand(RequestCode.PULL_MESSAGE, queue, 0, {
         "consumerGroup": "bench", "topic": topic, "queueId": str(queue), "queueOffset": str(offset),
-        "maxMsgNums": "1024", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0"}))
+        "maxMsgNums": "1024", "sysFlag": "4", "subscription": "*", "expressionType": "TAG", "commitOffset": "0",
+        "suspendTimeoutMillis": "0", "subVersion": "0"}))
 
 
 def read_ranges_all(endpoint: str, topic: str, queues: int) -> tuple[int, float]:
@@ -186,6 +188,45 @@ def read_ranges_all(endpoint: str, topic: str, queues: int) -> tuple[int, float]
         transport.close()
 
 
+NO_PEER = "no peer (make peers)"
+
+
+@contextlib.contextmanager
+def real_rocketmq(wanted: bool):
+    """The real RocketMQ (name server and broker) when wanted and fetched, else None."""
+    if not wanted:
+        yield None
+        return
+    try:
+        import peers
+        from peers.rocketmq import RocketMQCluster
+
+        peers.jars("rocketmq")
+    except Exception as missing:  # PeersMissing, or no peers package
+        print(f"no real RocketMQ rows: {missing}", flush=True)
+        yield None
+        return
+    with RocketMQCluster() as cluster:
+        yield cluster
+
+
+def peer_broker(peer) -> str:
+    return f"127.0.0.1:{peer.broker_port}"
+
+
+def peer_pulls(peer, topic: str, args) -> float:
+    """MB/s of the real broker's stored records, every queue pulled whole as ours are."""
+    from peers.rocketmq import java_produce
+
+    peer.create_topic(topic, args.queues, batch_cq=True)
+    sent = java_produce(peer.namesrv_addr, topic, args.messages, threads=2)
+    if sent["failed"]:
+        raise RuntimeError(f"filling the real broker failed: {sent['error']}")
+    time.sleep(2)  # its dispatch
+    return max(b / s for b, s in (remoting_pull_all(peer_broker(peer), topic, args.queues)
+                                  for _ in range(args.repeat))) / 1e6
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000)
@@ -194,30 +235,38 @@ def main(argv=None) -> int:
     parser.add_argument("--queues", type=int, default=8)
     parser.add_argument("--sends", type=int, default=5000, help="single sends per row (batched rows: 8x)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each row; the best is reported")
+    parser.add_argument("--no-peer", dest="peer", action="store_false",
+                        help="skip the real RocketMQ rows (they need `make peers`)")
     args = parser.parse_args(argv)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="rmq-remoting-bench-") as data_dir:
+    with tempfile.TemporaryDirectory(prefix="rmq-remoting-bench-") as data_dir, real_rocketmq(args.peer) as peer:
         port = free_port()
         with broker_process(Path(data_dir), "--remoting-port", str(port)) as (endpoint, _process):
             address = f"127.0.0.1:{port}"
             with Admin(endpoint) as admin:
                 admin.create_topic("small", 4, "SimpleCQ")
+                admin.create_topic("sends", 4, "SimpleCQ")
+            if peer is not None:
+                peer.create_topic("small", 4, batch_cq=False)
+                peer.create_topic("sends", 4, batch_cq=False)
             for in_flight in (args.in_flight, 1):
                 count = args.requests if in_flight > 1 else args.requests // 10
                 remoting = max(remoting_requests(address, "small", count, in_flight) for _ in range(args.repeat))
                 grpc = max(grpc_requests(endpoint, "small", count, in_flight) for _ in range(args.repeat))
+                real = max(remoting_requests(peer_broker(peer), "small", count, in_flight)
+                           for _ in range(args.repeat)) if peer else NO_PEER
                 rows.append({"row": f"small requests, {in_flight} in flight", "remoting": remoting, "gRPC door": grpc,
-                             "unit": "requests/s", "remoting / gRPC": remoting / grpc})
-            with Admin(endpoint) as admin:
-                admin.create_topic("sends", 4, "SimpleCQ")
+                             "real RocketMQ": real, "unit": "requests/s", "remoting / gRPC": remoting / grpc})
             for batch in (1, 32):
                 count = args.sends if batch == 1 else args.sends * 8
                 cpp = cpp_sends(address, "sends", count, batch)
                 sdk = max(sdk_sends(endpoint, "sends", count, batch) for _ in range(args.repeat))
+                real = cpp_sends(peer.namesrv_addr, "sends", count, batch) if peer else NO_PEER
                 kind = "sync sends, one at a time" if batch == 1 else f"batches of {batch}"
                 rows.append({"row": f"1 KB messages, {kind} (C++ client beside our SDK)",
                              "remoting": cpp if cpp is not None else "C++ client not installed", "gRPC door": sdk,
-                             "unit": "msgs/s", "remoting / gRPC": cpp / sdk if cpp is not None else ""})
+                             "real RocketMQ": real, "unit": "msgs/s",
+                             "remoting / gRPC": cpp / sdk if cpp is not None else ""})
             for batch in (32, 256):
                 topic = f"pull{batch}"
                 print(f"filling {topic}: {args.messages:,} messages in batches of {batch} ...", flush=True)
@@ -226,8 +275,10 @@ def main(argv=None) -> int:
                                                  for _ in range(args.repeat))))
                 ranged = max((b / s for b, s in (read_ranges_all(endpoint, topic, args.queues)
                                                  for _ in range(args.repeat))))
+                real = peer_pulls(peer, topic, args) if peer and batch == 32 else (
+                    NO_PEER if not peer else "n/a: its autoBatch producer makes ~32 KiB batches")
                 rows.append({"row": f"BatchCQ batches of {batch} x 1 KB, all queues", "remoting": pulled / 1e6,
-                             "gRPC door": ranged / 1e6, "unit": "MB/s of stored records",
+                             "gRPC door": ranged / 1e6, "real RocketMQ": real, "unit": "MB/s of stored records",
                              "remoting / gRPC": pulled / ranged})
     small = rows[0]["remoting"]
     notes = [f"remoting small requests on one connection: {small:,.0f}/s, "
@@ -235,7 +286,10 @@ def main(argv=None) -> int:
              *(f"{r['row']}: remoting pulls at {r['remoting / gRPC']:.2f}x ReadRanges' bytes/s, "
                f"{'meets' if r['remoting / gRPC'] >= 1 else 'MISSES'} the target (>= 1x)"
                for r in rows if r["row"].startswith("BatchCQ"))]
-    report.write("remoting", rows, ["row", "remoting", "gRPC door", "unit", "remoting / gRPC"], notes)
+    notes.append("real RocketMQ: the same requests to its broker; its C++ batches are stored as ONE message each "
+                 "(it reads the client's batch=1 as false); its pulls are of its Java producer's autoBatch batches")
+    report.write("remoting", rows, ["row", "remoting", "gRPC door", "real RocketMQ", "unit", "remoting / gRPC"],
+                 notes)
     return 0
 
 

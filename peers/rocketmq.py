@@ -119,9 +119,9 @@ class RocketMQCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _harness(*args: str, timeout_s: float = 600.0) -> dict:
+def _harness(*args: str, timeout_s: float = 600.0, jvm: tuple = ()) -> dict:
     out = run_java(harness_classpath(), "peers.Harness", list(args), timeout_s=timeout_s,
-                   jvm=["-Xmx512m", f"-Duser.home={tempfile.gettempdir()}"])
+                   jvm=["-Xmx512m", f"-Duser.home={tempfile.gettempdir()}", *jvm])
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -141,11 +141,13 @@ def java_pull(namesrv: str, topic: str, expect: int, timeout_s: float = 120) -> 
 
 
 def java_push(namesrv: str, topic: str, group: str, messages: int, orderly: bool = False,
-              timeout_s: float = 90) -> dict:
+              timeout_s: float = 90, serialize_type: str = "JSON") -> dict:
     """RocketMQ's push consumer (clustering) after N sends; message 3 fails once when not
-    orderly: {"received", "distinct", "retried", "in_order", "digest"}."""
+    orderly: {"received", "distinct", "retried", "in_order", "digest"}. ``serialize_type``
+    JSON or ROCKETMQ: how the clients encode their headers (rocketmq.serialize.type)."""
     return _harness("push", "--namesrv", namesrv, "--topic", topic, "--group", group, "--messages", str(messages),
-                    "--orderly", str(orderly).lower(), "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60)
+                    "--orderly", str(orderly).lower(), "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60,
+                    jvm=(f"-Drocketmq.serialize.type={serialize_type}",))
 
 
 def java_transaction(namesrv: str, topic: str, timeout_s: float = 90) -> dict:

@@ -53,12 +53,13 @@ def test_sends_pulls_offsets_and_view_by_id_match_the_real_broker(target):
         assert _sends_by_target["broker_sim"] == _sends_by_target["rocketmq"]
 
 
-@pytest.mark.parametrize("orderly", [False, True], ids=["concurrently", "orderly"])
-def test_push_consumer(target, orderly):
+@pytest.mark.parametrize("orderly, serialize_type", [(False, "JSON"), (True, "JSON"), (False, "ROCKETMQ")],
+                         ids=["concurrently", "orderly", "binary-headers"])
+def test_push_consumer(target, orderly, serialize_type):
     topic, group = unique("java-push", target), unique("java-push-group", target)
     target.create_topic(topic, 2, batch_cq=False)
     target.create_group(group)
-    got = java_push(target.namesrv, topic, group, 30, orderly=orderly, timeout_s=90)
+    got = java_push(target.namesrv, topic, group, 30, orderly=orderly, timeout_s=90, serialize_type=serialize_type)
     assert (got["received"], got["distinct"]) == (30, 30), got
     assert got["digest"] == digest(body(i, 16) for i in range(30))
     if orderly:
