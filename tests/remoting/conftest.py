@@ -23,4 +23,4 @@ def broker_sim_cluster(tmp_path_factory):
 def target(request):
     if request.param == "rocketmq":
         return RocketMQTarget(request.getfixturevalue("rocketmq"))
-    return request.getfixturevalue(request.param)
+    return request.getfixturevalue("broker_sim_remoting" if request.param == "broker_sim" else request.param)
