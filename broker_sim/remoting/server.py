@@ -83,6 +83,15 @@ class Connection(asyncio.Protocol):
         for frame in frames:
             self.server.dispatch(self, frame)
 
+    def pause_writing(self) -> None:
+        """The client is not reading its answers: read no more of its requests until it does,
+        so that a slow client holds a bounded amount of the broker's memory."""
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self.closed:
+            self.transport.resume_reading()
+
     def send(self, command: RemotingCommand) -> None:
         """Write a command, from the loop's thread; dropped when the connection is gone."""
         if not self.closed:

@@ -4,6 +4,7 @@ input that gets an answer (or a closed connection) while the broker stays up."""
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -19,10 +20,12 @@ from broker_sim.store import format as fmt
 from rmq_spark import Message, OffsetRange, Producer, RangeReader
 from rmq_spark.protocol.remoting import (
     FLAG_ONEWAY,
+    RemotingCommand,
     RemotingConnection,
     RequestCode,
     ResponseCode,
     SerializeType,
+    encode,
 )
 from wire import properties_text, pull, records, send, send_batch, uniq_key
 
@@ -557,3 +560,27 @@ def test_messages_are_queried_by_key_and_by_unique_key(broker, conn):
     assert unique.code == ResponseCode.SUCCESS
     assert query("order-").code == ResponseCode.QUERY_NOT_FOUND  # whole keys only
     assert query("customer-9", end=1).code == ResponseCode.QUERY_NOT_FOUND  # outside the time range
+
+
+def test_a_client_that_reads_no_answers_stops_being_read(broker, conn):
+    """Flow control: answers a client does not read stop the broker reading its requests, so a
+    slow client holds a bounded amount of the broker's memory."""
+    topic = new_topic(broker, "flow")
+    send(conn, topic, b"x" * 50_000)
+    fetch(conn, topic, 0, 0)
+    request = encode(RemotingCommand(RequestCode.PULL_MESSAGE, 1, 0, {
+        "consumerGroup": "g", "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
+        "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0",
+        "pad": "p" * 16_000}))  # requests big enough to fill the kernel's buffers soon
+    host, port = broker.remoting.address.split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sent = 0
+        while sent < 2000:  # 2,000 answers of 50 KB (100 MB) if the broker kept reading
+            if not select.select([], [raw], [], 2)[1]:
+                break  # blocked for 2 s: the broker reads no more of us
+            raw.send(request)
+            sent += 1
+        assert sent < 2000, "the broker read every request of a client that reads nothing"
+        with RemotingConnection(broker.remoting.address) as other:  # everyone else is served meanwhile
+            assert other.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
