@@ -93,10 +93,21 @@ def port_open(port: int) -> bool:
 
 def run_java(classpath: str, main: str, args: list[str], *, timeout_s: float = 120.0, jvm: list[str] = (),
              env: dict | None = None) -> str:
-    """Run a Java main to its end; its output, or RuntimeError with it on failure."""
-    result = subprocess.run(["java", *jvm, "-cp", classpath, main, *args], stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
-    if result.returncode:
-        raise RuntimeError(f"{main} {' '.join(args)} failed ({result.returncode}):\n"
-                           f"{(result.stdout + result.stderr)[-4000:]}")
-    return result.stdout
+    """Run a Java main to its end; its output, or RuntimeError with it on failure. A run past
+    ``timeout_s`` is asked for its threads' stacks (SIGQUIT) before it is killed, so that the
+    error says where it hung."""
+    command = ["java", *jvm, "-cp", classpath, main, *args]
+    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env={**os.environ, **(env or {})}, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGQUIT)  # the JVM prints every thread's stack on its stdout
+            time.sleep(1)
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            raise RuntimeError(f"{main} {' '.join(args)} did not finish within {timeout_s:.0f} s; its output and "
+                               f"threads:\n{(stderr + stdout)[-12000:]}") from None
+    if process.returncode:
+        raise RuntimeError(f"{main} {' '.join(args)} failed ({process.returncode}):\n{(stdout + stderr)[-4000:]}")
+    return stdout

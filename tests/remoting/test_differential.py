@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
-from wire import pull, records, send
+from wire import pull, records, send, wait_indexed
 
 _names = itertools.count()
 _results: dict[str, dict] = {}
@@ -41,16 +41,6 @@ def broker_address(namesrv: str, topic: str) -> str:
     # RocketMQ's name server writes brokerAddrs as fastjson does, {0:"host:port"}: not JSON proper
     route = orjson.loads(re.sub(rb'([{,])(\d+):', rb'\1"\2":', answer.body))
     return route["brokerDatas"][0]["brokerAddrs"]["0"]
-
-
-def wait_indexed(conn, topic: str, queue_id: int, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        answer = conn.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
-        if int(answer.ext_fields.get("offset", 0)) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{topic} queue {queue_id} did not reach {count} messages")
 
 
 def scenario(conn, topic: str, group: str) -> dict:

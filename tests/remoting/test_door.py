@@ -27,7 +27,7 @@ from rmq_spark.protocol.remoting import (
     SerializeType,
     encode,
 )
-from wire import properties_text, pull, records, send, send_batch, uniq_key
+from wire import properties_text, pull, records, send, send_batch, uniq_key, wait_indexed
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +45,11 @@ def conn(broker):
         yield connection
 
 
-def fetch(conn, topic: str, queue_id: int, offset: int, **options):
-    """A pull that waits (suspends) for messages: a send returns before its message is indexed."""
-    return pull(conn, topic, queue_id, offset, suspend_ms=5000, **options)
+def fetch(conn, topic: str, queue_id: int, offset: int, ready: int | None = None, **options):
+    """A pull once the queue holds ``ready`` messages (default: the one at ``offset``). Waiting by
+    a suspended pull alone would not do: a pull past the queue's end answers OFFSET_MOVED at once."""
+    wait_indexed(conn, topic, queue_id, offset + 1 if ready is None else ready)
+    return pull(conn, topic, queue_id, offset, **options)
 
 
 def new_topic(broker, name: str, queues: int = 1, queue_type=QueueType.SIMPLE_CQ) -> str:
@@ -116,7 +118,7 @@ def test_a_batch_into_a_simplecq_topic_is_unpacked(broker, conn):
     answer = send_batch(conn, topic, [b"a", b"b", b"c"])
     assert answer.code == ResponseCode.SUCCESS, answer.remark
     assert len(answer.ext_fields["msgId"].split(",")) == 3
-    got = records(fetch(conn, topic, 0, 0).body)
+    got = records(fetch(conn, topic, 0, 0, ready=3).body)
     assert [(o, b) for _t, o, _f, _p, b in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
 
 
@@ -125,7 +127,7 @@ def test_a_compressed_batch_is_inflated_and_unpacked(broker, conn):
     payload = zlib.compress(fmt.encode_message_batch([(b"x" * 3000, {}, 0), (b"y" * 3000, {}, 0)]))
     answer = send_batch(conn, topic, [], payload=payload, sys_flag=0x1)  # as the C++ client sends batches
     assert answer.code == ResponseCode.SUCCESS, answer.remark
-    assert [b for *_x, b in records(fetch(conn, topic, 0, 0).body)] == [b"x" * 3000, b"y" * 3000]
+    assert [b for *_x, b in records(fetch(conn, topic, 0, 0, ready=2).body)] == [b"x" * 3000, b"y" * 3000]
     garbage = send_batch(conn, topic, [], payload=b"not zlib at all", sys_flag=0x1)
     assert garbage.code == ResponseCode.MESSAGE_ILLEGAL
 
@@ -134,8 +136,7 @@ def test_a_pull_stops_at_its_message_count_on_whole_records(broker, conn):
     topic = new_topic(broker, "counted")
     for i in range(10):
         send(conn, topic, b"m%d" % i)
-    fetch(conn, topic, 0, 9)
-    got = fetch(conn, topic, 0, 2, max_messages=4)
+    got = fetch(conn, topic, 0, 2, ready=10, max_messages=4)
     assert [o for _t, o, *_ in records(got.body)] == [2, 3, 4, 5]
     assert got.ext_fields["nextBeginOffset"] == "6"
     assert (got.ext_fields["minOffset"], got.ext_fields["maxOffset"]) == ("0", "10")
@@ -157,8 +158,7 @@ def test_the_subscription_filters_by_tag(broker, conn):
     topic = new_topic(broker, "tagged")
     for tag in ("A", "B", "A", "C"):
         send(conn, topic, tag.encode(), tags=tag)
-    fetch(conn, topic, 0, 3)
-    got = fetch(conn, topic, 0, 0, subscription="A || C")
+    got = fetch(conn, topic, 0, 0, ready=4, subscription="A || C")
     assert [b for *_x, b in records(got.body)] == [b"A", b"A", b"C"]
     only_b_later = pull(conn, topic, 0, 3, subscription="B")
     assert only_b_later.code == ResponseCode.PULL_RETRY_IMMEDIATELY  # read, none matched: go on from next
@@ -208,7 +208,7 @@ def test_queue_offsets_and_offsets_by_time(broker, conn):
     before = int(time.time() * 1000) - 1
     for i in range(3):
         send(conn, topic, b"%d" % i)
-    fetch(conn, topic, 0, 2)
+    wait_indexed(conn, topic, 0, 3)
     head = {"topic": topic, "queueId": 0}
     assert conn.invoke(RequestCode.GET_MIN_OFFSET, head).ext_fields["offset"] == "0"
     assert conn.invoke(RequestCode.GET_MAX_OFFSET, head).ext_fields["offset"] == "3"
@@ -534,7 +534,7 @@ def test_a_delayed_message_is_invisible_until_its_level_s_time(broker, conn):
     sent_at = time.monotonic()
     answer = send(conn, topic, b"a second later", properties={"DELAY": "1"})
     assert answer.code == ResponseCode.SUCCESS, answer.remark
-    got = fetch(conn, topic, 0, 0)  # waits, suspended, until the delivery arrives
+    got = pull(conn, topic, 0, 0, suspend_ms=5000)  # suspended until the delivery arrives
     assert time.monotonic() - sent_at >= 0.9
     [(_t, _o, _f, props, body)] = records(got.body)
     assert body == b"a second later"
@@ -546,7 +546,8 @@ def test_messages_are_queried_by_key_and_by_unique_key(broker, conn):
     send(conn, topic, b"one", keys="order-1 customer-9", queue_id=0)
     send(conn, topic, b"two", keys="order-2 customer-9", queue_id=1)
     unique = send(conn, topic, b"three", keys="order-3", properties={"UNIQ_KEY": "ABCDEF0123456789"})
-    fetch(conn, topic, 0, 1)
+    wait_indexed(conn, topic, 0, 2)
+    wait_indexed(conn, topic, 1, 1)
 
     def query(key: str, unique_key: bool = False, max_num: int = 32, end: int = 2**62):
         head = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": 0, "endTimestamp": end}

@@ -63,6 +63,16 @@ def pull(conn: RemotingConnection, topic: str, queue_id: int, offset: int, max_m
     return conn.invoke(RequestCode.PULL_MESSAGE, header, timeout_s=timeout_s)
 
 
+def wait_indexed(conn: RemotingConnection, topic: str, queue_id: int, count: int, timeout_s: float = 10.0) -> None:
+    """Wait until the queue's max offset reaches ``count``: a send returns before its message is
+    indexed, as on RocketMQ's broker."""
+    deadline = time.monotonic() + timeout_s
+    head = {"topic": topic, "queueId": queue_id}
+    while (readable := int(conn.invoke(RequestCode.GET_MAX_OFFSET, head).ext_fields.get("offset", 0))) < count:
+        assert time.monotonic() < deadline, f"{topic} queue {queue_id}: {readable} of {count} messages readable"
+        time.sleep(0.02)
+
+
 def records(body: bytes) -> list:
     """(topic, queue offset, sys flag, properties, body) of each record of a pull's body."""
     out, pos = [], 0
