@@ -45,26 +45,39 @@ def thin_ext4(size_mib: int, backing_mib: int, where: Path):
     """ext4 of ``size_mib`` whose image lives on a tmpfs of only ``backing_mib``: a thinly
     provisioned disk. Once the tmpfs is full, writeback fails and fdatasync reports the error
     (ENOSPC, then EIO) for pages the kernel has already marked clean. Yields (mount point,
-    grow): ``grow()`` gives the image room and mounts ext4 again, checked (a restart)."""
+    grow): ``grow()`` gives the image room and mounts ext4 again, checked (a restart).
+
+    The disk must not lie: the loop driver completes a write that the backing file took only in
+    part as a success (seen: a sync-flushed record half zeros after the restart, no I/O error
+    logged for it). So ext4's blocks are tmpfs pages (4 KiB) and each loop request is one block:
+    a write lands whole or fails."""
     with mounted("tmpfs", backing_mib, where) as backing:
         image, mount_point = backing / "disk.img", where / "thin"
         mount_point.mkdir()
         with open(image, "wb") as out:
             out.truncate(size_mib * MIB)
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
-        subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], check=True, capture_output=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", str(image)], check=True, capture_output=True)
+        device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True,
+                                text=True).stdout.strip()
+        try:
+            Path(f"/sys/block/{Path(device).name}/queue/max_sectors_kb").write_text("4")
+            subprocess.run(["mount", device, str(mount_point)], check=True, capture_output=True)
+        except BaseException:
+            subprocess.run(["losetup", "-d", device], capture_output=True)
+            raise
 
         def grow():
             subprocess.run(["mount", "-o", f"remount,size={2 * size_mib}m", str(backing)], check=True)
             subprocess.run(["umount", str(mount_point)], check=True)
-            subprocess.run(["e2fsck", "-fy", str(image)], capture_output=True)  # exit 1: errors fixed
-            subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], check=True, capture_output=True)
+            subprocess.run(["e2fsck", "-fy", device], capture_output=True)  # exit 1: errors fixed
+            subprocess.run(["mount", device, str(mount_point)], check=True, capture_output=True)
 
         try:
             yield mount_point, grow
         finally:
             if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
                 subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+            subprocess.run(["losetup", "-d", device], capture_output=True)
 
 
 def free_bytes(path: Path) -> int:
