@@ -10,6 +10,8 @@ receipt handle and acks or changes through the core.
 
 from __future__ import annotations
 
+import time
+
 from broker_sim.core import BrokerCore, BrokerError, Reason, parse_tag_filter
 from broker_sim.pop import retry_topic
 from rmq_spark.protocol.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -38,12 +40,12 @@ class PopRequests:
         parse_tag_filter(expression)  # refused before any wait
 
         def answer(result):
-            if not result.deliveries:
+            header = self._pop_header(result, invisible, orderly)
+            if not result.deliveries:  # the header still goes: RocketMQ's clients decode it on every answer
                 code = ResponseCode.POLLING_FULL if result.polling_full else ResponseCode.POLLING_TIMEOUT
                 return request.response(code, "no new message" if code == ResponseCode.POLLING_TIMEOUT
-                                        else "too many pops wait already: pop again later")
-            return request.response(ResponseCode.SUCCESS, ext_fields=self._pop_header(result, invisible, orderly),
-                                    body=result.records)
+                                        else "too many pops wait already: pop again later", header)
+            return request.response(ResponseCode.SUCCESS, ext_fields=header, body=result.records)
 
         return self.core.pop(group, topic, fields.integer("queueId"), fields.integer("maxMsgNums"), invisible,
                              fields.integer("pollTime"), expression, orderly, answer)
@@ -56,8 +58,9 @@ class PopRequests:
             key = f"{RETRY_V2 if unit.retry else NORMAL} {ck.queue_id}"
             starts.setdefault(key, ck.offset)
             offsets.setdefault(key, []).extend(range(ck.offset, ck.offset + ck.count))
-        deadline = result.deliveries[0].checkpoint.deadline_ms
-        return {"popTime": str(deadline - invisible_ms), "invisibleTime": str(invisible_ms),
+        pop_time = result.deliveries[0].checkpoint.deadline_ms - invisible_ms if result.deliveries \
+            else int(time.time() * 1000)
+        return {"popTime": str(pop_time), "invisibleTime": str(invisible_ms),
                 "reviveQid": str(ORDER_REVIVE_QUEUE if orderly else 0), "restNum": "0",
                 "startOffsetInfo": ";".join(f"{k} {v}" for k, v in starts.items()),
                 "msgOffsetInfo": ";".join(f"{k} {','.join(map(str, v))}" for k, v in offsets.items())}

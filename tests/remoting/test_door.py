@@ -27,7 +27,7 @@ from rmq_spark.protocol.remoting import (
     SerializeType,
     encode,
 )
-from wire import properties_text, pull, records, send, send_batch, uniq_key, wait_indexed
+from wire import extra_info, pop, properties_text, pull, records, send, send_batch, uniq_key, wait_indexed
 
 
 @pytest.fixture(scope="module")
@@ -407,20 +407,6 @@ def test_two_brokers_serve_one_topic_through_one_name_server(broker, tmp_path):
 
 
 # --- pop -----------------------------------------------------------------------------------
-
-def pop(conn, topic: str, group: str, invisible_ms: int = 60_000, poll_ms: int = 3000, max_messages: int = 32):
-    return conn.invoke(RequestCode.POP_MESSAGE, {
-        "consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": max_messages,
-        "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000), "initMode": 0,
-        "expType": "TAG", "exp": "*", "order": "false"}, timeout_s=poll_ms / 1000 + 10)
-
-
-def extra_info(answer, queue_id: int, offset: int) -> str:
-    """The POP_CK a RocketMQ client builds for a popped message (ExtraInfoUtil.buildExtraInfo)."""
-    head = answer.ext_fields
-    start = dict(part.rsplit(" ", 1) for part in head["startOffsetInfo"].split(";"))[f"0 {queue_id}"]
-    return f"{start} {head['popTime']} {head['invisibleTime']} {head['reviveQid']} 0 broker-a {queue_id} {offset}"
-
 
 def test_pop_ack_and_change_invisible_time_over_remoting(broker, conn):
     topic = new_topic(broker, "popped", 2)

@@ -63,6 +63,23 @@ def pull(conn: RemotingConnection, topic: str, queue_id: int, offset: int, max_m
     return conn.invoke(RequestCode.PULL_MESSAGE, header, timeout_s=timeout_s)
 
 
+def pop(conn: RemotingConnection, topic: str, group: str, invisible_ms: int = 60_000, poll_ms: int = 3000,
+        max_messages: int = 32):
+    """A POP_MESSAGE of every queue of ``topic``, as RocketMQ 5's clients send it."""
+    return conn.invoke(RequestCode.POP_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": max_messages,
+        "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000), "initMode": 0,
+        "expType": "TAG", "exp": "*", "order": "false"}, timeout_s=poll_ms / 1000 + 10)
+
+
+def extra_info(answer, queue_id: int, offset: int, broker: str = "broker-a", topic_mark: str = "0") -> str:
+    """The POP_CK a RocketMQ client builds for a popped message (ExtraInfoUtil.buildExtraInfo)."""
+    head = answer.ext_fields
+    start = dict(part.rsplit(" ", 1) for part in head["startOffsetInfo"].split(";"))[f"{topic_mark} {queue_id}"]
+    return (f"{start} {head['popTime']} {head['invisibleTime']} {head['reviveQid']} {topic_mark} {broker} {queue_id} "
+            f"{offset}")
+
+
 def wait_indexed(conn: RemotingConnection, topic: str, queue_id: int, count: int, timeout_s: float = 10.0) -> None:
     """Wait until the queue's max offset reaches ``count``: a send returns before its message is
     indexed, as on RocketMQ's broker."""
