@@ -92,12 +92,13 @@ def port_open(port: int) -> bool:
 
 
 def run_java(classpath: str, main: str, args: list[str], *, timeout_s: float = 120.0, jvm: list[str] = (),
-             env: dict | None = None) -> str:
-    """Run a Java main to its end; its output, or RuntimeError with it on failure. A run past
-    ``timeout_s`` is asked for its threads' stacks (SIGQUIT) before it is killed, so that the
-    error says where it hung."""
+             env: dict | None = None, stderr_too: bool = False) -> str:
+    """Run a Java main to its end; its output (``stderr_too``: both streams as one, in order),
+    or RuntimeError with it on failure. A run past ``timeout_s`` is asked for its threads'
+    stacks (SIGQUIT) before it is killed, so that the error says where it hung."""
     command = ["java", *jvm, "-cp", classpath, main, *args]
-    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    stderr = subprocess.STDOUT if stderr_too else subprocess.PIPE
+    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
                           text=True, env={**os.environ, **(env or {})}, start_new_session=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout_s)
@@ -107,7 +108,8 @@ def run_java(classpath: str, main: str, args: list[str], *, timeout_s: float = 1
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
             raise RuntimeError(f"{main} {' '.join(args)} did not finish within {timeout_s:.0f} s; its output and "
-                               f"threads:\n{(stderr + stdout)[-12000:]}") from None
+                               f"threads:\n{((stderr or '') + stdout)[-12000:]}") from None
     if process.returncode:
-        raise RuntimeError(f"{main} {' '.join(args)} failed ({process.returncode}):\n{(stdout + stderr)[-4000:]}")
+        raise RuntimeError(f"{main} {' '.join(args)} failed ({process.returncode}):\n"
+                           f"{(stdout + (stderr or ''))[-4000:]}")
     return stdout

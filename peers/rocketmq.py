@@ -174,6 +174,19 @@ def grpc_consume(endpoint: str, topic: str, group: str, expect: int, timeout_s: 
                     str(expect), "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60)
 
 
+def mqadmin(namesrv: str, *commands: tuple) -> list[str]:
+    """RocketMQ's mqadmin, each of ``commands`` (("topicList",), ("topicStatus", "-t", "T"), ...)
+    against the name server ``namesrv``, in one JVM; their outputs, in order (errors included:
+    mqadmin prints a failed command's stack trace)."""
+    args = []
+    for command in commands:
+        args += [*(["---"] if args else []), *command, "-n", namesrv]
+    out = run_java(harness_classpath(), "peers.Harness", ["mqadmin", *args], timeout_s=60 + 15 * len(commands),
+                   jvm=["-Xmx256m", "-XX:TieredStopAtLevel=1", f"-Duser.home={tempfile.gettempdir()}"],
+                   stderr_too=True)
+    return out.split("=== mqadmin ")[1:]
+
+
 def body(index: int, size: int = 1024) -> bytes:
     """The harness's body of message ``index``: "m-<index>" padded with "x"."""
     head = f"m-{index}".encode()

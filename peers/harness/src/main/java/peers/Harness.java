@@ -49,9 +49,16 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *              sync, oneway, to a chosen queue, a batch, with tags / keys / a property; then
  *              what a lite pull of each queue returns, min / max offsets, offsets by time, a
  *              committed offset read back, the message viewed by id.
+ * mqadmin      CMD ARGS... [--- CMD ARGS...]...
+ *              RocketMQ's mqadmin commands in one JVM (one start instead of one per command);
+ *              each command's output follows a line "=== mqadmin CMD".
  */
 public final class Harness {
     public static void main(String[] argv) throws Exception {
+        if (argv[0].equals("mqadmin")) {
+            mqadmin(java.util.Arrays.copyOfRange(argv, 1, argv.length));
+            System.exit(0);
+        }
         Map<String, String> a = options(argv);
         switch (argv[0]) {
             case "produce" -> produce(a);
@@ -64,6 +71,21 @@ public final class Harness {
             default -> throw new IllegalArgumentException("unknown command " + argv[0]);
         }
         System.exit(0);  // the clients' non-daemon threads would keep the JVM alive
+    }
+
+    static void mqadmin(String[] argv) {
+        List<String> command = new ArrayList<>();
+        for (int i = 0; i <= argv.length; i++) {
+            if (i < argv.length && !argv[i].equals("---")) {
+                command.add(argv[i]);
+                continue;
+            }
+            System.out.println("=== mqadmin " + command.get(0));
+            System.out.flush();
+            org.apache.rocketmq.tools.command.MQAdminStartup.main0(command.toArray(new String[0]), null);
+            System.out.flush();
+            command.clear();
+        }
     }
 
     static Map<String, String> options(String[] argv) {
