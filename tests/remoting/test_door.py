@@ -336,6 +336,29 @@ def test_an_unsupported_code_is_answered_and_the_connection_stays(conn):
     assert conn.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
 
 
+def test_absurd_counts_are_refused_or_bounded(broker, conn):
+    """Counts no client sends get an answer saying what is accepted, or a bounded one."""
+    topic = new_topic(broker, "absurd")
+    for _ in range(300):
+        send(conn, topic, b"x" * 1000)
+    wait_indexed(conn, topic, 0, 300)
+    everything = pull(conn, topic, 0, 0, max_messages=2**31 - 1)
+    assert everything.code == ResponseCode.SUCCESS and len(everything.body) <= 256 * 1024 + 1100  # one pull's bytes
+    assert pull(conn, topic, 0, 0, max_messages=0).remark == "max messages 0: ask for 1 or more"
+    assert pull(conn, topic, 0, 2**62).code == ResponseCode.PULL_OFFSET_MOVED
+    refused = pop(conn, topic, "absurd-group", max_messages=10**9, poll_ms=100)
+    assert refused.code == ResponseCode.INVALID_PARAMETER and "1 to 1024" in refused.remark
+    forever = pop(conn, topic, "absurd-group", invisible_ms=10**15, poll_ms=100)
+    assert forever.code == ResponseCode.INVALID_PARAMETER and "43200000" in forever.remark
+    waits_too_long = pop(conn, topic, "absurd-group", poll_ms=10**12)
+    assert waits_too_long.code == ResponseCode.INVALID_PARAMETER and "60000" in waits_too_long.remark
+    huge_topic = conn.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "absurd-big", "readQueueNums": 10**9,
+                                                                   "writeQueueNums": 10**9, "perm": 6})
+    assert "use 1 to 65536" in huge_topic.remark
+    assert conn.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 2**40}).code == ResponseCode.SYSTEM_ERROR
+    assert conn.invoke(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0}).ext_fields["offset"] == "300"
+
+
 def test_a_malformed_batch_stores_nothing(broker, conn):
     topic = new_topic(broker, "bad-batch")
     answer = send_batch(conn, topic, [], payload=struct.pack(">i", 10_000) + b"x" * 20)
