@@ -72,8 +72,4 @@ def test_transactions_commit_roll_back_and_are_checked(target):
     topic = unique("java-tx", target)
     target.create_topic(topic, 1, batch_cq=False)
     got = java_transaction(target.namesrv, topic, timeout_s=90)
-    visible = got.pop("visible").split(",")
-    assert got == {"states": "COMMIT_MESSAGE,ROLLBACK_MESSAGE,UNKNOW", "checked": True}
-    assert set(visible) == {"commit", "unknown"}  # the rollback never
-    if target.kind != "rocketmq":  # the real broker's check may race a commit's end: once more (seen in CI)
-        assert sorted(visible) == ["commit", "unknown"]
+    assert got == {"states": "COMMIT_MESSAGE,ROLLBACK_MESSAGE,UNKNOW", "visible": "commit,unknown", "checked": True}

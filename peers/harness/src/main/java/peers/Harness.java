@@ -163,13 +163,11 @@ public final class Harness {
     static void pull(Map<String, String> a) throws Exception {
         long expect = Long.parseLong(a.get("expect"));
         long timeoutMs = (long) (Double.parseDouble(a.getOrDefault("timeout-s", "60")) * 1000);
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer("harness-pull");
-        consumer.setNamesrvAddr(a.get("namesrv"));
+        DefaultLitePullConsumer consumer = fromFirstOffset("harness-pull-" + a.get("topic"), a.get("namesrv"));
         consumer.setPullBatchSize(256);
         consumer.start();
         Collection<MessageQueue> queues = consumer.fetchMessageQueues(a.get("topic"));
         consumer.assign(queues);
-        for (MessageQueue queue : queues) consumer.seekToBegin(queue);
         List<String> bodies = new ArrayList<>();
         long deadline = System.currentTimeMillis() + timeoutMs;
         while (bodies.size() < expect && System.currentTimeMillis() < deadline) {
@@ -177,9 +175,22 @@ public final class Harness {
                 bodies.add(new String(message.getBody(), StandardCharsets.UTF_8));
             }
         }
-        consumer.shutdown();
         System.out.printf("{\"received\": %d, \"queues\": %d, \"digest\": \"%s\"}%n", bodies.size(), queues.size(),
                 digest(bodies));
+        System.out.flush();  // before the shutdown, which may wait for long polls
+        consumer.shutdown();
+    }
+
+    /**
+     * A lite pull consumer of a group of its own that reads every assigned queue from its first
+     * offset. (Assigning, then seeking to the beginning, races: the pulls started by the
+     * assignment may deliver messages that the seek then delivers again.)
+     */
+    static DefaultLitePullConsumer fromFirstOffset(String group, String namesrv) {
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(org.apache.rocketmq.common.consumer.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        return consumer;
     }
 
     static DefaultMQProducer producer(Map<String, String> a, String group) throws Exception {
@@ -276,12 +287,9 @@ public final class Harness {
             states.add(producer.sendMessageInTransaction(new Message(topic, body.getBytes(StandardCharsets.UTF_8)), null)
                     .getLocalTransactionState().name());
         }
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer("harness-tx-pull-" + topic);
-        consumer.setNamesrvAddr(a.get("namesrv"));
+        DefaultLitePullConsumer consumer = fromFirstOffset("harness-tx-pull-" + topic, a.get("namesrv"));
         consumer.start();
-        Collection<MessageQueue> queues = consumer.fetchMessageQueues(topic);
-        consumer.assign(queues);
-        for (MessageQueue queue : queues) consumer.seekToBegin(queue);
+        consumer.assign(consumer.fetchMessageQueues(topic));
         List<String> visible = new ArrayList<>();
         long deadline = System.currentTimeMillis() + timeoutMs;
         while (!(visible.contains("commit") && visible.contains("unknown")) && System.currentTimeMillis() < deadline) {
@@ -290,11 +298,12 @@ public final class Harness {
         for (int i = 0; i < 4; i++) {  // nothing more comes (the rollback stays invisible)
             for (MessageExt m : consumer.poll(500)) visible.add(new String(m.getBody(), StandardCharsets.UTF_8));
         }
-        consumer.shutdown();
-        producer.shutdown();
         java.util.Collections.sort(visible);
         System.out.printf("{\"states\": \"%s\", \"visible\": \"%s\", \"checked\": %b}%n",
                 String.join(",", states), String.join(",", visible), checks.get() > 0);
+        System.out.flush();
+        consumer.shutdown();
+        producer.shutdown();
     }
 
     static void sends(Map<String, String> a) throws Exception {
@@ -322,15 +331,13 @@ public final class Harness {
         out.add("\"viewed\": {\"body\": \"" + new String(viewed.getBody(), StandardCharsets.UTF_8) + "\", \"tags\": \""
                 + viewed.getTags() + "\", \"keys\": \"" + viewed.getKeys() + "\", \"color\": \""
                 + viewed.getUserProperty("color") + "\"}");
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer("harness-sends-pull-" + topic);
-        consumer.setNamesrvAddr(a.get("namesrv"));
+        DefaultLitePullConsumer consumer = fromFirstOffset("harness-sends-pull-" + topic, a.get("namesrv"));
         consumer.setAutoCommit(false);
         consumer.start();
         List<MessageQueue> queues = new ArrayList<>(consumer.fetchMessageQueues(topic));
         queues.sort(java.util.Comparator.comparingInt(MessageQueue::getQueueId));
         consumer.assign(queues);
         List<String> pulled = new ArrayList<>();
-        for (MessageQueue queue : queues) consumer.seek(queue, 0);
         long deadline = System.currentTimeMillis() + 30_000;
         while (pulled.size() < 5 && System.currentTimeMillis() < deadline) {
             for (MessageExt m : consumer.poll(500)) {
@@ -347,10 +354,11 @@ public final class Harness {
         consumer.seek(q1, 2);
         consumer.commit(java.util.Map.of(q1, 2L), true);
         out.add("\"committed\": " + consumer.committed(q1));
+        System.out.println("{" + String.join(", ", out) + "}");
+        System.out.flush();
         consumer.shutdown();
         admin.shutdown();
         producer.shutdown();
-        System.out.println("{" + String.join(", ", out) + "}");
     }
 
     static void grpcProduce(Map<String, String> a) throws Exception {
