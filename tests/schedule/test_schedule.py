@@ -60,6 +60,7 @@ def test_a_delay_level_holds_the_message_until_its_time(core, clock):
     assert bodies(core) == []
     clock.now_ms += 5000
     assert core.schedule.deliver_due() is None
+    core.store.wait_dispatched(5)  # the delivery is a send: indexed in the background
     [record] = [fmt.decode_record(b.data) for b in core.store.get_messages("t", 0, 0).batches]
     assert bytes(record.body) == b"in 5 s"
     assert record.properties["color"] == "red" and record.properties["TAGS"] == "TagA"
