@@ -28,7 +28,8 @@ class Message:
     """A message to send.
 
     ``keys``: space-separated keys, as RocketMQ's KEYS (the default queue selector hashes them).
-    ``queue_id``: send to this queue (otherwise the producer's selector chooses).
+    ``queue_id``: send to this queue (otherwise the producer's selector chooses); ``broker``:
+    of this broker, for a topic served by several (RocketMQ's queues are (broker, queue id)).
     A message is not copied when sent: do not change it until its send is answered. (Not
     frozen: a frozen dataclass costs four times as much to create, on the hottest path.)
     """
@@ -39,34 +40,51 @@ class Message:
     keys: str | None = None
     properties: dict = field(default_factory=dict)
     queue_id: int | None = None
+    broker: str | None = None
 
 
 class SendResult(NamedTuple):
     """Where one message was stored. (A tuple: one is made per message sent, and a tuple is
-    quick to make.)"""
+    quick to make.) ``broker``: the broker's name through a name server, "" through our door
+    (one broker)."""
 
     topic: str
     queue_id: int
     queue_offset: int
     message_id: str
     store_timestamp_ms: int
+    broker: str = ""
 
 
 @dataclass(frozen=True)
 class TopicInfo:
+    """A topic. Through a name server (RocketMQ's remoting protocol) a topic may be served by
+    several brokers, each with queues of its own: ``brokers`` is ((broker name, queue count),
+    ...) and ``queue_count`` their sum; through our door (one broker) ``brokers`` is empty."""
+
     name: str
     queue_count: int
     queue_type: QueueType
+    brokers: tuple = ()
+
+    @property
+    def queues(self) -> list[tuple[str, int]]:
+        """Every queue, as (broker name, queue id): the broker "" through our door."""
+        if not self.brokers:
+            return [("", queue_id) for queue_id in range(self.queue_count)]
+        return [(broker, queue_id) for broker, count in self.brokers for queue_id in range(count)]
 
 
 @dataclass(frozen=True)
 class QueueOffsets:
-    """A queue's readable offsets: ``min_offset`` .. ``max_offset - 1``."""
+    """A queue's readable offsets: ``min_offset`` .. ``max_offset - 1``. A queue is (broker,
+    queue id): the broker "" through our door, where there is one."""
 
     topic: str
     queue_id: int
     min_offset: int
     max_offset: int
+    broker: str = ""
 
     @property
     def messages(self) -> int:
@@ -75,12 +93,14 @@ class QueueOffsets:
 
 @dataclass(frozen=True)
 class OffsetRange:
-    """Offsets ``start`` .. ``end - 1`` of a queue; ``end`` None: up to what is stored."""
+    """Offsets ``start`` .. ``end - 1`` of a queue; ``end`` None: up to what is stored.
+    ``broker``: the queue's broker, for a topic served by several (through a name server)."""
 
     topic: str
     queue_id: int
     start: int
     end: int | None = None
+    broker: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,7 @@ class GroupOffset:
     topic: str
     queue_id: int
     offset: int
+    broker: str = ""
 
 
 @dataclass(frozen=True)
@@ -227,3 +248,4 @@ class ReceivedMessage(NamedTuple):
     reconsume_times: int
     receipt_handle: str
     properties: dict
+    broker: str = ""

@@ -1,5 +1,6 @@
-"""Session-wide fixtures: one local Spark, and the real peers (one of each per session, skipped
-with one line when Java or Maven is missing or `make peers` has not fetched them)."""
+"""Session-wide fixtures: one local Spark; broker_sim's remoting door as one broker and as a
+two-broker cluster (processes of their own); and the real peers (one of each per session,
+skipped with one line when Java or Maven is missing or `make peers` has not fetched them)."""
 
 import os
 import sys
@@ -58,6 +59,36 @@ def rocketmq():
 
     with RocketMQCluster() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def broker_sim_remoting(tmp_path_factory):
+    """broker_sim in a process of its own, its remoting door (name server + broker) on one port."""
+    from remoting_targets import broker_sim_target
+
+    with broker_sim_target(tmp_path_factory.mktemp("remoting-broker")) as target:
+        yield target
+
+
+@pytest.fixture(scope="session")
+def broker_sim_cluster(tmp_path_factory):
+    """Two broker_sim processes, one cluster: the second registers with the first's name server."""
+    from remoting_targets import cluster_target
+
+    with cluster_target(tmp_path_factory.mktemp("remoting-cluster")) as target:
+        yield target
+
+
+@pytest.fixture(params=["broker_sim", "broker_sim_cluster", "rocketmq"])
+def target(request):
+    """A scenario of RocketMQ's protocols runs against broker_sim's remoting door (one broker), a
+    two-broker broker_sim cluster, and the real RocketMQ (`-k "broker_sim]"`, `-k
+    broker_sim_cluster` or `-k rocketmq` picks one)."""
+    if request.param == "rocketmq":
+        from remoting_targets import RocketMQTarget
+
+        return RocketMQTarget(request.getfixturevalue("rocketmq"))
+    return request.getfixturevalue("broker_sim_remoting" if request.param == "broker_sim" else request.param)
 
 
 def _spark_kafka_jars() -> list:

@@ -8,21 +8,28 @@ from .transport import TransportConfig, connect
 
 
 class Admin:
-    """Administration of one broker.
+    """Administration of a broker, or of a RocketMQ cluster through its name servers.
 
     Parameters
     ----------
     endpoint : str
-        ``HOST:PORT`` of the broker.
+        ``HOST:PORT`` of broker_sim's own door.
+    name_server : str
+        Or RocketMQ's name servers, ``HOST:PORT;HOST:PORT``: any RocketMQ cluster (broker_sim's
+        remoting door too). A topic may then be served by several brokers, whose queues are
+        told apart by their broker's name (``QueueOffsets.broker``).
     transport : TransportConfig, optional
         Deadlines and retries.
     """
 
-    def __init__(self, endpoint: str, transport: TransportConfig | None = None):
-        self._transport = connect(endpoint, transport)
+    def __init__(self, endpoint: str | None = None, transport: TransportConfig | None = None, *,
+                 name_server: str | None = None):
+        self._transport = connect(endpoint, transport, name_server=name_server)
 
     def create_topic(self, name: str, queue_count: int, queue_type: QueueType | str = QueueType.BATCH_CQ) -> TopicInfo:
-        """Create a topic (or return it, when it exists with the same settings)."""
+        """Create a topic (or return it, when it exists with the same settings). Through name
+        servers: ``queue_count`` queues on every broker of the cluster, as ``mqadmin updateTopic
+        -c`` makes them."""
         if not isinstance(queue_count, int) or queue_count < 1:
             raise ConfigError(f"queue_count={queue_count!r}: a topic needs at least one queue")
         return self._transport.create_topic(name, queue_count, QueueType.parse(queue_type))
@@ -37,18 +44,29 @@ class Admin:
         """The topic and its queues' min / max offsets."""
         return self._transport.describe_topic(name)
 
-    def offsets(self, topics: list[str]) -> dict[str, list[QueueOffsets]]:
+    def offsets(self, topics: list[str], *, unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
         """Min / max offsets of every queue of many topics (of every topic when ``topics`` is
-        empty), in as few calls as the broker's answers allow (it pages them)."""
-        return self._transport.offsets(list(topics))
+        empty), in as few calls as the broker's answers allow (it pages them). Through name
+        servers, with an ``unreachable`` set: the brokers that cannot be reached now are added to
+        it and their queues left out, rather than failing the call."""
+        return self._transport.offsets(list(topics), unreachable)
 
-    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids=None) -> dict[int, int]:
-        """Per queue, the first offset stored at or after ``timestamp_ms`` (the max offset if none)."""
-        return self._transport.offsets_for_timestamp(topic, int(timestamp_ms), list(queue_ids or []))
+    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids=None, broker: str = "") -> dict[int, int]:
+        """Per queue (of ``broker``, for a topic served by several), the first offset stored at
+        or after ``timestamp_ms`` (the max offset if none)."""
+        return self._transport.offsets_for_timestamp(topic, int(timestamp_ms), list(queue_ids or []), broker)
 
-    def commit_group_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
-        """Commit a consumer group's next offsets, ``{(topic, queue_id): offset}``."""
-        self._transport.commit_group_offsets(group, offsets)
+    def commit_group_offsets(self, group: str, offsets: dict[tuple, int]) -> None:
+        """Commit a consumer group's next offsets, ``{(topic, queue_id): offset}``, or
+        ``{(topic, broker, queue_id): offset}`` for topics served by several brokers."""
+        keyed = {}
+        for key, offset in offsets.items():
+            if len(key) == 2:
+                key = (key[0], "", key[1])
+            elif len(key) != 3:
+                raise ConfigError(f"offset key {key!r}: use (topic, queue_id) or (topic, broker, queue_id)")
+            keyed[key] = offset
+        self._transport.commit_group_offsets(group, keyed)
 
     def group_offsets(self, group: str, topics=None) -> list[GroupOffset]:
         return self._transport.group_offsets(group, list(topics or []))

@@ -1,6 +1,7 @@
 """rmq-admin: topics and consumer group offsets of a broker, as tables for people or --json.
 
     rmq-admin --endpoint 127.0.0.1:10911 topic create orders --queues 16 --type BatchCQ
+    rmq-admin --name-server 127.0.0.1:9876 topic describe orders   # any RocketMQ cluster
     rmq-admin topic list | topic describe orders | group offsets my-group [--json]
     rmq-admin broker stats | broker corrupted
     rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
@@ -23,7 +24,7 @@ DEFAULT_ENDPOINT = "127.0.0.1:10911"
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        with Admin(args.endpoint) as admin:
+        with Admin(args.endpoint if args.name_server is None else None, name_server=args.name_server) as admin:
             rows, columns = args.run(admin, args)
     except RmqError as err:
         print(f"rmq-admin: {err}", file=sys.stderr)
@@ -36,8 +37,11 @@ def main(argv=None) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rmq-admin", description="Administer a broker_sim broker.")
-    parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help=f"HOST:PORT (default {DEFAULT_ENDPOINT})")
+    parser = argparse.ArgumentParser(prog="rmq-admin", description="Administer a broker_sim broker, or a RocketMQ "
+                                                                  "cluster through its name servers.")
+    parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT,
+                        help=f"broker_sim's HOST:PORT (default {DEFAULT_ENDPOINT})")
+    parser.add_argument("--name-server", help="instead: RocketMQ's name servers, HOST:PORT[;HOST:PORT]")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
     # Every command takes --json after its own arguments too, as the usage line shows. SUPPRESS keeps a
     # command's parser from resetting a --json given before the command.
@@ -97,9 +101,9 @@ def _list(admin: Admin, args):
 
 def _describe(admin: Admin, args):
     _topic, queues = admin.describe_topic(args.name)
-    rows = [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+    rows = [{"broker": q.broker, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
              "messages": q.messages} for q in queues]
-    return rows, ["queue_id", "min_offset", "max_offset", "messages"]
+    return rows, _with_broker(rows, ["queue_id", "min_offset", "max_offset", "messages"])
 
 
 def _delete(admin: Admin, args):
@@ -109,10 +113,12 @@ def _delete(admin: Admin, args):
 def _group_offsets(admin: Admin, args):
     committed = admin.group_offsets(args.group)
     topics = sorted({o.topic for o in committed})
-    latest = {(q.topic, q.queue_id): q.max_offset for qs in admin.offsets(topics).values() for q in qs}
-    rows = [{**dataclasses.asdict(o), "max_offset": latest.get((o.topic, o.queue_id), o.offset),
-             "lag": max(0, latest.get((o.topic, o.queue_id), o.offset) - o.offset)} for o in committed]
-    return rows, ["group", "topic", "queue_id", "offset", "max_offset", "lag"]
+    latest = {(q.topic, q.broker, q.queue_id): q.max_offset for qs in admin.offsets(topics).values() for q in qs}
+    rows = []
+    for o in committed:
+        end = latest.get((o.topic, o.broker, o.queue_id), o.offset)
+        rows.append({**dataclasses.asdict(o), "max_offset": end, "lag": max(0, end - o.offset)})
+    return rows, _with_broker(rows, ["group", "topic", "queue_id", "offset", "max_offset", "lag"], at=2)
 
 
 def _broker_stats(admin: Admin, args):
@@ -153,6 +159,15 @@ def _sink_batch(admin: Admin, args):
 
 def _txn_row(item) -> dict:
     return {**dataclasses.asdict(item), "state": item.state.value}
+
+
+def _with_broker(rows: list[dict], columns: list[str], at: int = 0) -> list[str]:
+    """The table's columns, with the broker's where a row names one (through name servers)."""
+    if not any(row.get("broker") for row in rows):
+        for row in rows:
+            row.pop("broker", None)
+        return columns
+    return columns[:at] + ["broker"] + columns[at:]
 
 
 def _topic_row(topic) -> dict:

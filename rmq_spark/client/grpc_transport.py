@@ -105,7 +105,7 @@ class GrpcTransport(Transport):
         return _topic(response.topic), [QueueOffsets(name, q.queue_id, q.min_offset, q.max_offset)
                                         for q in response.queues]
 
-    def offsets(self, topics: list[str]) -> dict[str, list[QueueOffsets]]:
+    def offsets(self, topics: list[str], unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
         out = {}
         request = pb.GetOffsetsRequest(topics=list(topics))
         while True:  # ends: every page but the last holds a topic, and its token is past it
@@ -116,14 +116,15 @@ class GrpcTransport(Transport):
                 return out
             request.page_token = response.next_page_token
 
-    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int]) -> dict[int, int]:
+    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int],
+                              broker: str = "") -> dict[int, int]:
         request = pb.OffsetForTimestampRequest(topic=topic, timestamp_ms=timestamp_ms, queue_ids=queue_ids)
         return {o.queue_id: o.offset for o in self._call(self._admin.OffsetForTimestamp, request).offsets}
 
-    def commit_group_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    def commit_group_offsets(self, group: str, offsets: dict[tuple[str, str, int], int]) -> None:
         request = pb.CommitOffsetsRequest(group=group, offsets=[
             pb.GroupOffset(topic=topic, queue_id=queue_id, offset=offset)
-            for (topic, queue_id), offset in offsets.items()])
+            for (topic, _broker, queue_id), offset in offsets.items()])
         self._call(self._admin.CommitOffsets, request)
 
     def group_offsets(self, group: str, topics: list[str]) -> list[GroupOffset]:

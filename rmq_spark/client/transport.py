@@ -1,9 +1,13 @@
 """The transport seam: every broker operation the SDK needs, in the SDK's own types.
 
 The producer, the readers, the pop consumer, Admin and Transactions call a ``Transport`` and
-never a wire format, so that another protocol (RocketMQ's remoting, RocketMQ 5's gRPC) is one
-more implementation of this class. ``connect`` builds the transport for an endpoint;
-``GrpcTransport`` (grpc_transport.py) speaks our own gRPC contract.
+never a wire format. ``connect`` builds the transport for what the user names: an endpoint,
+``GrpcTransport`` (grpc_transport.py, our own gRPC contract, one broker), or name servers,
+``RemotingTransport`` (remoting_transport.py, RocketMQ's remoting protocol to any RocketMQ
+cluster, broker_sim's remoting door included).
+
+A queue is (topic, broker, queue id): through our door the broker is "" (there is one);
+through name servers a topic may be served by several brokers, each with its own queue 0.
 
 An implementation raises the typed errors of errors.py, retries the calls that are safe to
 repeat (``TransportConfig.retries``), and says "expected" outcomes (a range's end, an ack that
@@ -71,21 +75,25 @@ def check_endpoint(endpoint: str) -> str:
 
 class EarlyBatch(NamedTuple):
     """Messages in RocketMQ's MessageBatch encoding, uncompressed: the broker stores a record
-    per message."""
+    per message. ``message_ids``: the UNIQ_KEYs the producer gave its messages (a native
+    RocketMQ transport answers with them), else empty."""
 
     payload: bytes
     count: int
+    message_ids: Sequence[str] = ()
 
 
 class InnerBatch(NamedTuple):
     """An encoded (and maybe compressed) batch the broker stores as ONE record of a BatchCQ
-    topic without decoding it; ``tags``: the tag its messages share."""
+    topic without decoding it; ``tags``: the tag its messages share; ``message_ids`` as
+    EarlyBatch's."""
 
     payload: bytes
     count: int
     codec: Codec
     compression: Compression
     tags: str | None = None
+    message_ids: Sequence[str] = ()
 
 
 class Send(NamedTuple):
@@ -99,6 +107,7 @@ class Send(NamedTuple):
     producer_id: str = ""
     sequence: int = 0
     transaction_id: str = ""
+    broker: str = ""
 
 
 class Stored(NamedTuple):
@@ -178,6 +187,7 @@ class Popped(NamedTuple):
     retry: Sequence[bool]
     record_bytes: Sequence[int]
     records: memoryview
+    broker: str = ""  # the broker that answered (a pop goes to one broker)
 
 
 class AckFailure(NamedTuple):
@@ -191,10 +201,16 @@ class AckFailure(NamedTuple):
 # --- the seam ---------------------------------------------------------------------------------
 
 class Transport(ABC):
-    """The broker operations of the SDK. Safe to share between threads."""
+    """The broker operations of the SDK. Safe to share between threads.
 
-    endpoint: str
+    ``native_rocketmq``: what is sent are RocketMQ's own messages (RocketMQ's remoting
+    protocol): batches in RocketMQ's MessageBatch encoding, uncompressed, each message with its
+    UNIQ_KEY; no transactions and no idempotent stamps (a retried send may be stored twice).
+    """
+
+    endpoint: str  # what the transport reaches, for sentences: HOST:PORT, or the name servers
     config: TransportConfig
+    native_rocketmq = False
 
     # topics and offsets
     @abstractmethod
@@ -210,14 +226,20 @@ class Transport(ABC):
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]: ...
 
     @abstractmethod
-    def offsets(self, topics: list[str]) -> dict[str, list[QueueOffsets]]:
-        """Min / max offsets of every queue of ``topics`` (of every topic when empty)."""
+    def offsets(self, topics: list[str], unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
+        """Min / max offsets of every queue of ``topics`` (of every topic when empty). With
+        ``unreachable``, a broker that cannot be reached is added to it and its queues left out
+        (where there are several brokers); otherwise its error is raised."""
 
     @abstractmethod
-    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int]) -> dict[int, int]: ...
+    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int],
+                              broker: str = "") -> dict[int, int]:
+        """Per queue of ``broker`` (all its queues of the topic when ``queue_ids`` is empty),
+        the first offset stored at or after ``timestamp_ms``."""
 
     @abstractmethod
-    def commit_group_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None: ...
+    def commit_group_offsets(self, group: str, offsets: dict[tuple[str, str, int], int]) -> None:
+        """Commit ``{(topic, broker, queue_id): next offset}`` as ``group``'s."""
 
     @abstractmethod
     def group_offsets(self, group: str, topics: list[str]) -> list[GroupOffset]: ...
@@ -273,8 +295,34 @@ class Transport(ABC):
         return ceiling * random.uniform(0.5, 1.0) / 1000
 
 
-def connect(endpoint: str, config: TransportConfig | None = None) -> Transport:
-    """The transport to the broker at ``endpoint`` (``HOST:PORT`` of our gRPC door)."""
+def check_name_server(name_server: str) -> str:
+    """``name_server`` if it is RocketMQ's address list, ``HOST:PORT[;HOST:PORT...]``; else
+    ``ConfigError``, before any connection is tried."""
+    addresses = [part.strip() for part in str(name_server).split(";") if part.strip()]
+    if not addresses:
+        raise ConfigError(f"name server {name_server!r} names no address: give HOST:PORT, or several separated "
+                          "by ';' (for example 127.0.0.1:9876;127.0.0.2:9876)")
+    for address in addresses:
+        try:
+            check_endpoint(address)
+        except ConfigError:
+            raise ConfigError(f"name server {name_server!r}: {address!r} is not HOST:PORT (for example "
+                              "127.0.0.1:9876); separate several with ';'") from None
+    return ";".join(addresses)
+
+
+def connect(endpoint: str | None = None, config: TransportConfig | None = None, *,
+            name_server: str | None = None) -> Transport:
+    """The transport to what the user names: ``endpoint``, ``HOST:PORT`` of broker_sim's own
+    gRPC door; or ``name_server``, RocketMQ's name server list (``HOST:PORT;HOST:PORT``), to
+    any RocketMQ cluster through RocketMQ's remoting protocol. Exactly one of the two."""
+    if (endpoint is None) == (name_server is None):
+        raise ConfigError("name exactly one of endpoint (broker_sim's HOST:PORT) and name_server (RocketMQ's name "
+                          "servers, HOST:PORT;HOST:PORT)" + ("" if endpoint is None else "; got both"))
+    if name_server is not None:
+        from .remoting_transport import RemotingTransport  # here: it builds on this module
+
+        return RemotingTransport(check_name_server(name_server), config or TransportConfig())
     from .grpc_transport import GrpcTransport  # here: grpc_transport.py builds on this module
 
     return GrpcTransport(check_endpoint(endpoint), config or TransportConfig())

@@ -85,15 +85,19 @@ def encode_batch(columns: "pa.Table | pa.RecordBatch", codec: "Codec | str", com
     return compress(encoded, compression)
 
 
-def encode_pieces(columns: pa.RecordBatch, bounds, codec: "Codec | str", compression: "Compression | str") -> list:
+def encode_pieces(columns: pa.RecordBatch, bounds, codec: "Codec | str", compression: "Compression | str",
+                  unique_keys: pa.Array | None = None) -> list:
     """The payloads of runs of rows of ``columns`` (in ``BATCH_SCHEMA``, see
     ``to_batch_columns``): one per ``(start, stop)`` of ``bounds``, each as ``encode_batch``
     of those rows would make it. The rows are encoded once (rmq) or sliced without copying
     (arrow), so cutting a large batch into many small ones costs no per-piece pass over it.
+    ``unique_keys`` (rmq only): each row's UNIQ_KEY.
     """
     codec, compression = Codec.parse(codec), Compression.parse(compression)
+    if unique_keys is not None and codec is not Codec.RMQ:
+        raise CodecError("unique keys (UNIQ_KEY) are properties of RocketMQ's encoding: use the rmq codec")
     if codec is Codec.RMQ:
-        data, offsets = rmq.encode_with_offsets(columns)
+        data, offsets = rmq.encode_with_offsets(columns, unique_keys)
         view = memoryview(data)
         return [compress(view[int(offsets[a]):int(offsets[b])], compression) for a, b in bounds]
     return [compress(arrow.encode(columns.slice(a, b - a)), compression) for a, b in bounds]

@@ -54,8 +54,15 @@ class MessageColumns:
         self.born_valid = np.zeros(nrows, dtype=bool)
         self._encoded_rows = np.zeros(nrows, dtype=bool)
 
-    def put_encoded(self, rows: slice, source, body_starts, body_lengths, props_starts, props_lengths) -> None:
-        """Rows whose body and encoded properties are byte ranges of ``source``."""
+    def put_encoded(self, rows: slice, source, body_starts, body_lengths, props_starts, props_lengths,
+                    body_source=None) -> None:
+        """Rows whose body and encoded properties are byte ranges of ``source`` (the bodies of
+        ``body_source`` when given: bodies decompressed apart)."""
+        if body_source is not None:
+            self.body.put_views(rows, self._sources.views(body_source, body_starts, body_lengths))
+            self.encoded_properties.put_views(rows, self._sources.views(source, props_starts, props_lengths))
+            self._encoded_rows[rows] = True
+            return
         count = len(body_starts)
         views = self._sources.views(source, np.concatenate((body_starts, props_starts)),
                                     np.concatenate((body_lengths, props_lengths)))

@@ -1,13 +1,16 @@
-"""Compression of a whole batch payload: none, LZ4 (frame format) or Zstandard (one frame).
+"""Compression of a whole batch payload: none, LZ4 (frame format), Zstandard (one frame), or
+zlib (RocketMQ's own: its Java clients compress a message body over 4 KiB so).
 
 The values are RocketMQ's compression types, as stored in SYSFLAG bits 8-10 of a commitlog
-record (with the COMPRESSED bit 0x1 set when the type is not NONE).
+record (with the COMPRESSED bit 0x1 set when the type is not NONE; the bit alone, as RocketMQ
+4.x writes it, means zlib).
 """
 
 from __future__ import annotations
 
 import enum
 import threading
+import zlib
 
 import lz4.frame
 import numpy as np
@@ -21,8 +24,6 @@ from ._bytes import read_at
 SYSFLAG_COMPRESSED = 0x1
 COMPRESSION_SHIFT = 8
 COMPRESSION_MASK = 0x7 << COMPRESSION_SHIFT
-# RocketMQ's type 3 (zlib): named in errors, not supported by this client.
-_UNSUPPORTED_TYPES = {3: "zlib"}
 
 
 class Compression(enum.IntEnum):
@@ -31,6 +32,7 @@ class Compression(enum.IntEnum):
     NONE = 0
     LZ4 = 1
     ZSTD = 2
+    ZLIB = 3
 
     @classmethod
     def parse(cls, value: "Compression | str | int | None") -> "Compression":
@@ -60,8 +62,7 @@ class Compression(enum.IntEnum):
         if found is not None:
             return found
         kind = (sys_flag & COMPRESSION_MASK) >> COMPRESSION_SHIFT
-        name = _UNSUPPORTED_TYPES.get(kind, "unknown")
-        raise CodecError(f"SYSFLAG {sys_flag:#x} marks compression type {kind} ({name}); this client reads "
+        raise CodecError(f"SYSFLAG {sys_flag:#x} marks compression type {kind}, unknown; this client reads "
                          f"{', '.join(c.name.lower() for c in cls)} only")
 
     def sys_flag(self) -> int:
@@ -71,9 +72,11 @@ class Compression(enum.IntEnum):
         return SYSFLAG_COMPRESSED | (self.value << COMPRESSION_SHIFT)
 
 
-# SYSFLAG's compression bits -> Compression: type bits without the COMPRESSED bit mean none.
+# SYSFLAG's compression bits -> Compression: type bits without the COMPRESSED bit mean none;
+# the COMPRESSED bit with no type is RocketMQ 4.x's zlib.
 _BY_SYS_FLAG_BITS = {kind << COMPRESSION_SHIFT: Compression.NONE for kind in range(8)}
 _BY_SYS_FLAG_BITS.update({c.sys_flag(): c for c in Compression if c is not Compression.NONE})
+_BY_SYS_FLAG_BITS[SYSFLAG_COMPRESSED] = Compression.ZLIB
 
 # zstandard's (de)compressor objects are not thread safe, but are worth reusing (each holds
 # a context that is costly to create): one of each per thread.
@@ -108,6 +111,8 @@ def compress(data, compression: Compression) -> bytes:
                                   block_linked=False)
     if compression is Compression.ZSTD:
         return _zstd_compressor().compress(data)
+    if compression is Compression.ZLIB:
+        return zlib.compress(data)
     return data if isinstance(data, bytes) else bytes(data)
 
 
@@ -122,7 +127,9 @@ def decompress(data, compression: Compression) -> "bytes | memoryview":
             return lz4.frame.decompress(data)
         if compression is Compression.ZSTD:
             return _zstd_decompress(data)
-    except (RuntimeError, zstandard.ZstdError) as err:
+        if compression is Compression.ZLIB:
+            return zlib.decompress(data)
+    except (RuntimeError, zstandard.ZstdError, zlib.error) as err:
         raise CodecError(f"payload of {len(memoryview(data))} bytes is not a valid {compression.name.lower()} "
                          f"frame: {err}") from None
     return memoryview(data)
@@ -158,6 +165,8 @@ def _frame_size(view: memoryview, compression: Compression) -> int:
     try:
         if compression is Compression.LZ4:
             return lz4.frame.get_frame_info(view)["content_size"] or -1
+        if compression is Compression.ZLIB:
+            return -1  # zlib's stream does not say
         return zstandard.frame_content_size(view)
     except (RuntimeError, zstandard.ZstdError):
         return -1  # not a frame: decompressing it says why
@@ -169,8 +178,10 @@ def _larger_than(view: memoryview, compression: Compression, max_size: int) -> b
     try:
         if compression is Compression.LZ4:
             return len(lz4.frame.LZ4FrameDecompressor().decompress(view, max_length=max_size + 1)) > max_size
+        if compression is Compression.ZLIB:
+            return len(zlib.decompressobj().decompress(view, max_size + 1)) > max_size
         return len(_zstd_decompressor().stream_reader(view).read(max_size + 1)) > max_size
-    except (RuntimeError, zstandard.ZstdError):
+    except (RuntimeError, zstandard.ZstdError, zlib.error):
         return False  # not a valid frame: decompressing it says why
 
 

@@ -24,14 +24,15 @@ PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
 PROPERTY_BATCH_CODEC = "BATCH_CODEC"
 PROPERTY_RECORD_CRC = "__HCRC32#"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # a message's id, as RocketMQ's clients give it
 MAX_PROPERTIES_BYTES = 32767  # PROPLEN is a signed 16-bit length
 
 # Properties that are not the user's: TAGS and KEYS have columns of their own; the others are
 # written by brokers (RocketMQ's and broker_sim's) or by RocketMQ's producer for itself.
 SYSTEM_PROPERTIES = frozenset({
     PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_INNER_NUM, PROPERTY_INNER_BASE, PROPERTY_BATCH_CODEC,
-    PROPERTY_RECORD_CRC, "__CRC32#", "__PRODUCER#", "WAIT", "DELAY", "TRAN_MSG", "PGROUP", "UNIQ_KEY", "MIN_OFFSET",
-    "MAX_OFFSET", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "POP_CK", "CLUSTER", "MSG_REGION", "TRACE_ON",
+    PROPERTY_RECORD_CRC, "__CRC32#", "__PRODUCER#", "WAIT", "DELAY", "TRAN_MSG", "PGROUP", PROPERTY_UNIQ_KEY,
+    "MIN_OFFSET", "MAX_OFFSET", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "POP_CK", "CLUSTER", "MSG_REGION", "TRACE_ON",
     "__STARTDELIVERTIME", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS",
 })
 
@@ -53,8 +54,10 @@ def decode_properties(raw) -> dict[str, str]:
 
 # --- a column of messages, vectorized --------------------------------------------------------
 
-def encode_property_column(tags: pa.Array, keys: pa.Array, properties: pa.Array) -> pa.Array:
-    """Each row's encoded properties (binary): TAGS, KEYS (when not null), user properties.
+def encode_property_column(tags: pa.Array, keys: pa.Array, properties: pa.Array,
+                           unique_keys: pa.Array | None = None) -> pa.Array:
+    """Each row's encoded properties (binary): TAGS, KEYS (when not null), user properties,
+    and with ``unique_keys`` (a string array) UNIQ_KEY.
 
     ``tags`` and ``keys`` are string arrays, ``properties`` a map<string, string> array.
     Raises CodecError naming the first offending row for separators in names or values,
@@ -66,6 +69,9 @@ def encode_property_column(tags: pa.Array, keys: pa.Array, properties: pa.Array)
     if len(properties.keys):
         pieces.append(_user_piece(properties))
         entries += int(properties.offsets[-1].as_py() - properties.offsets[0].as_py())
+    if unique_keys is not None:
+        pieces.append(_named_piece(PROPERTY_UNIQ_KEY, unique_keys))
+        entries += len(unique_keys) - unique_keys.null_count
     if not pieces:
         return pa.array([b""] * len(tags), pa.binary())
     joined = (pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, "")).cast(pa.binary())

@@ -43,6 +43,7 @@ _OTHER_MAGICS = {0xDAA320AB: "a V2 record (2-byte topic length), not supported b
                  0xCBD43194: "a BLANK end-of-segment marker, not a record"}
 FIXED_BYTES = 91  # every field but the body, topic and properties
 SYSFLAG_INNER_BATCH = 0x80
+SYSFLAG_COMPRESSED = 0x1
 _SYSFLAG_IPV6_HOSTS = 0x10 | 0x20  # RocketMQ's BORNHOST_V6 / STOREHOST_V6: 20-byte hosts
 
 # Every field before the body, as numpy reads them in one gather per buffer.
@@ -295,14 +296,34 @@ def _decode_messages(buf: memoryview, headers: RecordHeaders, inner: _InnerBatch
                      include_properties: bool) -> Finished:
     """Body, keys, tags, properties and born times of the kept messages."""
     columns = MessageColumns(cut.nrows, include_properties)
-    singles = np.flatnonzero(((headers.sys_flag & SYSFLAG_INNER_BATCH) == 0) & (cut.rows > 0))
-    if len(singles):
-        columns.put_encoded(cut.row_start[singles], buf, headers.body_start[singles], headers.body_length[singles],
-                            headers.props_start[singles], headers.props_length[singles])
+    singles = (headers.sys_flag & SYSFLAG_INNER_BATCH) == 0
+    compressed = singles & ((headers.sys_flag & SYSFLAG_COMPRESSED) != 0)
+    plain = np.flatnonzero(singles & ~compressed & (cut.rows > 0))
+    if len(plain):
+        columns.put_encoded(cut.row_start[plain], buf, headers.body_start[plain], headers.body_length[plain],
+                            headers.props_start[plain], headers.props_length[plain])
+    compressed = np.flatnonzero(compressed & (cut.rows > 0))
+    if len(compressed):  # a message body its producer compressed (RocketMQ's clients do over 4 KiB)
+        bodies, offsets = _decompressed_bodies(buf, headers, compressed)
+        columns.put_encoded(cut.row_start[compressed], buf, offsets[:-1], np.diff(offsets),
+                            headers.props_start[compressed], headers.props_length[compressed], body_source=bodies)
     kept = np.flatnonzero(cut.rows[inner.record] > 0)
     if len(kept):
         _put_inner(columns, buf, headers, inner, _Kept.of(kept, inner, cut))
     return columns.finish()
+
+
+def _decompressed_bodies(buf: memoryview, headers: RecordHeaders, records: np.ndarray) -> tuple:
+    """The bodies of single records flagged compressed, decompressed into one buffer, and where
+    each starts (RecordFormatError naming a record whose body does not decompress)."""
+    try:
+        kinds = [Compression.from_sys_flag(int(flag)) for flag in headers.sys_flag[records]]
+        return decompress_all(buf, headers.body_start[records], headers.body_length[records], kinds)
+    except PayloadError as err:
+        raise RecordFormatError(f"{_where(int(records[err.index]), headers)}: its compressed body does not "
+                                f"decompress: {err}") from None
+    except CodecError as err:
+        raise RecordFormatError(f"a compressed message body: {err}") from None
 
 
 def _record_columns(buf: memoryview, headers: RecordHeaders, cut: _Cut, done: Finished) -> list[pa.Array]:

@@ -37,7 +37,7 @@ class PopConsumer:
     Parameters
     ----------
     endpoint : str
-        ``HOST:PORT`` of the broker.
+        ``HOST:PORT`` of broker_sim's own door.
     group : str
         The consumer group: consumers of one group share the messages.
     topics : str or list of str
@@ -64,11 +64,16 @@ class PopConsumer:
         has them).
     transport : TransportConfig, optional
         Deadlines and retries.
+    name_server : str
+        Instead of ``endpoint``: RocketMQ's name servers, ``HOST:PORT;HOST:PORT``, popping
+        through RocketMQ 5's pop over remoting (its brokers in turn, for a topic served by
+        several; RocketMQ 5's broker needs ``timerWheelEnable``).
     """
 
-    def __init__(self, endpoint: str, group: str, topics, *, tag_filter: str = "*", invisible_ms: int = 30_000,
-                 max_messages: int = 32, poll_ms: int = 5_000, orderly: bool = False, queue_id: int = -1,
-                 include_properties: bool = False, transport: TransportConfig | None = None):
+    def __init__(self, endpoint: str | None = None, group: str = "", topics=None, *, tag_filter: str = "*",
+                 invisible_ms: int = 30_000, max_messages: int = 32, poll_ms: int = 5_000, orderly: bool = False,
+                 queue_id: int = -1, include_properties: bool = False, transport: TransportConfig | None = None,
+                 name_server: str | None = None):
         topics = [topics] if isinstance(topics, str) else list(topics or [])
         if not topics or not all(isinstance(t, str) and t for t in topics):
             raise ConfigError(f"topics={topics!r}: name one topic or a list of topics")
@@ -91,7 +96,7 @@ class PopConsumer:
         self.orderly = orderly
         self.queue_id = queue_id
         self.include_properties = include_properties
-        self._transport = connect(endpoint, transport)
+        self._transport = connect(endpoint, transport, name_server=name_server)
         self._next_topic = 0
         self._lock = threading.Lock()
 
@@ -128,7 +133,8 @@ class PopConsumer:
         for handle, queue_id, offset, count, reconsume, retry, size in zip(
                 popped.receipt_handles, popped.queue_ids, popped.offsets, popped.counts,
                 popped.reconsume_times, popped.retry, popped.record_bytes):
-            out.append(Delivery(handle, topic, queue_id, offset, count, reconsume, until, retry, answer, row, at, size))
+            out.append(Delivery(handle, topic, queue_id, offset, count, reconsume, until, retry, answer, row, at, size,
+                                popped.broker))
             row += count
             at += size
         if at != len(records):
@@ -246,18 +252,22 @@ class Delivery:
         When it is delivered again unless acked (ms since the epoch, the broker's clock).
     retry : bool
         It came from the group's retry queue.
+    broker : str
+        The broker it was popped from, through name servers ("" through our door).
     records : pyarrow.RecordBatch
-        Its messages in the read schema (decoded on first use, for the whole pop at once).
+        Its messages in the read schema (``RangeReader``'s; decoded on first use, for the whole
+        pop at once).
         Raises UndecodableBatchError for a stored batch that does not decode (the pop's other
         deliveries are not affected): ack it to drop it, or let it come back and, past the
         group's maximum retries, go to its DLQ, as any delivery whose consumption fails.
     """
 
     __slots__ = ("receipt_handle", "topic", "queue_id", "offset", "count", "reconsume_times", "invisible_until_ms",
-                 "retry", "_answer", "_row", "_at", "_size")
+                 "retry", "broker", "_answer", "_row", "_at", "_size")
 
     def __init__(self, receipt_handle: str, topic: str, queue_id: int, offset: int, count: int, reconsume_times: int,
-                 invisible_until_ms: int, retry: bool, answer: "_Answer", row: int, at: int, size: int):
+                 invisible_until_ms: int, retry: bool, answer: "_Answer", row: int, at: int, size: int,
+                 broker: str = ""):
         self.receipt_handle = receipt_handle
         self.topic = topic
         self.queue_id = queue_id
@@ -266,14 +276,16 @@ class Delivery:
         self.reconsume_times = reconsume_times
         self.invisible_until_ms = invisible_until_ms
         self.retry = retry
+        self.broker = broker
         self._answer, self._row, self._at, self._size = answer, row, at, size
 
     @property
     def records(self) -> pa.RecordBatch:
         records = self._answer.rows_of(self)
         if self.retry:  # the retry queue's rows show the topic the message was sent to
-            records = records.set_column(0, records.schema.field(0), pa.array([self.topic] * self.count, pa.string()))
-        return records
+            records = records.set_column(0, records.schema.field(0), pa.repeat(pa.scalar(self.topic), self.count))
+        return records.add_column(1, pa.field("broker", pa.string()),
+                                  pa.repeat(pa.scalar(self.broker or None, pa.string()), self.count))
 
     def messages(self) -> list[ReceivedMessage]:
         """Its messages as structs (user properties only)."""
@@ -284,11 +296,11 @@ class Delivery:
         return [ReceivedMessage(self.topic, columns["queue_id"][i], columns["queue_offset"][i], columns["body"][i],
                                 columns["tags"][i], columns["keys"][i], _ms(columns["born_timestamp"][i]),
                                 _ms(columns["store_timestamp"][i]), self.reconsume_times, self.receipt_handle,
-                                dict(columns["properties"][i] or ())) for i in range(self.count)]
+                                dict(columns["properties"][i] or ()), self.broker) for i in range(self.count)]
 
     def _moved(self, receipt_handle: str, invisible_until_ms: int) -> "Delivery":
         return Delivery(receipt_handle, self.topic, self.queue_id, self.offset, self.count, self.reconsume_times,
-                        invisible_until_ms, self.retry, self._answer, self._row, self._at, self._size)
+                        invisible_until_ms, self.retry, self._answer, self._row, self._at, self._size, self.broker)
 
     def __repr__(self) -> str:
         return (f"Delivery(topic={self.topic!r}, queue_id={self.queue_id}, offset={self.offset}, count={self.count}, "
@@ -342,6 +354,7 @@ class _Answer:
 # A stored record's header up to BODYLEN (RocketMQ's V1 layout), for single messages.
 _HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
 _INNER_BATCH = 0x80
+_COMPRESSED = 0x1
 
 
 def _single_message(data: memoryview, at: int, delivery: Delivery) -> ReceivedMessage | None:
@@ -349,7 +362,7 @@ def _single_message(data: memoryview, at: int, delivery: Delivery) -> ReceivedMe
     None for an inner batch."""
     (_total, _magic, _crc, queue_id, _flag, queue_offset, _physical, sys_flag, born, _born_host, stored, _store_host,
      _reconsume, _prepared, body_length) = _HEADER.unpack_from(data, at)
-    if sys_flag & _INNER_BATCH:
+    if sys_flag & (_INNER_BATCH | _COMPRESSED):  # a batch, or a body to decompress: the Arrow path
         return None
     body_at = at + _HEADER.size
     topic_at = body_at + body_length
@@ -359,7 +372,7 @@ def _single_message(data: memoryview, at: int, delivery: Delivery) -> ReceivedMe
     tags, keys = properties.get("TAGS"), properties.get("KEYS")
     user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
     return ReceivedMessage(delivery.topic, queue_id, queue_offset, bytes(data[body_at:topic_at]), tags, keys, born,
-                           stored, delivery.reconsume_times, delivery.receipt_handle, user)
+                           stored, delivery.reconsume_times, delivery.receipt_handle, user, delivery.broker)
 
 
 def _ms(value) -> int:

@@ -8,9 +8,11 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..client.transport import RangeChunk, ReadStatus, TransportConfig, connect
-from ..codec.records import RecordFormatError, decode_records, iter_record_headers, read_schema
+from ..codec import records as stored_records
+from ..codec.records import RecordFormatError, decode_records, iter_record_headers
 from ..errors import ConfigError, CorruptedRecordError, DataLossError, OffsetOutOfRangeError, UndecodableBatchError
 from ..structs import OffsetRange
 from .tag_filter import normalize_tag_filter
@@ -23,6 +25,13 @@ _OPEN_END = np.iinfo(np.int64).max
 ON_DATA_LOSS = ("fail", "skip")
 
 
+def read_schema(include_properties: bool = False) -> pa.Schema:
+    """What readers yield: the stored records' columns (``codec.records``), with ``broker``
+    after ``topic``: the broker a row came from (through name servers), null through our door."""
+    records = stored_records.read_schema(include_properties)
+    return records.insert(1, pa.field("broker", pa.string()))
+
+
 @dataclass
 class _Pending:
     """A range being read: an OffsetRange to the transport, moving as it is read."""
@@ -31,7 +40,11 @@ class _Pending:
     queue_id: int
     start: int | None  # None once the range is read (or failed)
     end: int | None
+    broker: str = ""
     failed: DataLossError | None = None  # CorruptedRecordError or UndecodableBatchError
+
+    def where(self) -> str:
+        return f"{self.topic} queue {self.queue_id}" + (f" of broker {self.broker}" if self.broker else "")
 
 
 class RangeReader:
@@ -48,12 +61,17 @@ class RangeReader:
     Parameters
     ----------
     endpoint : str
-        ``HOST:PORT`` of the broker.
+        ``HOST:PORT`` of broker_sim's own door.
+    name_server : str
+        Or RocketMQ's name servers, ``HOST:PORT;HOST:PORT``: the ranges are read by pulls
+        (many in flight) from any RocketMQ cluster. A range names its queue's broker
+        (``OffsetRange.broker``) where the topic is served by several.
     max_bytes_per_fetch : int
         Stored bytes one ReadRanges call may return (default 64 MiB).
     tag_filter : str, optional
         ``"TagA || TagB"``: only messages with one of these tags; read as RocketMQ reads it
-        (``normalize_tag_filter``).
+        (``normalize_tag_filter``). Filtered by the broker, and through name servers checked
+        again here, as RocketMQ's clients do (a broker filters by the tags' hash codes).
     include_properties : bool
         Add the ``properties`` map column.
     on_data_loss : {"fail", "skip"}
@@ -66,9 +84,10 @@ class RangeReader:
         offsets; or log a warning and skip the batch's offsets.
     """
 
-    def __init__(self, endpoint: str, *, max_bytes_per_fetch: int = DEFAULT_MAX_BYTES_PER_FETCH,
-                 tag_filter: str | None = None, include_properties: bool = False, on_data_loss: str = "fail",
-                 transport: TransportConfig | None = None):
+    def __init__(self, endpoint: str | None = None, *, name_server: str | None = None,
+                 max_bytes_per_fetch: int = DEFAULT_MAX_BYTES_PER_FETCH, tag_filter: str | None = None,
+                 include_properties: bool = False, on_data_loss: str = "fail", transport: TransportConfig | None = None,
+                 pull_group: str | None = None):
         if not isinstance(max_bytes_per_fetch, int) or max_bytes_per_fetch <= 0:
             raise ConfigError(f"max_bytes_per_fetch={max_bytes_per_fetch!r}: must be a positive number of bytes")
         if on_data_loss not in ON_DATA_LOSS:
@@ -78,23 +97,35 @@ class RangeReader:
         self.include_properties = include_properties
         self.on_data_loss = on_data_loss
         self.schema = read_schema(include_properties)
-        self._transport = connect(endpoint, transport)
+        self._transport = connect(endpoint, transport, name_server=name_server)
+        if pull_group is not None and hasattr(self._transport, "pull_group"):
+            self._transport.pull_group = pull_group  # the consumer group RocketMQ's pulls name
+        tags = [t.strip() for t in self.tag_filter.split("||")] if self.tag_filter else []
+        self._recheck_tags = pa.array(tags, pa.string()) if self._transport.native_rocketmq and tags else None
 
     def read(self, ranges: list[OffsetRange]) -> Iterator[pa.RecordBatch]:
         """Yield the messages of ``ranges`` as record batches (no empty ones)."""
-        pending = [_Pending(r.topic, r.queue_id, r.start, r.end) for r in ranges if _check_range(r)]
+        pending = [_Pending(r.topic, r.queue_id, r.start, r.end, getattr(r, "broker", "") or "")
+                   for r in ranges if _check_range(r)]
         ranges_read = list(pending)
+        decode_bytes = min(DECODE_BYTES, self.max_bytes_per_fetch)
         while pending:
             call = [p for p in pending]
             progressed = False
-            chunks = _Chunks(min(DECODE_BYTES, self.max_bytes_per_fetch), self.include_properties, self._bad_batch)
+            by_broker: dict[str, _Chunks] = {}  # rows are decoded a broker at a time: its name is a column
             for chunk in self._transport.read_ranges(call, self.max_bytes_per_fetch, self.tag_filter):
                 item = call[chunk.range_index]
-                if chunk.records and item.failed is None and chunks.add(chunk, item):
-                    yield from chunks.decode()
+                if chunk.records and item.failed is None:
+                    chunks = by_broker.get(item.broker)
+                    if chunks is None:
+                        chunks = by_broker[item.broker] = _Chunks(decode_bytes, self.include_properties,
+                                                                  self._bad_batch)
+                    if chunks.add(chunk, item):
+                        yield from self._rows(chunks, item.broker)
                 if chunk.done:
                     progressed |= self._finish(item, chunk)
-            yield from chunks.decode()
+            for broker, chunks in by_broker.items():
+                yield from self._rows(chunks, broker)
             pending = [p for p in pending if p.start is not None]
             if pending and not progressed:
                 raise OffsetOutOfRangeError(f"no progress reading {pending[0]}: the broker returned nothing")
@@ -107,6 +138,17 @@ class RangeReader:
 
     def read_table(self, ranges: list[OffsetRange]) -> pa.Table:
         return pa.Table.from_batches(list(self.read(ranges)), schema=self.schema)
+
+    def _rows(self, chunks: "_Chunks", broker: str) -> Iterator[pa.RecordBatch]:
+        """The decoded rows of ``chunks`` in the read schema: the broker column added, and
+        through name servers the tag filter checked again."""
+        for batch in chunks.decode():
+            if self._recheck_tags is not None:
+                batch = batch.filter(pc.is_in(batch.column("tags"), value_set=self._recheck_tags))
+                if not batch.num_rows:
+                    continue
+            name = pa.scalar(broker or None, pa.string())
+            yield batch.add_column(1, self.schema.field(1), pa.repeat(name, batch.num_rows))
 
     def _finish(self, item: _Pending, response: RangeChunk) -> bool:
         """Apply a range's end of call; returns whether the range moved. A finished range gets
@@ -127,7 +169,7 @@ class RangeReader:
             item.start = None  # nothing stored from there on
             return True
         if status is ReadStatus.OFFSET_TOO_SMALL:
-            where = f"{item.topic} queue {item.queue_id}"
+            where = item.where()
             if self.on_data_loss == "fail":
                 raise DataLossError(
                     f"{where}: offset {item.start} is no longer stored (the first stored is {response.min_offset}); "
@@ -139,8 +181,8 @@ class RangeReader:
         if status is ReadStatus.RECORD_CORRUPTED:
             return self._skip_corrupted(item, response)
         if status is ReadStatus.OFFSET_OVERFLOW:
-            raise OffsetOutOfRangeError(f"{item.topic} queue {item.queue_id}: offset {item.start} is past the "
-                                        f"queue's end ({response.max_offset})")
+            raise OffsetOutOfRangeError(f"{item.where()}: offset {item.start} is past the queue's end "
+                                        f"({response.max_offset})")
         return False  # BUDGET_EXHAUSTED: read on in the next call
 
     def _skip_corrupted(self, item: _Pending, response: RangeChunk) -> bool:
@@ -151,8 +193,7 @@ class RangeReader:
                 topic=item.topic, queue_id=item.queue_id, first_offset=first, end_offset=end)
             item.start = None
             return True
-        log.warning("%s queue %d: offsets %d to %d skipped: %s", item.topic, item.queue_id, first, end - 1,
-                    response.detail)
+        log.warning("%s: offsets %d to %d skipped: %s", item.where(), first, end - 1, response.detail)
         item.start = end
         if item.end is not None and item.start >= item.end:
             item.start = None
@@ -161,7 +202,7 @@ class RangeReader:
     def _bad_batch(self, item: _Pending, first: int, last: int | None, err: RecordFormatError) -> None:
         """A stored batch of ``item`` (offsets ``first`` to ``last``; None: not known) does not decode."""
         offsets = f"offsets {first} to {last}" if last is not None else f"offsets from {first} on"
-        where = f"{item.topic} queue {item.queue_id}: the stored batch at {offsets} does not decode ({err})"
+        where = f"{item.where()}: the stored batch at {offsets} does not decode ({err})"
         if self.on_data_loss == "skip":
             log.warning("%s; its messages are skipped", where)
             return

@@ -37,11 +37,12 @@ class RecordAccumulator:
     def held_bytes(self) -> int:
         return self._held_bytes
 
-    def append(self, message: Message, queue_id: int, timeout_s: float, callback=None) -> tuple[SendFuture, bool]:
-        """The message's future, and whether a batch became ready; ``callback(result, error)``
-        runs once the batch is answered."""
+    def append(self, message: Message, queue: tuple[str, int], timeout_s: float,
+               callback=None) -> tuple[SendFuture, bool]:
+        """The message's future, and whether a batch became ready; ``queue`` is (broker, queue
+        id); ``callback(result, error)`` runs once the batch is answered."""
         size = len(message.body)
-        key = (message.topic, queue_id, message.tags)  # a plain tuple: the hottest line of sending
+        key = (message.topic, queue[1], message.tags, queue[0])  # a plain tuple: the hottest line of sending
         with self._lock:  # the condition's lock; the condition only when there is no room
             if self._held_bytes + size > self._total_bytes and size <= self._total_bytes and \
                     not self._room.wait_for(lambda: self._held_bytes + size <= self._limit(size), timeout_s):

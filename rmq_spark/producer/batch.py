@@ -18,11 +18,13 @@ log = logging.getLogger(__name__)
 
 
 class BatchKey(NamedTuple):
-    """Messages are grouped by topic, queue and tag (RocketMQ's ProduceAccumulator key)."""
+    """Messages are grouped by topic, queue and tag (RocketMQ's ProduceAccumulator key); a
+    queue is (broker, queue id), the broker "" through our door."""
 
     topic: str
     queue_id: int
     tags: str | None
+    broker: str = ""
 
 
 class BatchForm(NamedTuple):
@@ -113,9 +115,9 @@ class ProducerBatch:
     def result_of(self, index: int) -> SendResult:
         response = self.response
         if not response.message_ids:  # prepared under a transaction: offsets come at the commit
-            return SendResult(self.key.topic, response.queue_id, -1, "", response.store_timestamp_ms)
+            return SendResult(self.key.topic, response.queue_id, -1, "", response.store_timestamp_ms, self.key.broker)
         return SendResult(self.key.topic, response.queue_id, response.base_offset + index,
-                          response.message_ids[index], response.store_timestamp_ms)
+                          response.message_ids[index], response.store_timestamp_ms, self.key.broker)
 
     def results(self) -> list[SendResult]:
         """Every message's result; raises the batch's error if it failed."""

@@ -15,9 +15,8 @@ import pyarrow.compute as pc
 from ..codec import encode_pieces
 from ..codec.columns import to_batch_columns
 from ..errors import ConfigError, ResultTimeoutError
-from ..structs import TopicInfo
 from .batch import BatchForm, BatchKey, ProducerBatch
-from .routing import Router
+from .routing import Route, Router
 
 MAX_BATCH_MESSAGES = 32767  # BatchCQ's batchSize is a Java short
 
@@ -49,39 +48,55 @@ class ArrowSend:
         return [batch.response for batch in self.batches if batch.response is not None]
 
 
-def plan_batches(rows: pa.RecordBatch, route: TopicInfo, router: Router, *, form: BatchForm,
-                 batch_max_bytes: int) -> list[ProducerBatch]:
+def plan_batches(rows: pa.RecordBatch, route: Route, router: Router, *, form: BatchForm,
+                 batch_max_bytes: int, unique_keys=None) -> list[ProducerBatch]:
     """The batches that carry ``rows`` (of one topic) to ``route``'s queues, in ``form``.
 
     The router chooses each row's queue (its ``queue_id`` column, its keys' hash, or the queues
     in turn, a run of about ``batch_max_bytes`` per turn); rows are grouped by queue, and by tag
     for inner batches (whose index unit carries one tag), and cut into batches of about
-    ``batch_max_bytes``.
+    ``batch_max_bytes``. With ``unique_keys`` (a ``UniqueKeys``: RocketMQ's own sends) each row
+    carries a UNIQ_KEY: its ``message_id`` column's, or a new one.
     """
     columns = batch_columns(rows)
     count = columns.num_rows
     if count == 0:
         return []
+    ids = _message_ids(rows, unique_keys) if unique_keys is not None else None
     lengths = np.asarray(pc.binary_length(columns.column("body")), dtype=np.int64)
-    queues = router.row_queues(route, rows, columns.column("keys"), lengths, batch_max_bytes)
+    slots = router.row_queues(route, rows, columns.column("keys"), lengths, batch_max_bytes)
     tags = columns.column("tags").dictionary_encode() if form.inner else None
     tag_ids = np.zeros(count, dtype=np.int64) if tags is None else \
         np.asarray(tags.indices.fill_null(-1), dtype=np.int64) + 1
-    group = queues * (1 + (0 if tags is None else len(tags.dictionary))) + tag_ids
+    group = slots * (1 + (0 if tags is None else len(tags.dictionary))) + tag_ids
     if _worth_collating(group, lengths, batch_max_bytes):
         order = np.argsort(group, kind="stable")
-        columns, group, lengths, queues, tag_ids = (columns.take(pa.array(order)), group[order], lengths[order],
-                                                    queues[order], tag_ids[order])
+        columns, group, lengths, slots, tag_ids = (columns.take(pa.array(order)), group[order], lengths[order],
+                                                   slots[order], tag_ids[order])
+        ids = ids.take(pa.array(order)) if ids is not None else None
     bounds = _cut(group, lengths, batch_max_bytes)
-    payloads = encode_pieces(columns, bounds, form.codec, form.compression)
+    payloads = encode_pieces(columns, bounds, form.codec, form.compression, ids)
     batches = []
     for (start, stop), payload in zip(bounds, payloads):
         tag = None if tags is None or tag_ids[start] == 0 else tags.dictionary[tag_ids[start] - 1].as_py()
-        batch = ProducerBatch(BatchKey(route.name, int(queues[start]), tag))
-        batch.encoded = (payload, stop - start, form.codec, form.compression)
+        broker, queue_id = route.queues[slots[start]]
+        batch = ProducerBatch(BatchKey(route.name, queue_id, tag, broker))
+        message_ids = ids.slice(start, stop - start) if ids is not None else ()  # no Python string per row
+        batch.encoded = (payload, stop - start, form.codec, form.compression, message_ids)
         batch.body_bytes = len(payload)
         batches.append(batch)
     return batches
+
+
+def _message_ids(rows: pa.RecordBatch, unique_keys) -> pa.Array:
+    """Each row's UNIQ_KEY: the ``message_id`` column's (strings, none null), or new ones."""
+    if "message_id" not in rows.schema.names:
+        return unique_keys.arrow(rows.num_rows)
+    column = rows.column("message_id")
+    if not pa.types.is_string(column.type) or column.null_count:
+        raise ConfigError(f"column 'message_id' is {column.type} with {column.null_count} nulls; give every row "
+                          "a string id (RocketMQ's UNIQ_KEY), or drop the column")
+    return column
 
 
 def _worth_collating(group: np.ndarray, lengths: np.ndarray, batch_max_bytes: int) -> bool:

@@ -29,7 +29,7 @@ def _monotonic_ms() -> float:
 
 
 class Producer:
-    """Sends messages to one broker; safe to share between threads.
+    """Sends messages to a broker, or to a RocketMQ cluster; safe to share between threads.
 
     With ``auto_batch`` (the default), ``send`` and ``send_async`` put each message into a
     batch of its (topic, queue, tag); a batch is ready when its bodies pass
@@ -39,14 +39,20 @@ class Producer:
     SimpleCQ topic an early batch. Delayed, transactional and retry-topic messages go out
     alone.
 
-    Every send is idempotent: it carries the producer's id and a sequence number, and the
-    broker stores it once. Retriable failures (the broker unavailable, restarting or slow) are
-    therefore retried (``transport.retries``, with backoff) without duplicates.
+    Through our door every send is idempotent: it carries the producer's id and a sequence
+    number, and the broker stores it once. Retriable failures (the broker unavailable,
+    restarting or slow) are therefore retried (``transport.retries``, with backoff) without
+    duplicates. Through name servers (RocketMQ's remoting protocol) sends are RocketMQ's own:
+    batches in RocketMQ's MessageBatch encoding, uncompressed, each message with a UNIQ_KEY
+    (``SendResult.message_id``), and a retried send may be stored twice (at least once).
 
     Parameters
     ----------
     endpoint : str
-        ``HOST:PORT`` of the broker.
+        ``HOST:PORT`` of broker_sim's own door.
+    name_server : str
+        Or RocketMQ's name servers, ``HOST:PORT;HOST:PORT``: any RocketMQ cluster. A topic's
+        queues are then (broker, queue id): ``Message.broker`` names a queue's broker.
     codec : {"rmq", "arrow"}
         Encoding of batches sent to BatchCQ topics (default "rmq", RocketMQ's MessageBatch).
     compression : {"none", "lz4", "zstd"}
@@ -66,8 +72,8 @@ class Producer:
         ``producer.timer.tick()``.
     """
 
-    def __init__(self, endpoint: str, *, codec: str = "rmq", compression: str = "none",
-                 queue_selector: str = "hash", transport: TransportConfig | None = None,
+    def __init__(self, endpoint: str | None = None, *, name_server: str | None = None, codec: str = "rmq",
+                 compression: str = "none", queue_selector: str = "hash", transport: TransportConfig | None = None,
                  transaction_id: str | None = None, now_ms: Callable[[], float] = _monotonic_ms,
                  background: bool = True, **batching):
         unknown = sorted(set(batching) - set(ProducerConfig.__dataclass_fields__))
@@ -80,7 +86,13 @@ class Producer:
             raise ConfigError(str(err)) from None
         self.config = ProducerConfig(**batching)
         transaction_id = "" if transaction_id is None else check_id(transaction_id)
-        self._transport = connect(endpoint, transport)
+        self._transport = connect(endpoint, transport, name_server=name_server)
+        if self._transport.native_rocketmq:
+            try:
+                _check_native(codec, compression, transaction_id)
+            except ConfigError:
+                self._transport.close()
+                raise
         self._router = Router(self._transport, queue_selector)
         self._accumulator = RecordAccumulator(self.config, now_ms)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
@@ -126,13 +138,13 @@ class Producer:
             raise ClosedError("the producer is closed: create a new one to send")
         if not isinstance(message.body, (bytes, bytearray, memoryview)):
             raise ConfigError(f"the message body is {type(message.body).__name__}: give bytes (text.encode())")
-        _route, queue_id = self._router.queue_for(message)
+        queue = self._router.queue_for(message)
         if self._batched(message):
-            future, ready = self._accumulator.append(message, queue_id, self._room_timeout_s, callback)
+            future, ready = self._accumulator.append(message, queue, self._room_timeout_s, callback)
             if ready:
                 self._sender.send_ready()
         else:
-            batch = ProducerBatch(BatchKey(message.topic, queue_id, message.tags), alone=True)
+            batch = ProducerBatch(BatchKey(message.topic, queue[1], message.tags, queue[0]), alone=True)
             future = batch.append(message, callback)
             self._sender.send([batch])
         return future
@@ -147,8 +159,8 @@ class Producer:
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
             raise ConfigError(f"a batch goes to one topic; got {sorted({m.topic for m in messages})}")
-        _route, queue_id = self._router.queue_for(messages[0])
-        batch = ProducerBatch.of(BatchKey(topic, queue_id, None), messages)
+        broker, queue_id = self._router.queue_for(messages[0])
+        batch = ProducerBatch.of(BatchKey(topic, queue_id, None, broker), messages)
         self._sender.send([batch])
         if not batch.wait(self._answer_timeout_s):
             raise RequestTimeoutError(f"no answer for the batch within {self._answer_timeout_s:.0f} s")
@@ -161,7 +173,9 @@ class Producer:
         Columns: ``body`` (binary or string, required), and optionally ``topic`` (string; rows
         without one go to ``topic``), ``tags``, ``keys`` (strings), ``properties``
         (map<string, string>), ``queue_id`` (integer; otherwise the queue selector chooses,
-        hashing keys, or taking the queues in turn a batch at a time), ``born_timestamp``.
+        hashing keys, or taking the queues in turn a batch at a time) with ``broker`` (string)
+        where the topic is served by several brokers, ``born_timestamp``; through name servers
+        ``message_id`` (string, each row's UNIQ_KEY; made when absent).
         Rows are grouped by (topic, queue, tag) and cut into batches of about
         ``batch_max_bytes``, each encoded once with the producer's codec and compression
         (an early batch on a SimpleCQ topic), and sent many per call.
@@ -170,9 +184,10 @@ class Producer:
         record_batch = as_record_batch(columns)
         planned = []
         for name, rows in split_by_topic(record_batch, topic):
-            route = self._router.topic(name)
+            route = self._router.route(name)
             planned += plan_batches(rows, route, self._router, form=self._sender.form(name),
-                                    batch_max_bytes=self.config.batch_max_bytes)
+                                    batch_max_bytes=self.config.batch_max_bytes,
+                                    unique_keys=self._sender.unique_keys)
         chunk, chunk_bytes = [], 0
         for index, batch in enumerate(planned):
             if chunk and chunk_bytes + batch.body_bytes > self.config.request_max_bytes:
@@ -223,3 +238,15 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _check_native(codec: Codec, compression: Compression, transaction_id: str) -> None:
+    """What RocketMQ's own sends cannot carry."""
+    if codec is not Codec.RMQ or compression is not Compression.NONE:
+        raise ConfigError(f"codec={codec.value!r}, compression={compression.name.lower()!r}: through name servers "
+                          "a batch is RocketMQ's MessageBatch, uncompressed, which RocketMQ's brokers and clients "
+                          "read; use codec='rmq' and compression='none' (the defaults)")
+    if transaction_id:
+        from ..client.remoting_transport import TRANSACTIONS_REFUSED
+
+        raise ConfigError(TRANSACTIONS_REFUSED)

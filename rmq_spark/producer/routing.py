@@ -2,11 +2,16 @@
 
 One set of rules for both ways of sending (``Producer.send`` and ``Producer.send_arrow``):
 
-- an explicit queue wins: a message's ``queue_id``, a row's ``queue_id`` column;
+- an explicit queue wins: a message's ``queue_id``, a row's ``queue_id`` column (with its
+  ``broker`` / ``broker`` column where the topic is served by several brokers);
 - with the ``hash`` selector, what has keys goes to ``key_hash(keys) % queues`` (the same keys,
   the same queue, in every process and on both paths);
 - the rest takes the queues in turn, from one counter: a message is a turn, and so is a run of
   about ``batch_max_bytes`` of rows (rows go to a queue a batch at a time).
+
+A topic's queues are listed as (broker, queue id), broker by broker (the broker "" through our
+door, where there is one): the hash and the turns pick a place in that list, as RocketMQ's
+producers pick from a topic's message queues.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import itertools
 import threading
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -32,12 +38,36 @@ def key_hash(keys: str) -> int:
     return zlib.crc32(keys.encode())
 
 
+class Route(NamedTuple):
+    """A topic as the producer sends to it: its info, its queues ((broker, queue id) each), and
+    where each broker's queues are in that list (``brokers``: {broker: (place of its queue 0,
+    queue count)}, in order)."""
+
+    info: TopicInfo
+    queues: list
+    brokers: dict
+
+    @classmethod
+    def of(cls, info: TopicInfo) -> "Route":
+        queues = info.queues
+        brokers: dict = {}
+        for place, (broker, _queue_id) in enumerate(queues):
+            first, count = brokers.get(broker, (place, 0))
+            brokers[broker] = (first, count + 1)
+        return cls(info, queues, brokers)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+
 class Router:
-    """Topic routes (queue count and type), fetched once per topic, and the queue selector.
+    """Topic routes (queues and type), fetched once per topic, and the queue selector.
 
     ``hash``: messages and rows with keys go to ``key_hash(keys) % queues``; those without
     keys, and everything with ``round_robin``, take the queues in turn. An explicit queue (a
-    message's ``queue_id``, a ``queue_id`` column) wins over both.
+    message's ``queue_id``, a ``queue_id`` column) wins over both. Queues are places in the
+    route's list of (broker, queue id).
     """
 
     def __init__(self, transport: Transport, selector: str = "hash"):
@@ -45,41 +75,41 @@ class Router:
             raise ConfigError(f"queue_selector={selector!r}: use one of {', '.join(QUEUE_SELECTORS)}")
         self._transport = transport
         self.by_keys = selector == "hash"
-        self._routes: dict[str, TopicInfo] = {}
+        self._routes: dict[str, Route] = {}
         self._turns = itertools.count()
         self._lock = threading.Lock()
 
     def topic(self, name: str) -> TopicInfo:
+        return self.route(name).info
+
+    def route(self, name: str) -> Route:
         route = self._routes.get(name)
         if route is None:
             info, _queues = self._transport.describe_topic(name)
             with self._lock:
-                route = self._routes[name] = info
+                route = self._routes[name] = Route.of(info)
         return route
 
-    def queue_for(self, message: Message) -> tuple[TopicInfo, int]:
-        """The route of a message's topic and the message's queue."""
-        route = self.topic(message.topic)
+    def queue_for(self, message: Message) -> tuple[str, int]:
+        """The (broker, queue id) a message goes to."""
+        route = self.route(message.topic)
+        queues = route.queues
         if message.queue_id is not None:
-            if not 0 <= message.queue_id < route.queue_count:
-                raise _no_such_queue(route, message.queue_id, "the message")
-            return route, message.queue_id
+            return queues[_slot_of(route, message.broker, message.queue_id, "the message")]
         if self.by_keys and message.keys:
-            return route, key_hash(message.keys) % route.queue_count
-        return route, next(self._turns) % route.queue_count
+            return queues[key_hash(message.keys) % len(queues)]
+        return queues[next(self._turns) % len(queues)]
 
-    def row_queues(self, route: TopicInfo, rows: pa.RecordBatch, keys: pa.Array, lengths: np.ndarray,
+    def row_queues(self, route: Route, rows: pa.RecordBatch, keys: pa.Array, lengths: np.ndarray,
                    batch_max_bytes: int) -> np.ndarray:
-        """The queue of each row of ``rows`` (the columns as given: a ``queue_id`` column names
-        the queues), by the rules of ``queue_for``; ``keys`` and ``lengths`` (of the bodies) are
-        the rows', as strings and as numbers."""
-        count = route.queue_count
+        """The queue of each row of ``rows`` as a place in ``route.queues`` (the columns as
+        given: ``queue_id`` and ``broker`` columns name the queues), by the rules of
+        ``queue_for``; ``keys`` and ``lengths`` (of the bodies) are the rows', as strings and as
+        numbers."""
+        count = len(route.queues)
         queue_ids = queue_id_column(rows)
         if queue_ids is not None:
-            bad = np.flatnonzero((queue_ids < 0) | (queue_ids >= count))
-            if len(bad):
-                raise _no_such_queue(route, int(queue_ids[bad[0]]), f"row {int(bad[0])}")
-            return queue_ids
+            return _named_slots(route, queue_ids, broker_column(rows))
         keyed = np.asarray(keys.is_valid(), dtype=bool) if self.by_keys and keys.null_count < len(keys) else None
         if keyed is None:
             return self._turn_queues(lengths, batch_max_bytes, count)
@@ -109,6 +139,60 @@ class Router:
             self._routes.pop(topic, None)
 
 
+def _slot_of(route: Route, broker: str | None, queue_id: int, who: str) -> int:
+    """The place of (``broker``, ``queue_id``) in the route's queues; a queue id alone names a
+    queue of the topic's only broker."""
+    brokers = route.brokers
+    if broker is None or broker == "":
+        if len(brokers) > 1:
+            raise QueueNotFoundError(f"{who} names queue {queue_id} without its broker, and topic {route.name!r} is "
+                                     f"served by brokers {', '.join(brokers)}, each with a queue {queue_id}: name the "
+                                     "broker too (Message.broker, a 'broker' column)")
+        broker = next(iter(brokers))
+    first, count = brokers.get(broker, (0, 0))
+    if broker not in brokers or not 0 <= queue_id < count:
+        raise _no_such_queue(route, queue_id, who, broker)
+    return first + queue_id
+
+
+def _named_slots(route: Route, queue_ids: np.ndarray, brokers: pa.Array | None) -> np.ndarray:
+    """The places of rows' named queues (a ``queue_id`` column, and a ``broker`` one)."""
+    known = route.brokers
+    names = list(known)
+    if brokers is None or (len(known) == 1 and brokers.null_count == len(brokers)):
+        if len(known) > 1:
+            raise QueueNotFoundError(f"the rows name queues without their broker, and topic {route.name!r} is "
+                                     f"served by brokers {', '.join(names)}: add a 'broker' column")
+        index = np.zeros(len(queue_ids), dtype=np.int64)
+    else:
+        encoded = brokers.dictionary_encode()
+        mapping = np.array([names.index(b) if b in known else -1 for b in encoded.dictionary.to_pylist()]
+                           + [-1], dtype=np.int64)
+        index = mapping[np.asarray(encoded.indices.fill_null(len(encoded.dictionary)), dtype=np.int64)]
+        unknown = np.flatnonzero(index < 0)
+        if len(unknown):
+            row = int(unknown[0])
+            raise QueueNotFoundError(f"row {row} names broker {brokers[row].as_py()!r}; topic {route.name!r} is "
+                                     f"served by {', '.join(names)}")
+    firsts = np.array([known[n][0] for n in names], dtype=np.int64)[index]
+    counts = np.array([known[n][1] for n in names], dtype=np.int64)[index]
+    bad = np.flatnonzero((queue_ids < 0) | (queue_ids >= counts))
+    if len(bad):
+        row = int(bad[0])
+        raise _no_such_queue(route, int(queue_ids[row]), f"row {row}", names[index[row]])
+    return firsts + queue_ids
+
+
+def broker_column(rows: pa.RecordBatch) -> pa.Array | None:
+    """The rows' ``broker`` column (strings), or None."""
+    if "broker" not in rows.schema.names:
+        return None
+    column = rows.column("broker")
+    if not pa.types.is_string(column.type):
+        raise ConfigError(f"column 'broker' is {column.type}; use string")
+    return column
+
+
 def queue_id_column(rows: pa.RecordBatch) -> np.ndarray | None:
     """The rows' ``queue_id`` column, checked, as int64; None without one."""
     if "queue_id" not in rows.schema.names:
@@ -130,6 +214,13 @@ def _key_hashes(keys: pa.Array) -> np.ndarray:
     return hashes[np.asarray(distinct.indices, dtype=np.int64)]
 
 
-def _no_such_queue(route: TopicInfo, queue_id: int, who: str) -> QueueNotFoundError:
-    return QueueNotFoundError(f"{who} names queue {queue_id}; topic {route.name!r} has queues 0 to "
-                              f"{route.queue_count - 1}")
+def _no_such_queue(route: Route, queue_id: int, who: str, broker: str = "") -> QueueNotFoundError:
+    brokers = route.brokers
+    if not broker:
+        return QueueNotFoundError(f"{who} names queue {queue_id}; topic {route.name!r} has queues 0 to "
+                                  f"{len(route.queues) - 1}")
+    if broker not in brokers:
+        return QueueNotFoundError(f"{who} names broker {broker!r}; topic {route.name!r} is served by "
+                                  f"{', '.join(brokers)}")
+    return QueueNotFoundError(f"{who} names queue {queue_id} of broker {broker!r}; topic {route.name!r} has queues "
+                              f"0 to {brokers[broker][1] - 1} there")

@@ -40,6 +40,8 @@ class Sender:
         self.transaction_id = ""  # set: every send is prepared under this transaction
         self.prepared_batches = 0
         self.prepared_messages = 0
+        # RocketMQ's own sends: each message gets its id (UNIQ_KEY) from the producer.
+        self.unique_keys = getattr(transport, "unique_keys", None) if transport.native_rocketmq else None
 
     def send_ready(self) -> int:
         """Send the accumulator's ready batches, many per call, while fewer than
@@ -139,8 +141,9 @@ class Sender:
     def _send_of(self, batch: ProducerBatch) -> Send:
         if batch.sequence < 0:
             batch.sequence = next(self._sequences)
-        topic, queue_id = batch.key.topic, batch.key.queue_id
-        return Send(topic, queue_id, self._content(batch), self.producer_id, batch.sequence, self.transaction_id)
+        key = batch.key
+        return Send(key.topic, key.queue_id, self._content(batch), self.producer_id, batch.sequence,
+                    self.transaction_id, key.broker)
 
     def _content(self, batch: ProducerBatch):
         """What a batch sends: its message alone, an inner batch (BatchCQ) or an early batch."""
@@ -148,27 +151,28 @@ class Sender:
             return batch.messages[0]
         form = self.form(batch.key.topic)
         if batch.encoded is not None:
-            payload, count, codec, compression = batch.encoded
+            payload, count, codec, compression, ids = batch.encoded
             if form.inner:
-                return InnerBatch(payload, count, codec, compression, batch.key.tags)
-            return EarlyBatch(payload, count)
+                return InnerBatch(payload, count, codec, compression, batch.key.tags, ids)
+            return EarlyBatch(payload, count, ids)
         messages = batch.messages
-        payload = _encode(messages, form.codec, form.compression)
+        ids = self.unique_keys.many(len(messages)) if self.unique_keys is not None else ()
+        payload = _encode(messages, form.codec, form.compression, ids or None)
         if form.inner:
             tags = {m.tags for m in messages}
             return InnerBatch(payload, len(messages), form.codec, form.compression,
-                              next(iter(tags)) if len(tags) == 1 else None)
-        return EarlyBatch(payload, len(messages))
+                              next(iter(tags)) if len(tags) == 1 else None, ids)
+        return EarlyBatch(payload, len(messages), ids)
 
     def form(self, topic: str) -> BatchForm:
         """How batches of ``topic`` go (``batch_form``): the route's queue type decides."""
         return batch_form(self.router.topic(topic).queue_type, self.codec, self.compression)
 
 
-def _encode(messages: list, codec: Codec, compression: Compression) -> bytes:
+def _encode(messages: list, codec: Codec, compression: Compression, unique_keys=None) -> bytes:
     if codec is Codec.RMQ:  # joined from the messages' own values: no column is built for tens of rows
         return compress(rmq.encode_rows([(m.body, m.properties.items() if m.properties else None, m.keys, m.tags)
-                                         for m in messages]), compression)
+                                         for m in messages], unique_keys), compression)
     return encode_messages([(m.body, m.properties, m.keys, m.tags, None) for m in messages], codec, compression)
 
 

@@ -17,28 +17,40 @@ NAME = "rocketmq-batch"
 
 class RocketMQBatchDataSource(DataSource):
     """``spark.readStream.format("rocketmq-batch")`` and ``spark.read.format("rocketmq-batch")``:
-    topics of a broker_sim broker, read by offset ranges at the speed of the batch model;
+    topics of a broker_sim broker, or of any RocketMQ 4.x / 5.x cluster through its name
+    servers, read by offset ranges at the speed of the batch model;
     ``df.writeStream.format("rocketmq-batch")`` and ``df.write.format("rocketmq-batch")``:
-    rows written to topics, exactly once (the write options follow the read options).
+    rows written to topics, exactly once into broker_sim, at least once into RocketMQ (the
+    write options follow the read options).
 
     Registered by itself on install (the top-level module ``pyspark_rocketmq_batch``), or with
-    ``rmq_spark.spark.register(spark)``. Rows have the schema topic string, queue_id int,
-    queue_offset long, body binary, tags string, keys string, born_timestamp timestamp,
-    store_timestamp timestamp, and with ``includeProperties`` properties map<string,string>.
-    A streaming query checkpoints ``{"topic": {"queueId": next_offset}}``; the same offsets
-    always give the same rows, so a query restarted from its checkpoint sees every message
-    exactly once. Unknown or malformed options fail at ``load()``.
+    ``rmq_spark.spark.register(spark)``. Rows have the schema topic string, broker string,
+    queue_id int, queue_offset long, body binary, tags string, keys string, born_timestamp
+    timestamp, store_timestamp timestamp, and with ``includeProperties`` properties
+    map<string,string>; ``broker`` is the broker a row came from through ``nameServer`` (a
+    topic's queues are (broker, queue id)), null through ``endpoint``. A streaming query
+    checkpoints ``{"topic": {"queueId": next_offset}}``, naming a queue of a named broker
+    ``"broker:queueId"``; the same offsets always give the same rows, so a query restarted from
+    its checkpoint sees every message exactly once. Unknown or malformed options fail at
+    ``load()``.
 
     Parameters
     ----------
     Options of reads:
 
     endpoint : str
-        Required. The broker's ``HOST:PORT``.
+        The broker_sim broker's ``HOST:PORT`` (its own door). One of endpoint and nameServer.
+    nameServer : str
+        RocketMQ's name servers, ``HOST:PORT;HOST:PORT``: any RocketMQ cluster (broker_sim's
+        remoting door too), read by pulls (RocketMQ's remoting protocol). Every read option
+        works the same; brokers that join a topic are read from their first offset, a broker
+        that leaves fails the query naming it (failOnDataLoss) and one that cannot be reached
+        for a while is waited for.
     topic, topics, topicPattern, assign : str
         Exactly one. ``topic``: one topic; ``topics``: a comma list; ``topicPattern``: a
         regular expression matching whole topic names (topics created later are read too);
-        ``assign``: JSON of topic -> queue ids, ``{"orders": [0, 1]}`` (exactly those queues).
+        ``assign``: JSON of topic -> queue ids, ``{"orders": [0, 1]}`` (exactly those queues;
+        ``"broker-a:0"`` names a queue of a topic served by several brokers).
         Queues a topic gains during a query are read from their first offset.
     startingOffsets : str
         ``earliest``, ``latest`` or JSON ``{"topic": {"queueId": offset}}`` with -2 for
@@ -89,21 +101,30 @@ class RocketMQBatchDataSource(DataSource):
     consumerGroup : str
         Streams: commit the end offsets of every finished micro-batch as this consumer group's
         offsets on the broker, so its lag is visible outside Spark (``rmq-admin group
-        offsets``). The checkpoint stays the source of truth for the query itself.
+        offsets``; through nameServer RocketMQ's consumer offsets, which ``mqadmin
+        consumerProgress`` and the dashboard show). The checkpoint stays the source of truth
+        for the query itself. Through nameServer it also names the group of the pulls (RocketMQ
+        brokers without autoCreateSubscriptionGroup need the group created); give the query a
+        group of its own.
 
     Write options
     -------------
     ``df.write`` and ``df.writeStream`` (``rmq_spark.spark.sink``) take the columns ``body``
     (binary or string, required), and optionally ``topic`` (string), ``tags``, ``keys``
-    (strings), ``properties`` (map<string,string>), ``queue_id`` (an integer) and
-    ``born_timestamp`` (timestamp); ``queue_offset`` and ``store_timestamp`` (of the read
-    schema) are left out, any other column is refused. A missing body, a column of another
+    (strings), ``properties`` (map<string,string>), ``queue_id`` (an integer) with ``broker``
+    (string, for topics served by several brokers) and ``born_timestamp`` (timestamp);
+    ``queue_offset`` and ``store_timestamp`` (of the read schema) are left out, any other
+    column is refused. A missing body, a column of another
     type, or an unknown topic fails before a row is written. Rows go to the producer as Arrow
     columns (PySpark's Arrow writers), are grouped by (topic, queue, tag) and cut into batches
     encoded once. Writes append: overwrite modes are refused.
 
-    endpoint : str
-        Required. The broker's ``HOST:PORT``.
+    endpoint, nameServer : str
+        One of the two, as for reads. Through nameServer the rows are RocketMQ's own messages
+        (RocketMQ's MessageBatch encoding, uncompressed: codec rmq and compression none, the
+        defaults there), written at least once; each carries a message id (UNIQ_KEY) made from
+        the sink id, the micro-batch, the partition and the row's place, the same when a task
+        or a micro-batch is written again, so readers can drop repeats.
     topic : str
         The topic to write to; required without a ``topic`` column, and when given it wins
         over the column (as in Spark's Kafka sink). Checked to exist before writing.
@@ -123,20 +144,23 @@ class RocketMQBatchDataSource(DataSource):
         Bytes of batches a task holds sent and not yet answered before it waits for the
         broker (default ``64m``).
     compression : str
-        ``none``, ``lz4`` (default) or ``zstd``, over each batch, end to end.
+        ``none``, ``lz4`` (default through endpoint) or ``zstd``, over each batch, end to end.
     codec : str
-        ``arrow`` (default: one Arrow IPC record batch per stored batch) or ``rmq``
-        (RocketMQ's MessageBatch encoding, readable by RocketMQ clients).
+        ``arrow`` (default through endpoint: one Arrow IPC record batch per stored batch) or
+        ``rmq`` (RocketMQ's MessageBatch encoding, readable by RocketMQ clients; the only one
+        through nameServer).
     deliveryGuarantee : str
         ``exactlyOnce`` (default): every task attempt prepares its rows under a transaction of
         its own; the driver's commit makes exactly the returned ones visible and records (sink
         id, batch id) in the same step, so a failed task, an aborted job or a micro-batch
         replayed after a restart writes nothing twice; ``df.write`` is all or nothing.
         ``atLeastOnce``: rows are visible as they are sent, and a retried task or a replayed
-        micro-batch writes them again.
+        micro-batch writes them again. Through nameServer atLeastOnce is the default and the
+        only one: asking for exactlyOnce fails at ``load()``, saying why.
     sinkId : str
         Streams with exactlyOnce: the name under which micro-batches are recorded as
-        committed, the same on every restart of the query. Default: ``spark-<query id>``,
+        committed, the same on every restart of the query (through nameServer: what the rows'
+        message ids are made from). Default: ``spark-<query id>``,
         the query id Spark keeps in the checkpoint (``<checkpointLocation>/metadata``), so
         set ``.option("checkpointLocation", ...)`` on the writer, or this option (needed for
         a checkpoint that is not on the local file system).

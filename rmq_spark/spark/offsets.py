@@ -1,9 +1,13 @@
 """Offsets of the source: the checkpointed form, the broker's view of the subscribed queues,
 and starting / ending offsets resolved from the options.
 
-A position is a queue's next offset, as RocketMQ's consumer offsets. Spark checkpoints them
-as ``{"topic": {"queueId": next_offset}}``; topics and queues are always written in sorted
-order, so that equal positions give equal JSON (Spark compares offsets as JSON text).
+A queue is (topic, broker, queue id): the broker "" through our door (one broker); through
+name servers a topic may be served by several brokers, each with its own queue 0. A position
+is a queue's next offset, as RocketMQ's consumer offsets. Spark checkpoints them as
+``{"topic": {"queueId": next_offset}}``, a queue of a named broker as ``"broker:queueId"``;
+topics and queues are always written in sorted order, so that equal positions give equal JSON
+(Spark compares offsets as JSON text). A queue named without its broker (a checkpoint written
+through our door, or before brokers were named) is the queue of the topic's only broker.
 """
 
 from __future__ import annotations
@@ -11,30 +15,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import Admin, ConfigError, QueueOffsets, TopicNotFoundError
-from .options import EARLIEST, LATEST, SourceOptions, Subscription
+from .options import EARLIEST, LATEST, SourceOptions, Subscription, parse_queue, queue_text
 
 
 def to_json(positions: dict) -> dict:
-    """{(topic, queue_id): offset} -> {"topic": {"queueId": offset}}, sorted."""
+    """{(topic, broker, queue_id): offset} -> {"topic": {"queueId" or "broker:queueId": offset}}, sorted."""
     out: dict = {}
-    for (topic, queue_id), offset in sorted(positions.items()):
-        out.setdefault(topic, {})[str(queue_id)] = int(offset)
+    for (topic, broker, queue_id), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[queue_text(broker, queue_id)] = int(offset)
     return out
 
 
-def from_json(offsets: dict | None) -> dict:
-    """{"topic": {"queueId": offset}} -> {(topic, queue_id): offset}."""
-    return {(topic, int(queue_id)): int(offset) for topic, queues in (offsets or {}).items()
-            for queue_id, offset in queues.items()}
+def from_json(offsets: dict | None, known=None) -> dict:
+    """{"topic": {"queueId" or "broker:queueId": offset}} -> {(topic, broker, queue_id): offset};
+    with ``known`` (the queues there are), queues named without their broker are aligned."""
+    positions = {}
+    for topic, queues in (offsets or {}).items():
+        for text, offset in queues.items():
+            broker, queue_id = parse_queue(text)
+            positions[(topic, broker, queue_id)] = int(offset)
+    return positions if known is None else align(positions, known)
+
+
+def align(positions: dict, known) -> dict:
+    """``positions`` with each queue named without its broker given the broker of its topic
+    in ``known`` (keys (topic, broker, queue id)); ConfigError when the topic has several."""
+    brokers: dict = {}
+    for topic, broker, _queue_id in known:
+        brokers.setdefault(topic, set()).add(broker)
+    out = {}
+    for (topic, broker, queue_id), value in positions.items():
+        served = brokers.get(topic, set())
+        if not broker and "" not in served and served:
+            if len(served) > 1:
+                raise ConfigError(f"queue {queue_id} of topic {topic!r} is named without its broker, and the topic is "
+                                  f"served by brokers {', '.join(sorted(served))}, each with its own queue "
+                                  f"{queue_id}: name it as \"broker:{queue_id}\"")
+            broker = next(iter(served))
+        out[(topic, broker, queue_id)] = value
+    return out
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The subscribed queues' min / max offsets at one moment: {(topic, queue_id): QueueOffsets},
-    and the named topics that the broker does not have (``missing``)."""
+    """The subscribed queues' min / max offsets at one moment: {(topic, broker, queue_id):
+    QueueOffsets}, and the named topics that the broker does not have (``missing``)."""
 
     queues: dict
     missing: tuple = ()
+    unreachable: frozenset = frozenset()  # brokers whose queues could not be asked now (they are left out)
 
     def max_positions(self) -> dict:
         return {key: q.max_offset for key, q in self.queues.items()}
@@ -43,14 +72,15 @@ class Snapshot:
         return {key: q.min_offset for key, q in self.queues.items()}
 
     def topics(self) -> set:
-        return {topic for topic, _ in self.queues}
+        return {topic for topic, _broker, _queue_id in self.queues}
 
-    def require_topics(self) -> None:
+    def require_topics(self, where: str = "the broker") -> None:
         """A query starts only on topics that exist."""
         if self.missing:
             topic = self.missing[0]
-            raise TopicNotFoundError(f"topic {topic!r} does not exist on the broker; create it "
-                                     f"(rmq-admin topic create {topic} --queues N) or fix the subscription")
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on {where}; create it "
+                                     f"(rmq-admin topic create {topic} --queues N, or mqadmin updateTopic) or fix "
+                                     "the subscription")
 
 
 def snapshot(admin: Admin, subscription: Subscription) -> Snapshot:
@@ -64,33 +94,40 @@ def snapshot(admin: Admin, subscription: Subscription) -> Snapshot:
         topics = sorted(t.name for t in admin.list_topics() if subscription.matches(t.name))
     else:
         topics = sorted(subscription.assign or subscription.topics)
-    found = _offsets(admin, topics)
+    unreachable: set = set()
+    found = _offsets(admin, topics, unreachable)
     queues = {}
     for topic in topics:
         if topic not in found:
             continue
+        have = {(q.topic, q.broker, q.queue_id): q for q in found[topic]}
         wanted = subscription.assign.get(topic) if subscription.assign else None
-        have = {q.queue_id: q for q in found[topic]}
-        if wanted is not None and not set(wanted) <= set(have):
-            raise ConfigError(f"option assign names queues {sorted(set(wanted) - set(have))} of topic {topic!r}, "
-                              f"which has {len(have)} queues (0 to {len(have) - 1})")
-        for queue_id in (wanted if wanted is not None else sorted(have)):
-            queues[(topic, queue_id)] = have[queue_id]
+        if wanted is not None:
+            keys = list(align({(topic, broker, queue_id): None for broker, queue_id in wanted}, have))
+            absent = [queue_text(b, q) for _t, b, q in keys if (topic, b, q) not in have]
+            if absent:
+                raise ConfigError(f"option assign names queues {absent} of topic {topic!r}, which has "
+                                  f"{', '.join(queue_text(b, q) for _t, b, q in sorted(have))}")
+        else:
+            keys = sorted(have)
+        for key in keys:
+            queues[key] = have[key]
     missing = () if subscription.pattern is not None else tuple(t for t in topics if t not in found)
-    return Snapshot(queues, missing)
+    return Snapshot(queues, missing, frozenset(unreachable))
 
 
-def _offsets(admin: Admin, topics: list) -> dict:
-    """{topic: [QueueOffsets]} of the topics that exist (a deleted one is left out)."""
+def _offsets(admin: Admin, topics: list, unreachable: set) -> dict:
+    """{topic: [QueueOffsets]} of the topics that exist (a deleted one is left out); a broker
+    that cannot be reached (through name servers) goes to ``unreachable``, its queues left out."""
     if not topics:
         return {}
     try:
-        return admin.offsets(topics)
+        return admin.offsets(topics, unreachable=unreachable)
     except TopicNotFoundError:
         found = {}
         for topic in topics:
             try:
-                found.update(admin.offsets([topic]))
+                found.update(admin.offsets([topic], unreachable=unreachable))
             except TopicNotFoundError:
                 pass
         return found
@@ -100,34 +137,39 @@ def resolve(admin: Admin, view: Snapshot, offsets, timestamp_ms: int | None, def
     """Concrete positions of every queue of ``view`` from an offsets option (or a timestamp,
     which wins, as in Spark's Kafka source).
 
-    ``offsets``: "earliest" | "latest" | {topic: {queue_id: offset, -2, -1}} | None (``default``).
-    A JSON that leaves out a queue of a subscribed topic is refused: the caller names them all.
+    ``offsets``: "earliest" | "latest" | {topic: {(broker, queue_id): offset, -2, -1}} | None
+    (``default``). A JSON that leaves out a queue of a subscribed topic is refused: the caller
+    names them all.
     """
     if timestamp_ms is not None:
         positions = {}
-        for topic in sorted(view.topics()):
-            queue_ids = [q for t, q in view.queues if t == topic]
-            found = admin.offsets_for_timestamp(topic, timestamp_ms, queue_ids)
-            positions.update({(topic, q): found[q] for q in queue_ids})
+        for topic, broker in sorted({(t, b) for t, b, _q in view.queues}):
+            queue_ids = [q for t, b, q in view.queues if (t, b) == (topic, broker)]
+            found = admin.offsets_for_timestamp(topic, timestamp_ms, queue_ids, broker)
+            positions.update({(topic, broker, q): found[q] for q in queue_ids})
         return positions
     offsets = offsets if offsets is not None else default
     if offsets == "earliest":
         return view.min_positions()
     if offsets == "latest":
         return view.max_positions()
-    missing = sorted(key for key in view.queues if key[1] not in offsets.get(key[0], {}))
-    if missing and any(topic in offsets for topic, _ in missing):
-        topic, queue_id = next(key for key in missing if key[0] in offsets)
-        raise ConfigError(f"option {option} names some queues of topic {topic!r} but not queue {queue_id}: name "
-                          "every queue of a topic (-2 for earliest, -1 for latest)")
-    unknown = sorted((t, q) for t, queues in offsets.items() for q in queues if (t, q) not in view.queues)
+    given = align({(topic, broker, queue_id): offset for topic, queues in offsets.items()
+                   for (broker, queue_id), offset in queues.items()}, view.queues)
+    named_topics = {topic for topic, _b, _q in given}
+    missing = sorted(key for key in view.queues if key[0] in named_topics and key not in given)
+    if missing:
+        topic, broker, queue_id = missing[0]
+        raise ConfigError(f"option {option} names some queues of topic {topic!r} but not queue "
+                          f"{queue_text(broker, queue_id)}: name every queue of a topic (-2 for earliest, -1 for "
+                          "latest)")
+    unknown = sorted(key for key in given if key not in view.queues)
     if unknown:
-        raise ConfigError(f"option {option} names queue {unknown[0][1]} of topic {unknown[0][0]!r}, which the "
+        topic, broker, queue_id = unknown[0]
+        raise ConfigError(f"option {option} names queue {queue_text(broker, queue_id)} of topic {topic!r}, which the "
                           "broker does not have")
     positions = {}
     for key, queue in view.queues.items():
-        given = offsets.get(key[0], {}).get(key[1], EARLIEST if option == "startingOffsets" else LATEST)
-        positions[key] = _concrete(given, queue)
+        positions[key] = _concrete(given.get(key, EARLIEST if option == "startingOffsets" else LATEST), queue)
     return positions
 
 

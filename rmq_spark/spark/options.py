@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .. import ConfigError, check_endpoint, normalize_tag_filter
+from .. import ConfigError, check_endpoint, check_name_server, normalize_tag_filter
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
@@ -39,10 +39,10 @@ DEFAULTS = {
 
 # Spark's option names are case-insensitive: PySpark hands them over lower-cased.
 OPTION_NAMES = (
-    "endpoint", "topic", "topics", "topicPattern", "assign", "startingOffsets", "startingTimestamp",
-    "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
-    "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch", "fetchTimeout", "failOnDataLoss",
-    "tagFilter", "includeProperties", "consumerGroup",
+    "endpoint", "nameServer", "topic", "topics", "topicPattern", "assign", "startingOffsets",
+    "startingTimestamp", "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger",
+    "maxTriggerDelay", "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch",
+    "fetchTimeout", "failOnDataLoss", "tagFilter", "includeProperties", "consumerGroup",
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
 # What users of Spark's Kafka source would type, and ours.
@@ -50,6 +50,7 @@ _KAFKA_NAMES = {
     "subscribe": "topics", "subscribepattern": "topicPattern", "maxoffsetspertrigger": "maxRecordsPerTrigger",
     "minoffsetspertrigger": "minRecordsPerTrigger", "includeheaders": "includeProperties",
     "kafka.bootstrap.servers": "endpoint", "kafka.group.id": "consumerGroup", "groupidprefix": "consumerGroup",
+    "namesrvaddr": "nameServer", "namesrv": "nameServer",
 }
 SUBSCRIPTIONS = ("topic", "topics", "topicPattern", "assign")
 
@@ -61,19 +62,56 @@ _SIZE_BYTES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 @dataclass(frozen=True)
+class BrokerAddress:
+    """What a read or write reaches: broker_sim's own door (``endpoint``), or any RocketMQ
+    cluster through its name servers (``name_server``, RocketMQ's remoting protocol)."""
+
+    endpoint: str | None = None
+    name_server: str | None = None
+
+    @property
+    def native(self) -> bool:
+        """Through name servers: RocketMQ's own protocol and messages."""
+        return self.name_server is not None
+
+    def sdk(self) -> dict:
+        """The SDK's keyword arguments naming it."""
+        return {"endpoint": self.endpoint} if self.endpoint is not None else {"name_server": self.name_server}
+
+    def describe(self) -> str:
+        return f"the broker {self.endpoint}" if self.endpoint is not None else f"the name servers {self.name_server}"
+
+
+def queue_text(broker: str, queue_id: int) -> str:
+    """A queue as option JSON and checkpoints name it: "3", or "broker-a:3" for a queue of a
+    named broker (through name servers a topic may be served by several, each with a queue 3)."""
+    return f"{broker}:{queue_id}" if broker else str(queue_id)
+
+
+def parse_queue(text) -> tuple[str, int] | None:
+    """(broker, queue id) of ``queue_text``'s form ("" when no broker is named); None if malformed."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return ("", text) if text >= 0 else None
+    if not isinstance(text, str):
+        return None
+    broker, _sep, queue = text.rpartition(":")
+    return (broker, int(queue)) if queue.isdigit() and (broker or not _sep) else None
+
+
+@dataclass(frozen=True)
 class Subscription:
     """Which queues to read: named topics (all their queues, new ones too), topics matching a
     pattern (new topics too), or assigned queues (exactly those)."""
 
     topics: tuple[str, ...] = ()
     pattern: str | None = None
-    assign: dict = field(default_factory=dict)  # topic -> tuple of queue ids
+    assign: dict = field(default_factory=dict)  # topic -> tuple of (broker, queue id); broker "": not named
 
     def describe(self) -> str:
         if self.pattern is not None:
             return f"topicPattern {self.pattern!r}"
         if self.assign:
-            return f"assign {json.dumps({t: list(q) for t, q in self.assign.items()})}"
+            return "assign " + json.dumps({t: [queue_text(*q) for q in queues] for t, queues in self.assign.items()})
         return "topics " + ", ".join(self.topics)
 
     def matches(self, topic: str) -> bool:
@@ -86,11 +124,11 @@ class Subscription:
 class SourceOptions:
     """The checked options (see ``RocketMQBatchDataSource`` for what each means)."""
 
-    endpoint: str
+    address: BrokerAddress
     subscription: Subscription
-    starting_offsets: object  # "earliest" | "latest" | {topic: {queue_id: offset or -2 / -1}} | None (the default)
+    starting_offsets: object  # "earliest" | "latest" | {topic: {(broker, queue_id): offset or -2 / -1}} | None
     starting_timestamp_ms: int | None
-    ending_offsets: object  # "latest" | {topic: {queue_id: offset or -1}} | None
+    ending_offsets: object  # "latest" | {topic: {(broker, queue_id): offset or -1}} | None
     ending_timestamp_ms: int | None
     max_records_per_trigger: int | None
     min_records_per_trigger: int | None
@@ -143,10 +181,10 @@ def parse_options(options) -> SourceOptions:
         if name is None:
             raise ConfigError(_unknown(key))
         given[name] = value if isinstance(value, str) else str(value)
-    endpoint = _endpoint(given)
+    address = _address(given)
     subscription = _subscription(given)
     opts = SourceOptions(
-        endpoint=endpoint,
+        address=address,
         subscription=subscription,
         starting_offsets=_offsets_option(given, "startingOffsets", subscription, ("earliest", "latest")),
         starting_timestamp_ms=_whole(given, "startingTimestamp", "a time in milliseconds since the Unix epoch",
@@ -190,15 +228,21 @@ def _unknown(key: str, names: tuple = OPTION_NAMES, role: str = "source") -> str
     return f"unknown option {key!r} for the rocketmq-batch {role}{hint}; the options are: {', '.join(names)}"
 
 
-def _endpoint(given: dict) -> str:
-    """The required endpoint option, checked (reads and writes alike)."""
-    if "endpoint" not in given:
-        raise ConfigError("option endpoint is required: the broker's HOST:PORT, e.g. .option('endpoint', "
-                          "'127.0.0.1:10911')")
+def _address(given: dict) -> BrokerAddress:
+    """Exactly one of the options endpoint and nameServer, checked (reads and writes alike)."""
+    named = [name for name in ("endpoint", "nameServer") if name in given]
+    if len(named) != 1:
+        which = "none was given" if not named else "both were given"
+        raise ConfigError(f"give exactly one of the options endpoint (broker_sim's own door, HOST:PORT, e.g. "
+                          "'127.0.0.1:10911') and nameServer (any RocketMQ cluster through its name servers, "
+                          f"HOST:PORT;HOST:PORT, e.g. '127.0.0.1:9876'): {which}")
+    name, value = named[0], given[named[0]].strip()
     try:
-        return check_endpoint(given["endpoint"].strip())
+        if name == "endpoint":
+            return BrokerAddress(endpoint=check_endpoint(value))
+        return BrokerAddress(name_server=check_name_server(value))
     except ConfigError as err:
-        raise ConfigError(f"option endpoint: {err}") from None
+        raise ConfigError(f"option {name}: {err}") from None
 
 
 def _subscription(given: dict) -> Subscription:
@@ -227,15 +271,12 @@ def _subscription(given: dict) -> Subscription:
         return Subscription(pattern=value)
     assign = _json(value, "assign", '{"orders": [0, 1]}')
     if not isinstance(assign, dict) or not assign or not all(
-            isinstance(t, str) and t and isinstance(q, list) and q and all(_is_queue_id(i) for i in q)
+            isinstance(t, str) and t and isinstance(q, list) and q and all(parse_queue(i) for i in q)
             for t, q in assign.items()):
         raise ConfigError(f"option assign={value!r}: give a JSON object of topic -> list of queue ids, "
-                          'e.g. {"orders": [0, 1]}')
-    return Subscription(assign={t: tuple(sorted(set(q))) for t, q in sorted(assign.items())})
-
-
-def _is_queue_id(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                          'e.g. {"orders": [0, 1]}, or through nameServer {"orders": ["broker-a:0", "broker-b:0"]} '
+                          "where a topic is served by several brokers")
+    return Subscription(assign={t: tuple(sorted({parse_queue(i) for i in q})) for t, q in sorted(assign.items())})
 
 
 def _json(value: str, name: str, example: str):
@@ -255,7 +296,8 @@ def _offsets_option(given: dict, name: str, subscription: Subscription, words: t
     example = '{"orders": {"0": 23, "1": -2}}'
     parsed = _json(value, name, example) if value.startswith("{") else None
     accepted = (f"option {name}={value!r}: use {' or '.join(words)}, or JSON of topic -> queue id -> offset, "
-                f"with -2 for earliest and -1 for latest, e.g. {example}")
+                f"with -2 for earliest and -1 for latest, e.g. {example} (a queue of a named broker: "
+                '"broker-a:0")')
     if not isinstance(parsed, dict) or not parsed:
         raise ConfigError(accepted)
     offsets = {}
@@ -264,14 +306,14 @@ def _offsets_option(given: dict, name: str, subscription: Subscription, words: t
             raise ConfigError(accepted)
         offsets[topic] = {}
         for queue, offset in queues.items():
-            if not str(queue).isdigit() or not isinstance(offset, int) or isinstance(offset, bool) or offset < -2:
+            if not parse_queue(queue) or not isinstance(offset, int) or isinstance(offset, bool) or offset < -2:
                 raise ConfigError(accepted)
-            offsets[topic][int(queue)] = offset
+            offsets[topic][parse_queue(queue)] = offset
         if not subscription.matches(topic):
             raise ConfigError(f"option {name} names topic {topic!r}, which the subscription "
                               f"({subscription.describe()}) does not read")
         if subscription.assign and not set(offsets[topic]) <= set(subscription.assign[topic]):
-            extra = sorted(set(offsets[topic]) - set(subscription.assign[topic]))
+            extra = [queue_text(*q) for q in sorted(set(offsets[topic]) - set(subscription.assign[topic]))]
             raise ConfigError(f"option {name} names queues {extra} of {topic!r}, which assign does not read")
     return offsets
 
@@ -337,8 +379,8 @@ def _name(given: dict, name: str) -> str | None:
 # -- the sink ------------------------------------------------------------------------------------
 
 SINK_OPTION_NAMES = (
-    "endpoint", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes", "compression",
-    "codec", "deliveryGuarantee", "sinkId",
+    "endpoint", "nameServer", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes",
+    "compression", "codec", "deliveryGuarantee", "sinkId",
 )
 # Set by Spark on streaming writes (checkpointLocation from .option(...), queryName from .queryName(...)).
 SPARK_WRITE_OPTIONS = ("checkpointLocation", "queryName")
@@ -351,7 +393,7 @@ DELIVERY_GUARANTEES = {"exactlyonce": "exactlyOnce", "atleastonce": "atLeastOnce
 class SinkOptions:
     """The checked options of a write (see ``RocketMQBatchDataSource`` for what each means)."""
 
-    endpoint: str
+    address: BrokerAddress
     topic: str | None
     queue_selector: str | None  # "hash" | "roundRobin" | "column"; None: by the columns (DEFAULTS)
     batch_max_bytes: int
@@ -384,21 +426,25 @@ def parse_sink_options(options) -> SinkOptions:
                                   f"writes; the write options are: {', '.join(SINK_OPTION_NAMES)}")
             raise ConfigError(_unknown(key, SINK_OPTION_NAMES, "sink"))
         given[name] = value if isinstance(value, str) else str(value)
-    endpoint = _endpoint(given)
+    address = _address(given)
     topic = given.get("topic")
     if topic is not None and (not topic.strip() or "," in topic):
         raise ConfigError(f"option topic={topic!r}: give one topic name (or a topic column, one topic per row)")
+    if address.native:
+        _check_native_write(given)
+    native_defaults = {"compression": "none", "codec": "rmq", "deliveryGuarantee": "atLeastOnce"}
+    default = (lambda name: native_defaults[name]) if address.native else (lambda name: DEFAULTS[name])
     opts = SinkOptions(
-        endpoint=endpoint,
+        address=address,
         topic=topic.strip() if topic is not None else None,
         queue_selector=_choice(given, "queueSelector", QUEUE_SELECTORS) if "queueSelector" in given else None,
         batch_max_bytes=_size(given, "batchMaxBytes"),
         batch_max_delay_ms=_whole(given, "batchMaxDelayMs", "a positive number of milliseconds")
         or DEFAULTS["batchMaxDelayMs"],
         total_batch_max_bytes=_size(given, "totalBatchMaxBytes"),
-        compression=_choice(given, "compression", {"none": "none", "lz4": "lz4", "zstd": "zstd"}),
-        codec=_choice(given, "codec", {"arrow": "arrow", "rmq": "rmq"}),
-        exactly_once=_choice(given, "deliveryGuarantee", DELIVERY_GUARANTEES) == "exactlyOnce",
+        compression=_choice(given, "compression", {"none": "none", "lz4": "lz4", "zstd": "zstd"}, default),
+        codec=_choice(given, "codec", {"arrow": "arrow", "rmq": "rmq"}, default),
+        exactly_once=_choice(given, "deliveryGuarantee", DELIVERY_GUARANTEES, default) == "exactlyOnce",
         sink_id=_sink_id(given),
         checkpoint_location=given.get("checkpointLocation"),
         query_name=given.get("queryName"),
@@ -406,16 +452,33 @@ def parse_sink_options(options) -> SinkOptions:
     if opts.total_batch_max_bytes < opts.batch_max_bytes:
         raise ConfigError(f"option totalBatchMaxBytes={opts.total_batch_max_bytes} is below batchMaxBytes="
                           f"{opts.batch_max_bytes}: a writer could not hold a single batch; raise it")
-    if opts.sink_id is not None and not opts.exactly_once:
+    if opts.sink_id is not None and not opts.exactly_once and not address.native:
         raise ConfigError("option sinkId names the commits of deliveryGuarantee=exactlyOnce; drop it, or drop "
                           "deliveryGuarantee=atLeastOnce")
     return opts
 
 
-def _choice(given: dict, name: str, choices: dict) -> str:
-    """One of ``choices`` (lower-cased spelling -> canonical), any case; DEFAULTS[name] if absent."""
+def _check_native_write(given: dict) -> None:
+    """What a write through name servers (RocketMQ's own sends) cannot do, refused at load()."""
+    if given.get("deliveryGuarantee", "").strip().lower() == "exactlyonce":
+        raise ConfigError("option deliveryGuarantee=exactlyOnce is broker_sim's guarantee (option endpoint): it "
+                          "needs transactions that make a task's batches visible in one step and remember each "
+                          "committed micro-batch, and RocketMQ ends transactional messages one at a time with no "
+                          "fence against a replayed batch. Through nameServer writes are at least once: drop the "
+                          "option (or set atLeastOnce); every message carries a UNIQ_KEY made from the sink id, batch, "
+                          "partition and row, the same when a write is repeated, so readers can drop repeats")
+    for name, native in (("codec", "rmq"), ("compression", "none")):
+        if given.get(name, native).strip().lower() != native:
+            raise ConfigError(f"option {name}={given[name]!r}: through nameServer a batch is RocketMQ's "
+                              "MessageBatch, uncompressed, which RocketMQ's brokers and clients read: drop the "
+                              f"option (or set {name}={native})")
+
+
+def _choice(given: dict, name: str, choices: dict, default=None) -> str:
+    """One of ``choices`` (lower-cased spelling -> canonical), any case; ``default(name)``
+    (DEFAULTS[name]) if absent."""
     if name not in given:
-        return DEFAULTS[name]
+        return default(name) if default is not None else DEFAULTS[name]
     value = choices.get(given[name].strip().lower())
     if value is None:
         raise ConfigError(f"option {name}={given[name]!r}: use one of {', '.join(choices.values())}")

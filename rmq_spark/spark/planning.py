@@ -14,12 +14,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class QueueRange:
-    """Offsets ``start`` .. ``end - 1`` of one queue."""
+    """Offsets ``start`` .. ``end - 1`` of one queue (of ``broker``: "" through our door)."""
 
     topic: str
     queue_id: int
     start: int
     end: int
+    broker: str = ""
+
+    @property
+    def order(self) -> tuple:
+        return self.topic, self.broker, self.queue_id, self.start
 
     @property
     def records(self) -> int:
@@ -30,7 +35,7 @@ def rate_limit(backlog: dict, limit: int) -> dict:
     """Split ``limit`` records over queues in proportion to their backlog; returns how many
     each queue reads (a queue absent reads nothing).
 
-    ``backlog``: {(topic, queue_id): (start offset, records available)}. The result sums to
+    ``backlog``: {queue key: (start offset, records available)}, keys that sort. The result sums to
     exactly ``min(limit, total backlog)``. No queue with a backlog is starved: each gets at
     least one record when the limit allows it; when there are more such queues than records,
     they take turns, round robin, starting where the start offsets point (so a replay picks the
@@ -74,8 +79,8 @@ def plan_partitions(ranges: list, *, max_records_per_partition: int | None = Non
        into the partition holding the fewest records, so that many small queues share a task
        and the tasks are even; ``max_records_per_partition`` is never passed (it opens more
        partitions when it must).
-    Ranges within a partition are in (topic, queue, offset) order; partitions in the order of
-    their first range. Empty ranges are dropped.
+    Ranges within a partition are in (topic, broker, queue, offset) order; partitions in the
+    order of their first range. Empty ranges are dropped.
     """
     pieces = [r for r in ranges if r.records > 0]
     if max_records_per_partition:
@@ -87,15 +92,15 @@ def plan_partitions(ranges: list, *, max_records_per_partition: int | None = Non
     count = min(len(pieces), max_partitions)
     bins = [(0, i, []) for i in range(count)]  # (records, index, ranges): a heap, fewest records on top
     extra = count
-    for piece in sorted(pieces, key=lambda r: (-r.records, r.topic, r.queue_id, r.start)):
+    for piece in sorted(pieces, key=lambda r: (-r.records, r.order)):
         records, index, members = heapq.heappop(bins)
         if max_records_per_partition and members and records + piece.records > max_records_per_partition:
             heapq.heappush(bins, (records, index, members))  # the emptiest cannot take it: none can
             records, index, members, extra = 0, extra, [], extra + 1
         members.append(piece)
         heapq.heappush(bins, (records + piece.records, index, members))
-    partitions = [sorted(members, key=lambda r: (r.topic, r.queue_id, r.start)) for _, _, members in bins if members]
-    return sorted(partitions, key=lambda members: (members[0].topic, members[0].queue_id, members[0].start))
+    partitions = [sorted(members, key=lambda r: r.order) for _, _, members in bins if members]
+    return sorted(partitions, key=lambda members: members[0].order)
 
 
 def _cut(r: QueueRange, parts: int) -> list:
@@ -103,14 +108,14 @@ def _cut(r: QueueRange, parts: int) -> list:
     if parts <= 1:
         return [r]
     bounds = [r.start + r.records * i // parts for i in range(parts + 1)]
-    return [QueueRange(r.topic, r.queue_id, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [QueueRange(r.topic, r.queue_id, a, b, r.broker) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def _split_largest(pieces: list, wanted: int) -> list:
-    heap = [(-r.records, r.topic, r.queue_id, r.start, r) for r in pieces]
+    heap = [(-r.records, r.order, r) for r in pieces]
     heapq.heapify(heap)
     while len(heap) < wanted and heap and -heap[0][0] > 1:
-        _, _, _, _, largest = heapq.heappop(heap)
+        _, _, largest = heapq.heappop(heap)
         for piece in _cut(largest, 2):
-            heapq.heappush(heap, (-piece.records, piece.topic, piece.queue_id, piece.start, piece))
+            heapq.heappush(heap, (-piece.records, piece.order, piece))
     return [entry[-1] for entry in heap]

@@ -1,5 +1,5 @@
 """The ``rocketmq-batch`` sink: ``df.write`` and ``df.writeStream`` into broker_sim topics,
-exactly once.
+exactly once; or into any RocketMQ cluster's through its name servers, at least once.
 
 Spark hands each write task its rows as Arrow record batches (PySpark's Arrow writers); the
 task gives them to the producer by column (``Producer.send_arrow``: routed, cut into batches
@@ -12,6 +12,11 @@ the returned transactions in one call that also records (sink id, batch id): a m
 replayed after a restart finds its batch id committed and makes nothing visible. An abort rolls
 the returned transactions back; a failed attempt rolls its own back, and one that died without
 a word is rolled back by the broker's transaction timeout.
+
+Through name servers (RocketMQ's own sends) rows are visible as sent: at least once. Each row
+carries a message id (UNIQ_KEY) made from the sink, the micro-batch, the partition and the
+row's place in it, so a task retried or a micro-batch replayed writes its rows again under the
+same ids, which readers can use to drop repeats.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import logging
 import queue
 import threading
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +48,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .. import Admin, ConfigError, PreparedTransaction, Producer, TopicNotFoundError, Transactions, new_transaction_id
+from .. import (
+    Admin,
+    ConfigError,
+    PreparedTransaction,
+    Producer,
+    TopicNotFoundError,
+    Transactions,
+    deterministic_keys,
+    new_transaction_id,
+)
 from .options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -56,6 +71,7 @@ COLUMN_TYPES = {
     "keys": (_STRING, "string"),
     "properties": ((MapType,), "map<string,string>"),
     "queue_id": ((IntegerType, LongType, ShortType, ByteType), "an integer type"),
+    "broker": (_STRING, "string"),
     "born_timestamp": ((TimestampType, TimestampNTZType, LongType), "timestamp (or long milliseconds)"),
 }
 # Columns of the read schema that a write leaves out, so that rows read can be written back.
@@ -103,7 +119,7 @@ def plan_write(schema: StructType, options: SinkOptions) -> WritePlan:
     if options.topic is not None:
         dropped.add("topic")  # the option wins over the column, as in Spark's Kafka sink
     if selector != "column":
-        dropped.add("queue_id")
+        dropped.update(("queue_id", "broker"))
     return WritePlan(tuple(name for name in fields if name not in dropped), _PRODUCER_SELECTORS[selector])
 
 
@@ -117,13 +133,15 @@ def check_topic(options: SinkOptions) -> None:
     committed)."""
     if options.topic is None:
         return
-    with Admin(options.endpoint) as admin:
+    with Admin(**options.address.sdk()) as admin:
         try:
             admin.describe_topic(options.topic)
         except TopicNotFoundError:
-            raise ConfigError(f"topic {options.topic!r} does not exist on the broker {options.endpoint}: create it "
-                              f"first (rmq-admin --endpoint {options.endpoint} topic create {options.topic} "
-                              "--queues N --type BatchCQ)") from None
+            how = (f"rmq-admin --endpoint {options.address.endpoint} topic create {options.topic} --queues N --type "
+                   "BatchCQ" if not options.address.native else
+                   f"mqadmin updateTopic -n {options.address.name_server} -c <cluster> -t {options.topic}")
+            raise ConfigError(f"topic {options.topic!r} does not exist on {options.address.describe()}: create it "
+                              f"first ({how})") from None
 
 
 def stream_sink_id(options: SinkOptions) -> str:
@@ -165,9 +183,11 @@ class SinkCommitMessage(WriterCommitMessage):
 
 def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.RecordBatch],
                     transaction_prefix: str) -> SinkCommitMessage:
-    """Send a task's rows; with exactlyOnce, prepared under a new transaction of this attempt."""
+    """Send a task's rows; with exactlyOnce, prepared under a new transaction of this attempt;
+    through name servers, each row with the message id of its place (``_ids_name``)."""
     transaction_id = new_transaction_id(_attempt_prefix(transaction_prefix)) if options.exactly_once else None
-    producer = Producer(options.endpoint, transaction_id=transaction_id, codec=options.codec,
+    ids_name = _ids_name(transaction_prefix) if options.address.native else None
+    producer = Producer(**options.address.sdk(), transaction_id=transaction_id, codec=options.codec,
                         compression=options.compression, queue_selector=plan.queue_selector,
                         batch_max_bytes=options.batch_max_bytes, batch_max_delay_ms=options.batch_max_delay_ms,
                         total_batch_max_bytes=options.total_batch_max_bytes)
@@ -177,7 +197,10 @@ def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.
         for batch in _read_ahead(batches):
             if batch.num_rows == 0:
                 continue
-            unanswered.append(producer.send_arrow(batch.select(plan.columns), options.topic))
+            columns = batch.select(plan.columns)
+            if ids_name is not None:
+                columns = columns.append_column("message_id", deterministic_keys(ids_name, rows, batch.num_rows))
+            unanswered.append(producer.send_arrow(columns, options.topic))
             rows += batch.num_rows
             while unanswered and unanswered[0].done():
                 unanswered.popleft().wait(0)  # raises the send's error, if any
@@ -235,6 +258,29 @@ def _read_ahead(batches: Iterator[pa.RecordBatch], depth: int = 2) -> Iterator[p
         reader.join()
 
 
+def _ids_sink_name(options: SinkOptions) -> str:
+    """The name of a stream's rows' ids through name servers: its sink id when one stays the
+    same across restarts (the option sinkId, or the query id of its checkpoint); otherwise one
+    of this run, and a replay after a restart gives its rows new ids."""
+    try:
+        return stream_sink_id(options)
+    except ConfigError:
+        log.warning("rocketmq-batch: no sinkId option and no checkpointLocation option on the writer: the message ids "
+                    "of rows written again after a restart will differ from the first write's (task retries keep "
+                    "theirs); set one of the two for ids that stay the same")
+        return f"{_NO_SINK_ID}-run-{uuid.uuid4().hex}"
+
+
+def _ids_name(sink: str) -> str:
+    """What names a task's rows, the same for every attempt of it and every replay of its
+    micro-batch: ``<sink>.b<batch>.p<partition>`` (a row's id adds its place in the task)."""
+    context = TaskContext.get()
+    if context is None:
+        return sink
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    return f"{sink}{'.b' + batch if batch else ''}.p{context.partitionId()}"
+
+
 def _attempt_prefix(prefix: str) -> str:
     """``<sink>.b<batch>.p<partition>.a<attempt>``: who prepared a transaction, for people
     reading the broker's transaction list (uniqueness comes from the random part after it)."""
@@ -255,7 +301,7 @@ def _abandon(producer: Producer, options: SinkOptions, transaction_id: str | Non
     if transaction_id is None or not producer.prepared().batch_count:  # the broker never heard of it
         return
     try:
-        with Transactions(options.endpoint) as txns:
+        with Transactions(options.address.endpoint) as txns:
             txns.rollback([transaction_id])
     except Exception as err:  # noqa: BLE001
         log.warning("rocketmq-batch: could not roll back transaction %s of a failed write task (%s); the broker's "
@@ -274,7 +320,7 @@ def roll_back(options: SinkOptions, messages, what: str) -> None:
     if not transactions:
         return
     try:
-        with Transactions(options.endpoint) as txns:
+        with Transactions(options.address.endpoint) as txns:
             txns.rollback(transactions)
     except Exception as err:  # noqa: BLE001 - Spark reports the failure that caused the abort
         log.warning("rocketmq-batch: could not roll back the %d transactions of %s (%s); the broker's transaction "
@@ -288,14 +334,16 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions, plan: WritePlan):
         self.options = options
         self.plan = plan
+        # Through name servers the rows' ids are named by this write (the same in every task attempt).
+        self.name = f"{_NO_SINK_ID}-write-{uuid.uuid4().hex}" if options.address.native else _NO_SINK_ID
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_partition(self.options, self.plan, iterator, _NO_SINK_ID)
+        return write_partition(self.options, self.plan, iterator, self.name)
 
     def commit(self, messages) -> None:
         transactions = prepared_transactions(messages)
         if transactions:
-            with Transactions(self.options.endpoint) as txns:
+            with Transactions(self.options.address.endpoint) as txns:
                 txns.commit(transactions)
 
     def abort(self, messages) -> None:
@@ -311,14 +359,15 @@ class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.plan = plan
         self.sink_id = stream_sink_id(options) if options.exactly_once else None
+        self.name = self.sink_id or (_ids_sink_name(options) if options.address.native else _NO_SINK_ID)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_partition(self.options, self.plan, iterator, self.sink_id or _NO_SINK_ID)
+        return write_partition(self.options, self.plan, iterator, self.name)
 
     def commit(self, messages, batchId: int) -> None:
         if self.sink_id is None:  # atLeastOnce: every row is visible once sent
             return
-        with Transactions(self.options.endpoint) as txns:
+        with Transactions(self.options.address.endpoint) as txns:
             result = txns.commit(prepared_transactions(messages), sink_id=self.sink_id, batch_id=batchId)
         if result.sink_batch_replayed:
             log.warning("rocketmq-batch: micro-batch %d of sink %s was committed before (a replay after a restart); "

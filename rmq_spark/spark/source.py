@@ -1,6 +1,6 @@
 """The readers of the ``rocketmq-batch`` data source (``datasource.py``): streaming and batch
-reads of broker_sim topics into Spark, as Arrow record batches, with replayable per-queue
-offsets."""
+reads of broker_sim topics, or of any RocketMQ cluster's through its name servers, into Spark,
+as Arrow record batches, with replayable per-queue offsets."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from .. import Admin, ConfigError, DataLossError, OffsetRange, RangeReader, RmqError, TransportConfig
 from . import compat
 from .offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
-from .options import SourceOptions
+from .options import SourceOptions, queue_text
 from .planning import QueueRange, plan_partitions, rate_limit, should_delay
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def spark_schema(include_properties: bool = False) -> StructType:
     """The read schema (DESIGN.md), as Spark types; ``read()`` yields exactly its Arrow form."""
     fields = [
-        StructField("topic", StringType()), StructField("queue_id", IntegerType()),
+        StructField("topic", StringType()), StructField("broker", StringType()), StructField("queue_id", IntegerType()),
         StructField("queue_offset", LongType()), StructField("body", BinaryType()),
         StructField("tags", StringType()), StructField("keys", StringType()),
         StructField("born_timestamp", TimestampType()), StructField("store_timestamp", TimestampType()),
@@ -44,26 +44,28 @@ def spark_schema(include_properties: bool = False) -> StructType:
 
 
 class QueueRangesPartition(InputPartition):
-    """One Spark task: offset ranges of one or many queues, read with one ReadRanges call."""
+    """One Spark task: offset ranges of one or many queues, read with one ReadRanges call (or
+    pulls in flight, through name servers)."""
 
     def __init__(self, ranges: list):
-        super().__init__([(r.topic, r.queue_id, r.start, r.end) for r in ranges])
+        super().__init__([(r.topic, r.broker, r.queue_id, r.start, r.end) for r in ranges])
 
     @property
     def ranges(self) -> list:
-        return [OffsetRange(topic, queue_id, start, end) for topic, queue_id, start, end in self.value]
+        return [OffsetRange(topic, queue_id, start, end, broker) for topic, broker, queue_id, start, end in self.value]
 
     def __repr__(self) -> str:
-        return f"QueueRangesPartition({len(self.value)} ranges, {sum(e - s for _, _, s, e in self.value)} records)"
+        return f"QueueRangesPartition({len(self.value)} ranges, {sum(e - s for *_, s, e in self.value)} records)"
 
 
 def read_partition(options: SourceOptions, partition: QueueRangesPartition) -> Iterator[pa.RecordBatch]:
     """The rows of a partition as Arrow record batches (the read schema), holding at most
     maxBytesPerFetch of fetched records at a time."""
-    reader = RangeReader(options.endpoint, max_bytes_per_fetch=options.max_bytes_per_fetch,
+    reader = RangeReader(**options.address.sdk(), max_bytes_per_fetch=options.max_bytes_per_fetch,
                          tag_filter=options.tag_filter, include_properties=options.include_properties,
                          on_data_loss="fail" if options.fail_on_data_loss else "skip",
-                         transport=TransportConfig(timeout_ms=options.fetch_timeout_ms))
+                         transport=TransportConfig(timeout_ms=options.fetch_timeout_ms),
+                         pull_group=options.consumer_group)
     try:
         yield from reader.read(partition.ranges)
     except DataLossError as err:  # the same error, its type and fields kept, with the Spark option named
@@ -87,18 +89,19 @@ class RocketMQBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list:
-        with Admin(self.options.endpoint) as admin:
+        with Admin(**self.options.address.sdk()) as admin:
             view = snapshot(admin, self.options.subscription)
-            view.require_topics()
+            view.require_topics(self.options.address.describe())
             start = starting_positions(admin, self.options, view, "earliest")
             end = ending_positions(admin, self.options, view)
         backwards = [key for key in sorted(view.queues) if start[key] > end[key]]
         if backwards:
-            topic, queue_id = backwards[0]
-            raise ConfigError(f"topic {topic!r} queue {queue_id}: the read would start at {start[backwards[0]]}, after "
-                              f"its end {end[backwards[0]]}; check startingOffsets / startingTimestamp against "
-                              "endingOffsets / endingTimestamp")
-        ranges = [QueueRange(*key, start[key], end[key]) for key in sorted(view.queues)]
+            topic, broker, queue_id = backwards[0]
+            raise ConfigError(f"topic {topic!r} queue {queue_text(broker, queue_id)}: the read would start at "
+                              f"{start[backwards[0]]}, after its end {end[backwards[0]]}; check startingOffsets / "
+                              "startingTimestamp against endingOffsets / endingTimestamp")
+        ranges = [QueueRange(topic, queue_id, start[key], end[key], broker)
+                  for key in sorted(view.queues) for topic, broker, queue_id in [key]]
         return make_partitions(self.options, ranges)
 
     def read(self, partition: QueueRangesPartition) -> Iterator[pa.RecordBatch]:
@@ -129,7 +132,7 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
 
     def initialOffset(self) -> dict:
         view = snapshot(self._broker(), self.options.subscription)
-        view.require_topics()
+        view.require_topics(self.options.address.describe())
         return to_json(starting_positions(self._broker(), self.options, view, "latest"))
 
     def getDefaultReadLimit(self):
@@ -145,7 +148,7 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         self._latest = view.max_positions()
         if start is None:  # an engine without read limits (PySpark < 4.2) asks for everything
             return to_json(self._latest)
-        begin = self._reconcile(from_json(start), view)
+        begin = self._reconcile(from_json(start, view.queues), view)
         available = {key: max(0, view.queues[key].max_offset - offset) for key, offset in begin.items()
                      if key in view.queues}
         take = self._admit(begin, available, compat.admission(limit, self.options.min_records_per_trigger,
@@ -177,29 +180,38 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         begin = {}
         for key, offset in start.items():
             queue = view.queues.get(key)
-            topic, queue_id = key
-            if queue is None and not self.options.subscription.matches(topic):
+            topic, broker, queue_id = key
+            where = f"topic {topic!r} queue {queue_text(broker, queue_id)}"
+            if queue is None and broker in view.unreachable:
+                log.warning("rocketmq-batch: broker %s cannot be reached; %s waits at offset %d until it can",
+                            broker, where, offset)
+                begin[key] = offset
+            elif queue is None and not self.options.subscription.matches(topic):
                 log.warning("rocketmq-batch: topic %r is in the checkpoint but no longer in the subscription "
                             "(%s); its offsets are dropped", topic, self.options.subscription.describe())
+            elif queue is None and broker:
+                self._lost(f"{where} is gone with offsets from {offset} on not read: broker {broker} no longer "
+                           "serves the topic (it left the cluster, or the topic was deleted there)",
+                           "dropping the queue")
             elif queue is None:
-                self._lost(f"topic {topic!r} queue {queue_id} is gone (deleted with its topic?) with offsets from "
-                           f"{offset} on not read", "dropping the queue")
+                self._lost(f"{where} is gone (deleted with its topic?) with offsets from {offset} on not read",
+                           "dropping the queue")
             elif offset > queue.max_offset:
-                self._lost(f"topic {topic!r} queue {queue_id} ends at {queue.max_offset}, before the checkpointed "
-                           f"offset {offset} (was the topic deleted and created again?)",
-                           f"reading it from its first offset {queue.min_offset}")
+                self._lost(f"{where} ends at {queue.max_offset}, before the checkpointed offset {offset} (was the "
+                           "topic deleted and created again?)", f"reading it from its first offset {queue.min_offset}")
                 begin[key] = queue.min_offset
             elif offset < queue.min_offset:
-                self._lost(f"topic {topic!r} queue {queue_id}: offsets {offset} to {queue.min_offset - 1} were "
-                           "deleted before they were read", "reading on from the first stored one")
+                self._lost(f"{where}: offsets {offset} to {queue.min_offset - 1} were deleted before they were read",
+                           "reading on from the first stored one")
                 begin[key] = queue.min_offset
             else:
                 begin[key] = offset
         for key, queue in view.queues.items():
-            if key not in start:
+            if key not in start:  # a new queue (a new topic, or a broker that joined): from its first offset
                 if queue.min_offset > 0:
-                    self._lost(f"new queue {key[1]} of topic {key[0]!r} starts at offset {queue.min_offset}, not 0: "
-                               "its first messages were deleted before they were read", "reading on from there")
+                    self._lost(f"new queue {queue_text(key[1], key[2])} of topic {key[0]!r} starts at offset "
+                               f"{queue.min_offset}, not 0: its first messages were deleted before they were read",
+                               "reading on from there")
                 begin[key] = queue.min_offset
         return begin
 
@@ -216,15 +228,17 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
     # -- micro-batches --------------------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list:
-        begin, stop = from_json(start), from_json(end)
+        stop = from_json(end)
+        begin = from_json(start, stop)  # a checkpoint's queues named without brokers: as ``end`` names them
         ranges = []
         for key, end_offset in sorted(stop.items()):
+            topic, broker, queue_id = key
             start_offset = begin.get(key, 0)  # a new queue: from 0 (the reader reports what was deleted)
             if start_offset > end_offset:  # a reset queue that latestOffset let through (failOnDataLoss=false)
-                self._lost(f"topic {key[0]!r} queue {key[1]} moved back from {start_offset} to {end_offset}",
-                           "reading it from its first offset")
+                self._lost(f"topic {topic!r} queue {queue_text(broker, queue_id)} moved back from {start_offset} to "
+                           f"{end_offset}", "reading it from its first offset")
                 start_offset = 0
-            ranges.append(QueueRange(key[0], key[1], start_offset, end_offset))
+            ranges.append(QueueRange(topic, queue_id, start_offset, end_offset, broker))
         return make_partitions(self.options, ranges)
 
     def read(self, partition: QueueRangesPartition) -> Iterator[pa.RecordBatch]:
@@ -254,5 +268,5 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
 
     def _broker(self) -> Admin:
         if self._admin is None:
-            self._admin = Admin(self.options.endpoint)
+            self._admin = Admin(**self.options.address.sdk())
         return self._admin

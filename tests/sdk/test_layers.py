@@ -13,7 +13,10 @@ import rmq_spark
 
 PACKAGE = Path(rmq_spark.__file__).parent
 # The one module outside protocol/ that may speak our wire contract.
-WIRE_MODULES = {"rmq_spark.client.grpc_transport"}
+# The transports: our gRPC contract's, and RocketMQ's remoting protocol's (its parts: routes from
+# the name servers, pulls).
+WIRE_MODULES = {"rmq_spark.client.grpc_transport", "rmq_spark.client.remoting_transport", "rmq_spark.client.routes",
+                "rmq_spark.client.pulls"}
 
 
 def module_name(path: Path) -> str:
@@ -78,7 +81,7 @@ def test_the_parts_of_the_sdk_import_one_another_without_a_cycle():
         assert cycle is None, f"import cycle between the SDK's parts: {' -> '.join(cycle)}"
 
 
-def test_only_the_grpc_transport_imports_grpc_or_our_protobuf_messages():
+def test_only_the_transports_import_a_wire_format():
     wire = {module: sorted(name for name in imported(module)
                            if name.split(".")[0] == "grpc" or name.startswith("rmq_spark.protocol"))
             for module in SOURCES}

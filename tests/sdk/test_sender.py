@@ -29,6 +29,8 @@ class FakeCall:
 class FakeTransport:
     """What the sender uses of the transport: SendMany without waiting, retries and their backoff."""
 
+    native_rocketmq = False
+
     def __init__(self, retries=1):
         self.config = TransportConfig(retries=retries)
         self.calls: list[FakeCall] = []
@@ -133,7 +135,7 @@ def test_ready_batches_wait_while_max_in_flight_requests_calls_are_unanswered(tr
     accumulator = sender.accumulator
     for queue_id in range(3):  # each pair of 1-byte bodies fills a batch
         for _ in range(2):
-            accumulator.append(Message("batch-t", b"m"), queue_id, 1.0)
+            accumulator.append(Message("batch-t", b"m"), ("", queue_id), 1.0)
     assert sender.send_ready() == 1 and len(transport.calls) == 1
     assert sender.send_ready() == 0  # the one slot is taken
     transport.calls[0].answer([stored(transport.calls[0].sends[0])])

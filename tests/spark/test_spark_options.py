@@ -33,13 +33,14 @@ def test_values_are_parsed():
         "consumerGroup": "g1", "minPartitions": "2", "maxRecordsPerPartition": "5000"})
     assert opts.subscription.pattern == "orders-.*" and opts.subscription.matches("orders-1")
     assert not opts.subscription.matches("xorders-1")
-    assert opts.starting_offsets == {"orders-1": {0: 5, 1: -2}}
+    assert opts.starting_offsets == {"orders-1": {("", 0): 5, ("", 1): -2}}  # (broker, queue id): none named
     assert (opts.max_records_per_trigger, opts.min_records_per_trigger, opts.max_trigger_delay_ms) == (1000, 10, 30_000)
     assert opts.max_bytes_per_fetch == 8 << 20 and opts.fail_on_data_loss is False
     assert opts.tag_filter == "TagA || TagB" and opts.include_properties and opts.consumer_group == "g1"
     # As RocketMQ reads a subscription: empty pieces are skipped, "*" is everything.
     assert parse(tagFilter="TagA || ").tag_filter == "TagA" and parse(tagFilter=" * ").tag_filter is None
-    assert parse_options({"endpoint": "h:1", "assign": '{"b": [1, 0, 1]}'}).subscription.assign == {"b": (0, 1)}
+    assign = parse_options({"endpoint": "h:1", "assign": '{"b": [1, 0, 1]}'}).subscription.assign
+    assert assign == {"b": (("", 0), ("", 1))}  # (broker, queue id): no broker named
     assert parse_options({"endpoint": "h:1", "topics": "a, b,a"}).subscription.topics == ("a", "b")
 
 
@@ -74,7 +75,7 @@ def test_bad_options_name_the_option_and_what_is_accepted(options, words):
 
 
 def test_subscription_and_endpoint_are_required():
-    with pytest.raises(ConfigError, match="endpoint is required"):
+    with pytest.raises(ConfigError, match="exactly one of the options endpoint .* and nameServer"):
         parse_options({"topic": "a"})
     with pytest.raises(ConfigError, match="none was given"):
         parse_options({"endpoint": "h:1"})

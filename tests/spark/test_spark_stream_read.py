@@ -191,7 +191,7 @@ def test_available_now_stops_at_the_offsets_of_its_start(endpoint, topic_name):
         wait_indexed(endpoint, topic_name, 16)
         first = reader.latestOffset(start, ReadMaxRows(5))
         second = reader.latestOffset(first, ReadMaxRows(5))
-        assert (first, second) == (to_json({(topic_name, 0): 5}), to_json({(topic_name, 0): 8}))
+        assert (first, second) == (to_json({(topic_name, "", 0): 5}), to_json({(topic_name, "", 0): 8}))
         assert reader.latestOffset(second, ReadMaxRows(5)) == second  # the target: the query ends
         partitions = reader.partitions(start, second)
         assert sum(batch.num_rows for p in partitions for batch in reader.read(p)) == 8
@@ -206,7 +206,7 @@ def test_a_new_queue_whose_start_was_deleted_is_data_loss(endpoint, topic_name):
     wait_indexed(endpoint, topic_name, 4)
     reader, _ = stream_reader(endpoint, topic_name)
     try:
-        assert reader.partitions({}, {topic_name: {"0": 4}})[0].value == [(topic_name, 0, 0, 4)]
+        assert reader.partitions({}, {topic_name: {"0": 4}})[0].value == [(topic_name, "", 0, 0, 4)]
         # A topic the query no longer subscribes to (options changed on restart) is dropped, not lost.
         assert reader.latestOffset({"unsubscribed": {"0": 7}, topic_name: {"0": 4}}, ReadAllAvailable()) == {
             topic_name: {"0": 4}}

@@ -39,6 +39,7 @@ class RemotingConnection:
         command = RemotingCommand(code, next(self._opaques), 0, {k: str(v) for k, v in (ext_fields or {}).items()},
                                   body, language=self.language, serialize_type=self.serialize_type)
         future: Future = Future()
+        future.opaque = command.opaque
         with self._lock:
             if self._closed:
                 raise ConnectionError(f"the connection to {self.address} is closed")
@@ -49,6 +50,12 @@ class RemotingConnection:
     def invoke(self, code: int, ext_fields: dict | None = None, body: bytes = b"",
                timeout_s: float = 10.0) -> RemotingCommand:
         return self.request(code, ext_fields, body).result(timeout_s)
+
+    def forget(self, future: Future) -> None:
+        """Give up on a request's answer (its time is over): cancelled, and dropped when it comes."""
+        if future.cancel():
+            with self._lock:
+                self._pending.pop(future.opaque, None)
 
     def oneway(self, code: int, ext_fields: dict | None = None, body: bytes = b"") -> None:
         self.send(RemotingCommand(code, next(self._opaques), FLAG_ONEWAY,
@@ -98,7 +105,8 @@ class RemotingConnection:
             self._closed = True
             pending, self._pending = self._pending, {}
         for future in pending.values():
-            future.set_exception(error)
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
 
     def _deliver(self, command: RemotingCommand) -> None:
         if not command.is_response:
@@ -107,5 +115,5 @@ class RemotingConnection:
             return
         with self._lock:
             future = self._pending.pop(command.opaque, None)
-        if future is not None:
+        if future is not None and future.set_running_or_notify_cancel():  # not given up on (cancelled)
             future.set_result(command)

@@ -21,10 +21,19 @@ class BrokerSimTarget:
 
     kind = "broker_sim"
 
-    def __init__(self, endpoint: str, remoting_port: int, process):
+    def __init__(self, endpoint: str, remoting_port: int, process, args: tuple = ()):
         self.endpoint = endpoint  # our gRPC door, for checks through our own SDK
         self.namesrv = f"127.0.0.1:{remoting_port}"
         self.process = process
+        self.args = args  # how it was started: a restart starts it the same way, on its data and its port
+
+    @contextlib.contextmanager
+    def restarted(self):
+        """Start it again (after it stopped, or was killed) on its data directory, at its
+        remoting address; stopped again at the end of the block."""
+        with broker_process(*self.args) as (endpoint, process):
+            self.endpoint, self.process = endpoint, process
+            yield self
 
     def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
         with Admin(self.endpoint) as admin:
@@ -81,13 +90,28 @@ class RocketMQTarget:
 def cluster_target(data_dir: Path):
     with broker_sim_target(data_dir / "a") as first:
         with broker_sim_target(data_dir / "b", "--broker-name", "broker-b", "--namesrv", first.namesrv) as second:
+            wait_for_brokers(first.namesrv, {"broker-a", "broker-b"})
             yield ClusterTarget(first, second)
+
+
+def wait_for_brokers(namesrv: str, names: set, timeout_s: float = 15) -> None:
+    """Until the name server lists ``names`` in its cluster info (a broker registers as it starts)."""
+    deadline = time.monotonic() + timeout_s
+    with RemotingConnection(namesrv) as conn:
+        while True:
+            info = orjson.loads(conn.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+            if names <= set(info["brokerAddrTable"]):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the name server {namesrv} lists {sorted(info['brokerAddrTable'])}, not "
+                                   f"{sorted(names)}, after {timeout_s} s")
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager
 def broker_sim_target(data_dir: Path, *extra_args: str):
     port = free_port()
     # transactions left unknown are checked within seconds, as the real broker is configured
-    with broker_process(data_dir, "--remoting-port", str(port), "--transaction-check-interval-ms", "2000",
-                        *extra_args) as (endpoint, process):
-        yield BrokerSimTarget(endpoint, port, process)
+    args = (data_dir, "--remoting-port", str(port), "--transaction-check-interval-ms", "2000", *extra_args)
+    with broker_process(*args) as (endpoint, process):
+        yield BrokerSimTarget(endpoint, port, process, args)

@@ -1,0 +1,735 @@
+"""RemotingTransport: the SDK over RocketMQ's remoting protocol, to any RocketMQ 4.x / 5.x
+cluster reached through its name servers (broker_sim's remoting door included).
+
+The one module of the SDK that knows RocketMQ's request headers: routes come from the name
+servers (``routes.py``), requests go to each broker's master on one connection per broker,
+many in flight (``RemotingConnection``), and answers become the SDK's types. A topic's queues
+are (broker, queue id). Reads are pulls by offset (``pulls.py``); writes are RocketMQ's own
+sends (a batch in RocketMQ's MessageBatch encoding, which a BatchCQ topic stores as one inner
+batch); group offsets are RocketMQ's consumer offsets, which its tools show.
+
+Not here, because RocketMQ has no such thing: transactions that end a writer's batches in one
+step with a fence against replays (RocketMQ ends transactional messages one at a time), and
+idempotent sends (a retried send may be stored twice: sends are at least once, each message
+carrying the UNIQ_KEY its producer gave it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import os
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable, Iterator, Sequence
+
+import orjson
+
+from ..codec import Codec, Compression
+from ..codec.records import read_headers
+from ..errors import (
+    BrokerError,
+    BrokerUnavailableError,
+    ConfigError,
+    GroupNotFoundError,
+    InvalidRequestError,
+    MessageTooLargeError,
+    RequestTimeoutError,
+    RmqError,
+    TopicConflictError,
+    TopicNotFoundError,
+)
+from ..protocol.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, fastjson
+from ..structs import (
+    BrokerStats,
+    CommitResult,
+    GroupOffset,
+    Message,
+    OffsetRange,
+    PreparedTransaction,
+    QueueOffsets,
+    QueueType,
+    SinkBatchStatus,
+    TopicInfo,
+    TransactionInfo,
+)
+from .message_ids import UniqueKeys
+from .pulls import Pulls
+from .routes import NameServers, TopicRoute
+from .transport import (
+    AckFailure,
+    InnerBatch,
+    Popped,
+    PopQuery,
+    RangeChunk,
+    Send,
+    SendAnswer,
+    Stored,
+    Transport,
+    TransportConfig,
+)
+
+PRODUCER_GROUP = "rocketmq-batch-producer"  # RocketMQ's sends name a producer group
+TRANSACTIONS_REFUSED = (
+    "exactly-once transactions are broker_sim's (through endpoint): RocketMQ ends transactional messages one at a "
+    "time and has no fence against a replayed batch. Through name servers, write at least once (each message "
+    "carries a UNIQ_KEY, deterministic in the Spark sink, so readers can drop repeats)")
+_QUEUE_TYPE_ATTRIBUTE = "queue.type"
+_STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, 11, 12)  # 11, 12: the slave's lag: stored
+_HEARTBEAT_S = 60.0
+_SYSTEM_TOPICS = frozenset({
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+})
+_SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%", "RMQ_SYS_")
+_PULL_GROUP = "rocketmq-batch-reader"
+
+
+def _client_id() -> str:
+    """RocketMQ's client id: IP@instance, unique per process and transport."""
+    try:
+        host = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        host = "127.0.0.1"
+    return f"{host}@rocketmq-batch-{os.getpid()}-{next(_instances)}"
+
+
+_instances = itertools.count(1)
+
+
+class RemotingTransport(Transport):
+    """Name servers ``name_server`` ("host:port;host:port") and a connection per broker."""
+
+    native_rocketmq = True
+
+    def __init__(self, name_server: str, config: TransportConfig, *, pull_group: str = _PULL_GROUP,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.endpoint = name_server
+        self.config = config
+        self.pull_group = pull_group
+        self.client_id = _client_id()
+        self._sleep = sleep
+        self._connections: dict[str, RemotingConnection] = {}
+        self._lock = threading.Lock()
+        self._heartbeats: dict[tuple[str, str], float] = {}  # (broker address, group) -> when
+        self._pop_turns = itertools.count()
+        self.unique_keys = UniqueKeys()
+        self.names = NameServers(name_server.split(";"), self._invoke)
+        self._pulls = Pulls(self)
+
+    # --- calls -------------------------------------------------------------------------------
+
+    def _connection(self, address: str) -> RemotingConnection:
+        with self._lock:
+            connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        try:
+            connection = RemotingConnection(address, timeout_s=self.config.timeout_ms / 1000)
+        except OSError as err:
+            raise BrokerUnavailableError(f"cannot connect to {address}: {err.strerror or err}") from None
+        with self._lock:
+            current = self._connections.get(address)
+            if current is not None and not current.closed:
+                connection.close()
+                return current
+            self._connections[address] = connection
+        return connection
+
+    def request(self, address: str, code: int, fields: dict, body: bytes = b"") -> Future:
+        """Send a request without waiting: a Future of its answer (ConnectionError when the
+        connection fails before it)."""
+        connection = self._connection(address)
+        try:
+            return connection.request(code, fields, body)
+        except (OSError, ConnectionError) as err:
+            raise BrokerUnavailableError(f"the connection to {address} failed: {err}") from None
+
+    def wait(self, future: Future, address: str, code: int, timeout_ms: int | None = None) -> RemotingCommand:
+        """A request's answer, or RequestTimeoutError / BrokerUnavailableError."""
+        timeout_s = (timeout_ms or self.config.timeout_ms) / 1000
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            connection = self._connections.get(address)
+            if connection is not None:
+                connection.forget(future)
+            raise RequestTimeoutError(f"{address} did not answer request {_name(code)} within {timeout_s:.0f} s") \
+                from None
+        except (ConnectionError, OSError) as err:
+            raise BrokerUnavailableError(f"{address}: {err}") from None
+
+    def _invoke(self, address: str, code: int, fields: dict, body: bytes = b"",
+                timeout_ms: int | None = None) -> RemotingCommand:
+        """One request and its answer, retried on a broken connection or a timeout (only for
+        requests that are safe to repeat: every one sent through here)."""
+        attempts = 1 + self.config.retries
+        for attempt in range(attempts):
+            try:
+                return self.wait(self.request(address, code, fields, body), address, code, timeout_ms)
+            except (BrokerUnavailableError, RequestTimeoutError):
+                if attempt + 1 == attempts:
+                    raise
+                self._sleep(self.backoff_s(attempt))
+        raise AssertionError("unreachable")
+
+    def _invoke_all(self, calls: list[tuple[str, int, dict]], failures: bool = False) -> list[RemotingCommand]:
+        """Many requests (address, code, fields) in flight at once; their answers in order. A
+        request that failed is sent again alone (they are all safe to repeat); with
+        ``failures`` one that fails again has its error in its place instead of raising it."""
+        futures = []
+        for address, code, fields in calls:
+            try:
+                futures.append(self.request(address, code, fields))
+            except BrokerUnavailableError:
+                futures.append(None)
+        answers = []
+        for (address, code, fields), future in zip(calls, futures):
+            try:
+                if future is None:
+                    raise BrokerUnavailableError(address)
+                answers.append(self.wait(future, address, code))
+            except (BrokerUnavailableError, RequestTimeoutError):
+                try:
+                    answers.append(self._invoke(address, code, fields))
+                except (BrokerUnavailableError, RequestTimeoutError) as err:
+                    if not failures:
+                        raise
+                    answers.append(err)
+        return answers
+
+    # --- routes ------------------------------------------------------------------------------
+
+    def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        return self.names.route(topic, refresh)
+
+    refused = staticmethod(lambda answer, what: _refused(answer, what))
+
+    def broker_of(self, route: TopicRoute, broker: str) -> str:
+        """``broker``, or the topic's only broker for "" (a queue named without its broker)."""
+        return broker or route.only_broker()
+
+    # --- topics and offsets --------------------------------------------------------------------
+
+    def create_topic(self, name: str, queue_count: int, queue_type: QueueType) -> TopicInfo:
+        existing = self._existing(name)
+        if existing is not None:
+            if all(count == queue_count for _broker, count in existing.brokers) and existing.queue_type is queue_type:
+                return existing
+            raise TopicConflictError(f"topic {name!r} exists with {existing.queue_type.value} queues "
+                                     f"{dict(existing.brokers)} per broker; asked for {queue_count} "
+                                     f"{queue_type.value} queues per broker: delete it first, or use it as it is")
+        masters = self.names.masters()
+        if not masters:
+            raise BrokerUnavailableError(f"the name servers {self.endpoint} know no broker with a master")
+        fields = {"topic": name, "defaultTopic": "TBW102", "readQueueNums": queue_count,
+                  "writeQueueNums": queue_count, "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
+                  "order": "false"}
+        if queue_type is QueueType.BATCH_CQ:
+            fields["attributes"] = f"+{_QUEUE_TYPE_ATTRIBUTE}=BatchCQ"
+        for broker, address in masters.items():
+            answer = self._invoke(address, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+            if answer.code != ResponseCode.SUCCESS:
+                raise _refused(answer, f"broker {broker} ({address}) refused to create topic {name!r}")
+        deadline = time.monotonic() + self.config.timeout_ms / 1000
+        while True:  # the brokers register the topic with the name servers
+            try:
+                route = self.route(name, refresh=True)
+                if {b.broker for b in route.brokers} >= set(masters):
+                    break
+            except TopicNotFoundError:
+                pass
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError(f"topic {name!r} was created on {', '.join(masters)} but the name servers "
+                                          f"do not route it after {self.config.timeout_ms} ms")
+            self._sleep(0.1)
+        return TopicInfo(name, queue_count * len(masters), queue_type,
+                         tuple((broker, queue_count) for broker in sorted(masters)))
+
+    def _existing(self, name: str) -> TopicInfo | None:
+        try:
+            route = self.route(name, refresh=True)
+        except TopicNotFoundError:
+            return None
+        return self._topic_info(route)
+
+    def _topic_info(self, route: TopicRoute) -> TopicInfo:
+        """The topic as its route and its first broker's config say (the queue type)."""
+        answer = self._invoke(route.brokers[0].address, RequestCode.GET_TOPIC_CONFIG, {"topic": route.topic})
+        queue_type = QueueType.SIMPLE_CQ
+        if answer.code == ResponseCode.SUCCESS:
+            config = fastjson.loads(answer.body)
+            queue_type = _queue_type(config.get("topicConfig", config))
+        brokers = tuple((b.broker, b.read_queues) for b in route.brokers)
+        return TopicInfo(route.topic, sum(count for _b, count in brokers), queue_type, brokers)
+
+    def delete_topic(self, name: str) -> bool:
+        try:
+            route = self.route(name, refresh=True)
+        except TopicNotFoundError:
+            return False
+        for entry in route.brokers:
+            answer = self._invoke(entry.address, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": name})
+            if answer.code != ResponseCode.SUCCESS:
+                raise _refused(answer, f"broker {entry.broker} refused to delete topic {name!r}")
+        for address in self.names.addresses:
+            try:
+                self._invoke(address, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": name})
+            except RmqError:
+                pass  # that name server forgets it when the brokers register again
+        self.names.forget(name)
+        return True
+
+    def list_topics(self) -> list[TopicInfo]:
+        """User topics (not RocketMQ's system, retry and dead-letter topics), from each
+        broker's topic configs."""
+        masters = self.names.masters()
+        answers = self._invoke_all([(address, RequestCode.GET_ALL_TOPIC_CONFIG, {}) for address in masters.values()])
+        found: dict[str, list] = {}
+        types: dict[str, QueueType] = {}
+        for broker, answer in zip(masters, answers):
+            if answer.code != ResponseCode.SUCCESS:
+                raise _refused(answer, f"broker {broker} refused its topic list")
+            for name, config in (fastjson.loads(answer.body).get("topicConfigTable") or {}).items():
+                if _is_system_topic(name, set(masters) | self.names.clusters):
+                    continue
+                found.setdefault(name, []).append((broker, int(config.get("readQueueNums", 0))))
+                types[name] = _queue_type(config)
+        return [TopicInfo(name, sum(c for _b, c in brokers), types[name], tuple(sorted(brokers)))
+                for name, brokers in sorted(found.items())]
+
+    def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]:
+        route = self.route(name)
+        return self._topic_info(route), self.offsets([name])[name]
+
+    def offsets(self, topics: list[str], unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
+        """Every readable queue's min / max offsets: a topic stats request per (topic, broker),
+        all in flight at once."""
+        if not topics:
+            topics = [t.name for t in self.list_topics()]
+        routes = {topic: self.route(topic) for topic in topics}
+        calls = [(topic, entry) for topic, route in routes.items() for entry in route.brokers]
+        answers = self._invoke_all([(entry.address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+                                    for topic, entry in calls], failures=unreachable is not None)
+        out: dict[str, list[QueueOffsets]] = {topic: [] for topic in topics}
+        for (topic, entry), answer in zip(calls, answers):
+            if isinstance(answer, RmqError):  # the broker cannot be reached now
+                unreachable.add(entry.broker)
+                continue
+            if answer.code == ResponseCode.TOPIC_NOT_EXIST:
+                self.names.forget(topic)
+                raise TopicNotFoundError(f"topic {topic!r} is gone from broker {entry.broker}: {answer.remark}")
+            if answer.code != ResponseCode.SUCCESS:
+                raise _refused(answer, f"broker {entry.broker} refused the offsets of topic {topic!r}")
+            table = fastjson.loads(answer.body).get("offsetTable") or {}
+            for queue, offsets in table.items():
+                queue = dict(queue)
+                if queue.get("brokerName", entry.broker) == entry.broker and queue["queueId"] < entry.read_queues:
+                    out[topic].append(QueueOffsets(topic, int(queue["queueId"]), int(offsets["minOffset"]),
+                                                   int(offsets["maxOffset"]), entry.broker))
+        for queues in out.values():
+            queues.sort(key=lambda q: (q.broker, q.queue_id))
+        return out
+
+    def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int],
+                              broker: str = "") -> dict[int, int]:
+        route = self.route(topic)
+        broker = self.broker_of(route, broker)
+        address = route.address(broker)
+        if not queue_ids:
+            queue_ids = [q for b, q in route.readable() if b == broker]
+        answers = self._invoke_all([(address, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                     {"topic": topic, "queueId": q, "timestamp": timestamp_ms}) for q in queue_ids])
+        out = {}
+        for queue_id, answer in zip(queue_ids, answers):
+            if answer.code != ResponseCode.SUCCESS:
+                raise _refused(answer, f"broker {broker} refused the offset by time of {topic!r} queue {queue_id}")
+            out[queue_id] = int(answer.ext_fields["offset"])
+        return out
+
+    def commit_group_offsets(self, group: str, offsets: dict[tuple[str, str, int], int]) -> None:
+        """RocketMQ's consumer offsets (UPDATE_CONSUMER_OFFSET), which its tools show. The
+        group is first announced to each broker by a heartbeat, then unregistered: the broker
+        makes the group's retry topic, which ``mqadmin consumerProgress`` looks up, and no
+        consumer of the group counts this client when it shares out queues."""
+        calls = []
+        for (topic, broker, queue_id), offset in offsets.items():
+            route = self.route(topic)
+            address = route.address(self.broker_of(route, broker))
+            self._announce(address, group, topic)
+            calls.append((address, RequestCode.UPDATE_CONSUMER_OFFSET,
+                          {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset}))
+        for (address, _code, fields), answer in zip(calls, self._invoke_all(calls)):
+            if answer.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                raise GroupNotFoundError(f"consumer group {group!r} does not exist on the broker at {address}: create "
+                                         f"it (mqadmin updateSubGroup -g {group}) or turn on "
+                                         "autoCreateSubscriptionGroup")
+            if answer.code != ResponseCode.SUCCESS:
+                raise _refused(answer, f"the broker at {address} refused the offset of {fields['topic']!r} queue "
+                                       f"{fields['queueId']} for group {group!r}")
+
+    def _announce(self, address: str, group: str, topic: str) -> None:
+        key = (address, group)
+        if time.monotonic() - self._heartbeats.get(key, -_HEARTBEAT_S) < _HEARTBEAT_S:
+            return
+        data = {"clientID": self.client_id, "producerDataSet": [], "consumerDataSet": [{
+            "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False, "subscriptionDataSet": [{
+                "topic": topic, "subString": "*", "classFilterMode": False, "tagsSet": [], "codeSet": [],
+                "subVersion": int(time.time() * 1000), "expressionType": "TAG"}]}]}
+        self._invoke(address, RequestCode.HEART_BEAT, {}, orjson.dumps(data))
+        self._invoke(address, RequestCode.UNREGISTER_CLIENT, {"clientID": self.client_id, "consumerGroup": group})
+        self._heartbeats[key] = time.monotonic()
+
+    def group_offsets(self, group: str, topics: list[str]) -> list[GroupOffset]:
+        if not topics:
+            return self._group_offsets_everywhere(group)
+        calls, queues = [], []
+        for topic in topics:
+            route = self.route(topic)
+            for broker, queue_id in route.readable():
+                fields = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "setZeroIfNotFound": "false"}
+                calls.append((route.address(broker), RequestCode.QUERY_CONSUMER_OFFSET, fields))
+                queues.append((topic, broker, queue_id))
+        out = []
+        for (topic, broker, queue_id), answer in zip(queues, self._invoke_all(calls)):
+            if answer.code == ResponseCode.SUCCESS:
+                out.append(GroupOffset(group, topic, queue_id, int(answer.ext_fields["offset"]), broker))
+            elif answer.code not in (ResponseCode.QUERY_NOT_FOUND, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST):
+                raise _refused(answer, f"broker {broker} refused group {group!r}'s offset of {topic!r} queue "
+                                       f"{queue_id}")
+        return out
+
+    def _group_offsets_everywhere(self, group: str) -> list[GroupOffset]:
+        """Every topic's offsets of ``group``, as each broker's consume stats list them."""
+        masters = self.names.masters()
+        answers = self._invoke_all([(address, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})
+                                    for address in masters.values()])
+        out = []
+        for broker, answer in zip(masters, answers):
+            if answer.code != ResponseCode.SUCCESS:
+                continue  # the group has nothing on that broker
+            for queue, stats in (fastjson.loads(answer.body).get("offsetTable") or {}).items():
+                queue = dict(queue)
+                if not queue["topic"].startswith("%RETRY%"):
+                    out.append(GroupOffset(group, queue["topic"], int(queue["queueId"]),
+                                           int(stats["consumerOffset"]), queue.get("brokerName", broker)))
+        return sorted(out, key=lambda o: (o.topic, o.broker, o.queue_id))
+
+    def broker_stats(self) -> BrokerStats:
+        raise ConfigError("broker stats are broker_sim's (rmq-admin broker stats, through its endpoint); through "
+                          "name servers ask each broker with mqadmin brokerStatus")
+
+    # --- messages ----------------------------------------------------------------------------
+
+    def send_many(self, sends: list[Send], timeout_ms: int, answer: SendAnswer) -> None:
+        """Each send a request to its queue's broker, all in flight at once; ``answer`` is
+        called once every one is answered or its time is over (on a connection's thread, or
+        a timer's)."""
+        call = _SendCall(len(sends), answer)
+        for index, send in enumerate(sends):
+            try:
+                address, code, fields, body, ids = self._send_request(send)
+                future = self.request(address, code, fields, body)
+            except RmqError as error:
+                call.done(index, error)
+                continue
+            except (TypeError, ValueError) as error:  # e.g. a property that is not a string
+                call.done(index, ConfigError(f"the message cannot be sent: {error}"))
+                continue
+            call.watch(index, future, lambda result, s=send, i=ids, a=address: self._stored(s, result, i, a))
+        call.start(timeout_ms / 1000)
+
+    def _send_request(self, send: Send):
+        """(address, code, fields, body, message ids) of one send."""
+        if send.transaction_id:
+            raise ConfigError(TRANSACTIONS_REFUSED)
+        route = self.route(send.topic)
+        broker = self.broker_of(route, send.broker)
+        address = route.address(broker)
+        content = send.content
+        born = int(time.time() * 1000)
+        fields = {"a": PRODUCER_GROUP, "b": send.topic, "c": "TBW102", "d": 4, "e": send.queue_id, "g": born,
+                  "h": 0, "j": 0, "k": "false", "n": broker}
+        if isinstance(content, Message):
+            unique_key = (content.properties or {}).get("UNIQ_KEY") or self.unique_keys.next()
+            properties = {**(content.properties or {}), "UNIQ_KEY": unique_key, "WAIT": "true"}
+            if content.tags:
+                properties["TAGS"] = content.tags
+            if content.keys:
+                properties["KEYS"] = content.keys
+            fields.update(f=0, i=_properties_text(properties), m="false")
+            return address, RequestCode.SEND_MESSAGE_V2, fields, bytes(content.body), (unique_key,)
+        if isinstance(content, InnerBatch) and (content.codec is not Codec.RMQ or content.compression
+                                                is not Compression.NONE):
+            raise ConfigError("through name servers a batch is RocketMQ's MessageBatch, uncompressed: use "
+                              "codec='rmq' and compression='none'")
+        properties = {"UNIQ_KEY": self.unique_keys.next(), "WAIT": "true"}  # the batch's own: one inner batch
+        if isinstance(content, InnerBatch) and content.tags:
+            properties["TAGS"] = content.tags  # a BatchCQ unit's tag
+        ids = content.message_ids  # the producer's (a list, or an Arrow array of a batch of rows)
+        fields.update(f=0, i=_properties_text(properties), m="true")
+        return address, RequestCode.SEND_BATCH_MESSAGE, fields, bytes(content.payload), ids
+
+    def _stored(self, send: Send, answer: RemotingCommand, ids: tuple, address: str) -> Stored | RmqError:
+        if answer.code not in _STORED:
+            if answer.code == ResponseCode.TOPIC_NOT_EXIST:
+                self.names.forget(send.topic)
+            return _refused(answer, f"the broker at {address} refused a send to {send.topic!r} queue "
+                                    f"{send.queue_id}")
+        head = answer.ext_fields
+        count = 1 if isinstance(send.content, Message) else send.content.count
+        if len(ids) == 0:
+            offset_ids = (head.get("msgId") or "").split(",")
+            ids = tuple(offset_ids) if len(offset_ids) == count else tuple(f"{offset_ids[0]}-{i}" for i in range(count))
+        return Stored(int(head.get("queueId", send.queue_id)), int(head.get("queueOffset", -1)), count, ids, 0)
+
+    def read_ranges(self, ranges: Sequence[OffsetRange], max_bytes: int, tag_filter: str) -> Iterator[RangeChunk]:
+        return self._pulls.read(ranges, max_bytes, tag_filter)
+
+    # --- pop ---------------------------------------------------------------------------------
+
+    def pop(self, query: PopQuery) -> Popped:
+        route = self.route(query.topic)
+        readers = [b for b in route.brokers if b.read_queues]
+        if query.queue_id >= 0:
+            entry = next(b for b in route.brokers if b.broker == route.only_broker())
+        else:  # a pop goes to one broker: the brokers in turn
+            entry = readers[next(self._pop_turns) % len(readers)]
+        fields = {"consumerGroup": query.group, "topic": query.topic, "queueId": query.queue_id,
+                  "maxMsgNums": query.max_messages, "invisibleTime": query.invisible_ms, "pollTime": query.poll_ms,
+                  "bornTime": int(time.time() * 1000), "initMode": 0, "expType": "TAG",
+                  "exp": query.tag_filter or "*", "order": str(query.orderly).lower()}
+        answer = self._invoke(entry.address, RequestCode.POP_MESSAGE, fields,
+                              timeout_ms=self.config.timeout_ms + query.poll_ms)
+        head = answer.ext_fields
+        invisible_until = int(head.get("popTime", 0)) + int(head.get("invisibleTime", query.invisible_ms))
+        if answer.code != ResponseCode.SUCCESS:
+            if answer.code not in (ResponseCode.POLLING_TIMEOUT, ResponseCode.POLLING_FULL, ResponseCode.PULL_NOT_FOUND,
+                                   ResponseCode.NO_MESSAGE):
+                raise _refused(answer, f"broker {entry.broker} refused a pop of {query.topic!r} by {query.group!r}")
+            return Popped(query.topic, invisible_until, answer.code == ResponseCode.POLLING_FULL, (), (), (), (), (),
+                          (), (), memoryview(b""), entry.broker)
+        return _popped(query, answer, entry.broker, invisible_until)
+
+    def ack(self, group: str, receipt_handles: list[str]) -> list[AckFailure]:
+        calls, failures, sent = [], [], []
+        for index, handle in enumerate(receipt_handles):
+            try:
+                receipt = _Receipt.parse(handle)
+                address = self.route(receipt.topic).address(receipt.broker)
+            except (ValueError, RmqError) as err:
+                failures.append(AckFailure(index, True, f"not a receipt handle of this client: {err}"))
+                continue
+            calls.append((address, RequestCode.ACK_MESSAGE, receipt.fields(group)))
+            sent.append(index)
+        for index, answer in zip(sent, self._invoke_all(calls)):
+            if answer.code != ResponseCode.SUCCESS:
+                failures.append(AckFailure(index, answer.code != ResponseCode.NO_MESSAGE, answer.remark or ""))
+        return sorted(failures)
+
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> tuple[str, int]:
+        try:
+            receipt = _Receipt.parse(receipt_handle)
+        except ValueError as err:
+            raise InvalidRequestError(f"not a receipt handle of this client: {err}") from None
+        address = self.route(receipt.topic).address(receipt.broker)
+        answer = self._invoke(address, RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                              {**receipt.fields(group), "invisibleTime": invisible_ms})
+        if answer.code != ResponseCode.SUCCESS:
+            raise _refused(answer, f"broker {receipt.broker} refused to change the invisible time")
+        head = answer.ext_fields
+        renewed = receipt.renewed(int(head["popTime"]), int(head["invisibleTime"]), head.get("reviveQid", "0"))
+        return renewed.encode(), int(head["popTime"]) + int(head["invisibleTime"])
+
+    # --- transactions: not RocketMQ's --------------------------------------------------------------
+
+    def end_transactions(self, commit: bool, transactions: list[PreparedTransaction],
+                         sink_batch: tuple[str, int] | None, timeout_ms: int) -> CommitResult:
+        raise ConfigError(TRANSACTIONS_REFUSED)
+
+    def sink_batch(self, sink_id: str, batch_id: int) -> SinkBatchStatus:
+        raise ConfigError(TRANSACTIONS_REFUSED)
+
+    def list_transactions(self, transaction_ids: list[str]) -> list[TransactionInfo]:
+        raise ConfigError(TRANSACTIONS_REFUSED)
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = list(self._connections.values()), {}
+        for connection in connections:
+            connection.close()
+
+
+class _SendCall:
+    """The answers of one send_many: outcomes filled as requests are answered, ``answer``
+    called once, when the last is in or the time is over (those left then time out)."""
+
+    def __init__(self, count: int, answer: SendAnswer):
+        self.outcomes: list = [None] * count
+        self.left = count
+        self.answer = answer
+        self.watched: list = []
+        self._started = self._finished = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def watch(self, index: int, future: Future, convert: Callable) -> None:
+        self.watched.append((index, future))
+
+        def done(f: Future) -> None:
+            if f.cancelled():
+                return
+            error = f.exception()
+            self.done(index, convert(f.result()) if error is None else BrokerUnavailableError(str(error)))
+        future.add_done_callback(done)
+
+    def start(self, timeout_s: float) -> None:
+        with self._lock:
+            self._started = True
+            if self.left:
+                self._timer = threading.Timer(timeout_s, self._expire, (timeout_s,))
+                self._timer.daemon = True
+                self._timer.start()
+        self._finish_if_done()
+
+    def done(self, index: int, outcome) -> None:
+        with self._lock:
+            if self.outcomes[index] is not None:
+                return
+            self.outcomes[index] = outcome
+            self.left -= 1
+        self._finish_if_done()
+
+    def _expire(self, timeout_s: float) -> None:
+        for index, future in self.watched:
+            if future.cancel():
+                self.done(index, RequestTimeoutError(f"no answer to the send within {timeout_s:.0f} s"))
+
+    def _finish_if_done(self) -> None:
+        with self._lock:
+            if not self._started or self.left or self._finished:
+                return
+            self._finished = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self.answer(list(self.outcomes), None)
+
+
+class _Receipt:
+    """Where a popped message is and the pop that handed it out: what an ack or a change of
+    invisible time names (RocketMQ's extra info), as one string."""
+
+    SEPARATOR = "\x1f"
+
+    def __init__(self, broker: str, topic: str, queue_id: int, offset: int, extra: list[str]):
+        self.broker, self.topic, self.queue_id, self.offset, self.extra = broker, topic, queue_id, offset, extra
+
+    @classmethod
+    def parse(cls, handle: str) -> "_Receipt":
+        parts = handle.split(cls.SEPARATOR)
+        if len(parts) != 5 or len(parts[4].split(" ")) != 8:
+            raise ValueError(f"{handle[:60]!r} is not broker, topic, queue, offset and pop info")
+        return cls(parts[0], parts[1], int(parts[2]), int(parts[3]), parts[4].split(" "))
+
+    def encode(self) -> str:
+        parts = [self.broker, self.topic, str(self.queue_id), str(self.offset), " ".join(self.extra)]
+        return self.SEPARATOR.join(parts)
+
+    def fields(self, group: str) -> dict:
+        return {"consumerGroup": group, "topic": self.topic, "queueId": self.queue_id, "offset": self.offset,
+                "extraInfo": " ".join(self.extra)}
+
+    def renewed(self, pop_time: int, invisible_ms: int, revive_queue: str) -> "_Receipt":
+        extra = list(self.extra)
+        extra[1:4] = [str(pop_time), str(invisible_ms), revive_queue]
+        return _Receipt(self.broker, self.topic, self.queue_id, self.offset, extra)
+
+
+def _popped(query: PopQuery, answer: RemotingCommand, broker: str, invisible_until: int) -> Popped:
+    """A pop answer's records as the SDK's deliveries (one a stored record)."""
+    head = answer.ext_fields
+    starts = {}
+    for part in (head.get("startOffsetInfo") or "").split(";"):
+        mark, queue_id, start = (part.split(" ") + ["", "", ""])[:3]
+        if start:
+            starts[(mark, int(queue_id))] = start
+    records = read_headers(answer.body)
+    view = memoryview(answer.body)
+    handles, counts, retry, reconsumes = [], [], [], []
+    for i in range(len(records)):
+        topic = bytes(view[records.topic_start[i]:records.topic_start[i] + records.topic_length[i]]).decode()
+        is_retry = topic.startswith("%RETRY%")
+        mark = ("2" if "+" in topic else "1") if is_retry else "0"
+        queue_id, offset = int(records.queue_id[i]), int(records.queue_offset[i])
+        start = records.start[i]
+        reconsumes.append(int.from_bytes(view[start + 72:start + 76], "big", signed=True))
+        extra = [starts.get((mark, queue_id), str(offset)), head.get("popTime", "0"), head.get("invisibleTime", "0"),
+                 head.get("reviveQid", "0"), mark, broker, str(queue_id), str(offset)]
+        handles.append(_Receipt(broker, query.topic, queue_id, offset, extra).encode())
+        counts.append(_inner_num(view, records, i))
+        retry.append(is_retry)
+    return Popped(query.topic, invisible_until, False, handles, records.queue_id.tolist(),
+                  records.queue_offset.tolist(), counts, reconsumes, retry, records.total.tolist(), view, broker)
+
+
+def _inner_num(view: memoryview, records, i: int) -> int:
+    if not records.sys_flag[i] & 0x80:  # not an inner batch
+        return 1
+    props = bytes(view[records.props_start[i]:records.props_start[i] + records.props_length[i]])
+    at = props.find(b"INNER_NUM\x01")
+    return int(props[at + 10:props.index(b"\x02", at)]) if at >= 0 else 1
+
+
+def _properties_text(properties: dict) -> str:
+    for name, value in properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"property {name!r}: names and values are strings")
+        if any(c in name + value for c in "\x01\x02"):
+            raise ValueError(f"property {name!r} holds \\x01 or \\x02, RocketMQ's property separators")
+    return "".join(f"{name}\x01{value}\x02" for name, value in properties.items())
+
+
+def _queue_type(config: dict) -> QueueType:
+    attributes = config.get("attributes") or {}
+    value = attributes.get(_QUEUE_TYPE_ATTRIBUTE) or attributes.get("+" + _QUEUE_TYPE_ATTRIBUTE) or "SimpleCQ"
+    return QueueType.BATCH_CQ if value.lower() == "batchcq" else QueueType.SIMPLE_CQ
+
+
+def _is_system_topic(name: str, brokers_and_clusters: set) -> bool:
+    """RocketMQ's own topics (TopicValidator's system topics, retry and dead-letter topics,
+    the topics a broker and a cluster make under their names, a cluster's reply topic)."""
+    return (name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES) or name in brokers_and_clusters
+            or name.endswith("_REPLY_TOPIC"))
+
+
+def _name(code: int) -> str:
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return str(code)
+
+
+_ERRORS = {
+    ResponseCode.TOPIC_NOT_EXIST: TopicNotFoundError,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: GroupNotFoundError,
+    ResponseCode.MESSAGE_ILLEGAL: InvalidRequestError,
+    ResponseCode.INVALID_PARAMETER: InvalidRequestError,
+    ResponseCode.SERVICE_NOT_AVAILABLE: BrokerUnavailableError,
+    ResponseCode.SYSTEM_BUSY: BrokerUnavailableError,
+    ResponseCode.TOPIC_EXIST_ALREADY: TopicConflictError,
+}
+
+
+def _refused(answer: RemotingCommand, what: str) -> RmqError:
+    """A broker's refusal as a typed error: what was refused, the broker's code and remark."""
+    cls = _ERRORS.get(answer.code, BrokerError)
+    if answer.code == ResponseCode.MESSAGE_ILLEGAL and "too large" in (answer.remark or "").lower():
+        cls = MessageTooLargeError
+    try:
+        code = ResponseCode(answer.code).name
+    except ValueError:
+        code = str(answer.code)
+    return cls(f"{what}: {code}, {answer.remark or 'no remark'}", code=answer.code)

@@ -1,0 +1,159 @@
+"""What RocketMQ's name servers say: which brokers serve a topic with how many queues, where
+each broker listens, which brokers make up the cluster. Routes are cached per topic and asked
+again every ``refresh_s`` (RocketMQ's clients poll every 30 s), and at once when a broker
+says it does not have the topic or cannot be reached (``forget``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import BrokerError, TopicNotFoundError
+from ..protocol.remoting import RequestCode, ResponseCode, fastjson
+
+PERM_WRITE = 0x2  # RocketMQ's PermName
+PERM_READ = 0x4
+MASTER_ID = "0"  # brokerAddrs key of a broker set's master
+REFRESH_S = 30.0
+
+
+@dataclass(frozen=True)
+class BrokerQueues:
+    """One broker's part of a topic: its queues 0 .. read_queues - 1 are read, 0 ..
+    write_queues - 1 written, as ``perm`` allows."""
+
+    broker: str
+    address: str  # the master's remoting address
+    read_queues: int
+    write_queues: int
+    perm: int
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    """A topic's brokers, in broker-name order."""
+
+    topic: str
+    brokers: tuple  # of BrokerQueues
+
+    def readable(self) -> list[tuple[str, int]]:
+        """(broker, queue id) of every queue read from."""
+        return [(b.broker, q) for b in self.brokers if b.perm & PERM_READ for q in range(b.read_queues)]
+
+    def writable(self) -> list[tuple[str, int]]:
+        """(broker, queue id) of every queue written to."""
+        return [(b.broker, q) for b in self.brokers if b.perm & PERM_WRITE for q in range(b.write_queues)]
+
+    def address(self, broker: str) -> str:
+        for entry in self.brokers:
+            if entry.broker == broker:
+                return entry.address
+        served = ", ".join(b.broker for b in self.brokers) or "none"
+        raise BrokerError(f"topic {self.topic!r} has no broker {broker!r} (its brokers: {served}): the broker left "
+                          "the cluster, or the queue was named wrong")
+
+    def only_broker(self) -> str:
+        """The topic's one broker; BrokerError when there are several (a queue id alone is ambiguous)."""
+        if len(self.brokers) == 1:
+            return self.brokers[0].broker
+        raise BrokerError(f"topic {self.topic!r} is served by brokers {', '.join(b.broker for b in self.brokers)}, "
+                          "each with its own queue ids: name the broker of the queue too")
+
+
+def parse_route(topic: str, body: bytes) -> TopicRoute:
+    """A GET_ROUTEINFO_BY_TOPIC answer's TopicRouteData; brokers without a master are left out
+    (nothing is read from or written to a broker set without one here)."""
+    data = fastjson.loads(body)
+    addresses = {}
+    for broker in data.get("brokerDatas") or []:
+        master = (broker.get("brokerAddrs") or {}).get(MASTER_ID)
+        if master:
+            addresses[broker["brokerName"]] = master
+    entries = [BrokerQueues(q["brokerName"], addresses[q["brokerName"]], int(q.get("readQueueNums", 0)),
+                            int(q.get("writeQueueNums", 0)), int(q.get("perm", PERM_READ | PERM_WRITE)))
+               for q in data.get("queueDatas") or [] if q.get("brokerName") in addresses]
+    return TopicRoute(topic, tuple(sorted(entries, key=lambda b: b.broker)))
+
+
+class NameServers:
+    """Asks RocketMQ's name servers, the first that answers (starting from the one that
+    answered last), and caches topic routes.
+
+    ``invoke(address, code, fields, body)`` is the transport's call: a RemotingCommand, or
+    BrokerUnavailableError / RequestTimeoutError.
+    """
+
+    def __init__(self, addresses: list[str], invoke: Callable, refresh_s: float = REFRESH_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.addresses = addresses
+        self._invoke = invoke
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._first = 0
+        self.clusters: set = set()  # the cluster names the last ``masters`` call saw
+        self._lock = threading.Lock()
+
+    def ask(self, code: int, fields: dict | None = None, body: bytes = b""):
+        """The first answer of a name server; the last one's failure if none answers."""
+        failure = None
+        for turn in range(len(self.addresses)):
+            index = (self._first + turn) % len(self.addresses)
+            try:
+                answer = self._invoke(self.addresses[index], code, fields or {}, body)
+            except BrokerError as err:
+                failure = err
+                continue
+            except Exception as err:  # noqa: BLE001 - unreachable, timed out: try the next one
+                failure = err
+                continue
+            self._first = index
+            return answer
+        raise failure
+
+    def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        """The topic's route, cached for ``refresh_s``; TopicNotFoundError when no broker serves it."""
+        now = self._clock()
+        with self._lock:
+            cached = self._routes.get(topic)
+        if cached is not None and not refresh and now - cached[0] < self.refresh_s:
+            return cached[1]
+        answer = self.ask(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if answer.code == ResponseCode.TOPIC_NOT_EXIST:
+            self.forget(topic)
+            raise TopicNotFoundError(f"topic {topic!r} is not served by any broker known to the name servers "
+                                     f"{';'.join(self.addresses)}: create it (mqadmin updateTopic, or "
+                                     "Admin(name_server=...).create_topic)")
+        if answer.code != ResponseCode.SUCCESS:
+            raise BrokerError(f"the name server refused the route of topic {topic!r}: {answer.remark}")
+        route = parse_route(topic, answer.body)
+        if not route.brokers:
+            raise TopicNotFoundError(f"topic {topic!r} has no broker with a master registered at the name servers "
+                                     f"{';'.join(self.addresses)}")
+        with self._lock:
+            self._routes[topic] = (now, route)
+        return route
+
+    def forget(self, topic: str) -> None:
+        with self._lock:
+            self._routes.pop(topic, None)
+
+    def topic_names(self) -> list[str]:
+        answer = self.ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        if answer.code != ResponseCode.SUCCESS:
+            raise BrokerError(f"the name server refused the topic list: {answer.remark}")
+        return list(fastjson.loads(answer.body).get("topicList") or [])
+
+    def masters(self) -> dict[str, str]:
+        """{broker name: master address} of every broker of every cluster."""
+        answer = self.ask(RequestCode.GET_BROKER_CLUSTER_INFO)
+        if answer.code != ResponseCode.SUCCESS:
+            raise BrokerError(f"the name server refused the cluster info: {answer.remark}")
+        info = fastjson.loads(answer.body)
+        self.clusters = set(info.get("clusterAddrTable") or {})
+        table = info.get("brokerAddrTable") or {}
+        return {name: entry["brokerAddrs"][MASTER_ID] for name, entry in sorted(table.items())
+                if (entry.get("brokerAddrs") or {}).get(MASTER_ID)}

@@ -1,0 +1,287 @@
+"""The Spark source and sink through ``nameServer`` (RocketMQ's remoting protocol), the same
+scenarios against broker_sim's remoting door (one broker), a two-broker broker_sim cluster
+and the real Apache RocketMQ: every message read exactly once with its broker, limits, tag
+filters, times, a restart from the checkpoint while producers write, consumer group offsets
+RocketMQ's tools see, writes read back with message ids that stay the same when written again;
+and, on clusters of their own, a broker killed and restarted mid-query, a broker that joins
+between micro-batches and one that leaves; a checkpoint written through ``endpoint`` restarting
+through ``nameServer``; RocketMQ's C++ client on both sides of Spark."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import signal
+import threading
+import time
+
+import pytest
+
+from peers.rocketmq import body, java_produce
+from remoting_targets import broker_sim_target
+from rmq_spark import Admin, ConfigError, Message, Producer, TransportConfig
+from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from spark_helpers import run_available_now
+
+_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _java(require_java_peers):
+    """The scenarios write with RocketMQ's Java producer (autoBatch), as the real cluster's users do."""
+
+
+def unique(prefix: str, target) -> str:
+    return f"{prefix}-{target.kind}-{next(_names)}-{int(time.time())}"
+
+
+def source(spark, name_server: str, stream: bool = False, **options):
+    reader = (spark.readStream if stream else spark.read).format("rocketmq-batch").option("nameServer", name_server)
+    for name, value in options.items():
+        reader = reader.option(name, str(value).lower() if isinstance(value, bool) else str(value))
+    return reader.load()
+
+
+def create_topic(name_server: str, topic: str, queues: int, queue_type: str = "BatchCQ") -> None:
+    with Admin(name_server=name_server) as admin:
+        admin.create_topic(topic, queues, queue_type)
+
+
+def held(name_server: str, topic: str) -> int:
+    with Admin(name_server=name_server) as admin:
+        return sum(q.max_offset - q.min_offset for q in admin.offsets([topic])[topic])
+
+
+def wait_held(name_server: str, topic: str, count: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while held(name_server, topic) < count:
+        assert time.monotonic() < deadline, f"{topic}: fewer than {count} messages after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def bodies(rows) -> list[bytes]:
+    return sorted(bytes(r.body) for r in rows)
+
+
+def positions(rows) -> list:
+    return sorted((r.broker, r.queue_id, r.queue_offset) for r in rows)
+
+
+@pytest.mark.parametrize("queue_type", ["BatchCQ", "SimpleCQ"])
+def test_a_batch_read_sees_every_message_with_its_broker(spark, target, queue_type):
+    topic = unique("spark-read", target)
+    create_topic(target.namesrv, topic, 2, queue_type)
+    sent = java_produce(target.namesrv, topic, 1000, threads=2, body_bytes=64)  # autoBatch: BatchCQ stores batches
+    assert sent["failed"] == 0
+    wait_held(target.namesrv, topic, 1000)
+    df = source(spark, target.namesrv, topic=topic)
+    assert df.columns[:3] == ["topic", "broker", "queue_id"]
+    rows = df.collect()
+    assert bodies(rows) == sorted(body(i, 64) for i in range(1000))
+    assert len(set(positions(rows))) == 1000  # every (broker, queue, offset) once
+    brokers = {r.broker for r in rows}
+    assert brokers == ({"broker-a", "broker-b"} if target.kind == "broker_sim_cluster" else {"broker-a"})
+    # endingOffsets names each queue with its broker; startingTimestamp from the future reads nothing.
+    first = sorted({(r.broker, r.queue_id) for r in rows})[0]
+    ending = {topic: {f"{b}:{q}": (3 if (b, q) == first else 0) for b, q in {(r.broker, r.queue_id) for r in rows}}}
+    some = source(spark, target.namesrv, topic=topic, endingOffsets=str(ending).replace("'", '"')).collect()
+    assert positions(some) == [(first[0], first[1], offset) for offset in range(3)]
+    assert source(spark, target.namesrv, topic=topic, startingTimestamp=int(time.time() * 1000) + 60_000).count() == 0
+
+
+def test_a_stream_restarted_from_its_checkpoint_while_producers_write_reads_each_message_once(
+        spark, target, tmp_path):
+    topic, group = unique("spark-stream", target), unique("spark-group", target)
+    create_topic(target.namesrv, topic, 2)
+    target.create_group(group)
+    java_produce(target.namesrv, topic, 600, threads=1, body_bytes=32)
+    checkpoint = tmp_path / "checkpoint"
+    stream = source(spark, target.namesrv, stream=True, topic=topic, startingOffsets="earliest",
+                    maxRecordsPerTrigger=250, consumerGroup=group)
+    first, progress = run_available_now(stream, checkpoint)
+    assert sum(p["numInputRows"] for p in progress) == len(first) >= 600
+    assert all(p["numInputRows"] <= 250 for p in progress)
+    writer = threading.Thread(target=java_produce, args=(target.namesrv, topic, 600), kwargs={"body_bytes": 32})
+    writer.start()
+    try:
+        second, _ = run_available_now(stream, checkpoint)
+    finally:
+        writer.join(120)
+    wait_held(target.namesrv, topic, 1200)
+    third, _ = run_available_now(stream, checkpoint)
+    rows = first + second + third
+    assert len(set(positions(rows))) == len(rows) == 1200  # each once, none twice
+    assert bodies(rows) == sorted([body(i, 32) for i in range(600)] * 2)
+    with Admin(name_server=target.namesrv) as admin:  # the group's offsets: RocketMQ's, which its tools show
+        committed = {(o.broker, o.queue_id): o.offset for o in admin.group_offsets(group, [topic])}
+        ends = {(q.broker, q.queue_id): q.max_offset for q in admin.offsets([topic])[topic]}
+    assert committed == ends
+
+
+def test_a_tag_filter_and_a_whole_stream_through_a_pattern(spark, target, tmp_path):
+    topic = unique("spark-tags", target)
+    create_topic(target.namesrv, topic, 2, "SimpleCQ")
+    java_produce(target.namesrv, topic, 100, threads=1, body_bytes=16, tag="TagA")
+    java_produce(target.namesrv, topic, 50, threads=1, body_bytes=16, tag="TagB")
+    wait_held(target.namesrv, topic, 150)
+    tagged = source(spark, target.namesrv, topic=topic, tagFilter="TagB").collect()
+    assert len(tagged) == 50 and {r.tags for r in tagged} == {"TagB"}
+    rows, _ = run_available_now(source(spark, target.namesrv, stream=True, topicPattern=f"{topic}.*",
+                                       startingOffsets="earliest"), tmp_path / "checkpoint")
+    assert len(rows) == 150
+
+
+def stored_unique_keys(name_server: str, topic: str) -> list[str]:
+    """The UNIQ_KEY of every stored message of a SimpleCQ topic, pulled raw from each queue."""
+    with Admin(name_server=name_server) as admin:
+        queues = admin.offsets([topic])[topic]
+    transport = RemotingTransport(name_server, TransportConfig())
+    try:
+        route, keys = transport.route(topic), []
+        for queue in queues:
+            with RemotingConnection(route.address(queue.broker)) as conn:
+                offset = queue.min_offset
+                while offset < queue.max_offset:
+                    answer = conn.invoke(RequestCode.PULL_MESSAGE, {
+                        "consumerGroup": "ids", "topic": topic, "queueId": queue.queue_id, "queueOffset": offset,
+                        "maxMsgNums": 1024, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                        "subVersion": 0})
+                    assert answer.code == ResponseCode.SUCCESS, answer.remark
+                    keys += [k.decode() for k in re.findall(rb"UNIQ_KEY\x01([0-9A-F]{32})\x02", answer.body)]
+                    offset = int(answer.ext_fields["nextBeginOffset"])
+        return keys
+    finally:
+        transport.close()
+
+
+def test_writes_are_read_back_and_a_replayed_write_carries_the_same_ids(spark, target, tmp_path):
+    source_topic, topic = unique("spark-write-src", target), unique("spark-write", target)
+    create_topic(target.namesrv, source_topic, 2)
+    create_topic(target.namesrv, topic, 2, "SimpleCQ")
+    df = spark.range(0, 500).selectExpr("cast(concat('row-', id) as binary) as body", "cast(id % 7 as string) as keys")
+    df.write.format("rocketmq-batch").mode("append").option("nameServer", target.namesrv) \
+        .option("topic", source_topic).save()
+    wait_held(target.namesrv, source_topic, 500)
+    rows = source(spark, target.namesrv, topic=source_topic).collect()
+    assert bodies(rows) == sorted(f"row-{i}".encode() for i in range(500))
+    by_key = {}
+    for row in rows:  # keys hash to one queue: each key's rows share (broker, queue)
+        by_key.setdefault(row["keys"], set()).add((row.broker, row.queue_id))
+    assert all(len(queues) == 1 for queues in by_key.values())
+    # The same micro-batch written twice (a replay, at least once): the same rows, the same ids.
+    for run in range(2):
+        query = (source(spark, target.namesrv, stream=True, topic=source_topic, startingOffsets="earliest")
+                 .select("body", "keys").writeStream.format("rocketmq-batch").option("nameServer", target.namesrv)
+                 .option("topic", topic).option("sinkId", f"ids-{topic}")
+                 .option("checkpointLocation", str(tmp_path / f"cp{run}")).trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(120) and query.exception() is None
+        finally:
+            query.stop()
+    wait_held(target.namesrv, topic, 1000)
+    assert bodies(source(spark, target.namesrv, topic=topic).collect()) == sorted(
+        f"row-{i}".encode() for i in range(500) for _ in range(2))
+    ids = stored_unique_keys(target.namesrv, topic)
+    assert len(ids) == 1000 and len(set(ids)) == 500  # each id twice: readers can drop the repeat
+
+
+def test_exactly_once_through_name_servers_is_refused_at_load(spark, broker_sim_remoting):
+    df = spark.range(1).selectExpr("cast(id as string) as body")
+    with pytest.raises(Exception, match="exactlyOnce is broker_sim's guarantee"):
+        (df.write.format("rocketmq-batch").mode("append").option("nameServer", broker_sim_remoting.namesrv)
+         .option("topic", "any").option("deliveryGuarantee", "exactlyOnce").save())
+    with pytest.raises(Exception, match="codec='lz4'|compression='lz4'"):
+        (df.write.format("rocketmq-batch").mode("append").option("nameServer", broker_sim_remoting.namesrv)
+         .option("topic", "any").option("compression", "lz4").save())
+    with pytest.raises(ConfigError, match="exactly one of the options endpoint"):
+        from rmq_spark.spark.options import parse_options
+        parse_options({"endpoint": "h:1", "nameServer": "h:2", "topic": "t"})
+
+
+def test_a_checkpoint_written_through_endpoint_restarts_through_name_server(spark, broker_sim_remoting, tmp_path):
+    target = broker_sim_remoting
+    topic = unique("spark-switch", target)
+    create_topic(target.namesrv, topic, 2)
+    with Producer(target.endpoint) as producer:
+        producer.send_batch([Message(topic, b"before-%d" % i, queue_id=0) for i in range(10)])
+    wait_held(target.namesrv, topic, 10)
+    checkpoint = tmp_path / "checkpoint"
+    through_endpoint = (spark.readStream.format("rocketmq-batch").option("endpoint", target.endpoint)
+                        .option("topic", topic).option("startingOffsets", "earliest").load())
+    first, _ = run_available_now(through_endpoint, checkpoint)
+    assert len(first) == 10 and {r.broker for r in first} == {None}  # through endpoint: one broker, unnamed
+    with Producer(name_server=target.namesrv) as producer:
+        producer.send_batch([Message(topic, b"after-%d" % i, queue_id=0) for i in range(5)])
+    wait_held(target.namesrv, topic, 15)
+    second, _ = run_available_now(source(spark, target.namesrv, stream=True, topic=topic), checkpoint)
+    assert bodies(second) == sorted(b"after-%d" % i for i in range(5))  # nothing read twice
+
+
+# --- clusters of their own: brokers that stop, come back, join, leave --------------------------
+
+def test_a_broker_killed_and_restarted_mid_query_loses_and_repeats_nothing(spark, tmp_path):
+    with broker_sim_target(tmp_path / "a") as first, broker_sim_target(
+            tmp_path / "b", "--broker-name", "broker-b", "--namesrv", first.namesrv) as second:
+        topic = f"spark-kill-{int(time.time())}"
+        create_topic(first.namesrv, topic, 1)
+        java_produce(first.namesrv, topic, 400, threads=1, body_bytes=16)
+        collected, lock = [], threading.Lock()
+
+        def keep(batch, _batch_id):
+            with lock:
+                collected.extend(batch.collect())
+
+        query = (source(spark, first.namesrv, stream=True, topic=topic, startingOffsets="earliest",
+                        maxRecordsPerTrigger=50).writeStream.foreachBatch(keep)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="200 milliseconds")
+                 .start())
+        try:
+            deadline = time.monotonic() + 60
+            while len(collected) < 100 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            second.process.send_signal(signal.SIGKILL)  # broker-b dies mid-query
+            second.process.wait(30)
+            java_produce(first.namesrv, topic, 100, threads=1, body_bytes=16)  # broker-a alone takes them
+            time.sleep(2)
+            assert query.exception() is None and query.isActive
+            with second.restarted():  # broker-b comes back on its data and its address
+                wait_held(first.namesrv, topic, 500)
+                deadline = time.monotonic() + 90
+                while len(collected) < 500 and time.monotonic() < deadline and query.isActive:
+                    time.sleep(0.2)
+                assert query.exception() is None
+        finally:
+            query.stop()
+    assert len(collected) == len(set(positions(collected))) == 500  # nothing lost, nothing twice
+    assert bodies(collected) == sorted([body(i, 16) for i in range(400)] + [body(i, 16) for i in range(100)])
+
+
+def test_a_broker_that_joins_is_read_from_its_first_offset_and_one_that_leaves_is_named(spark, tmp_path):
+    with broker_sim_target(tmp_path / "a") as first:
+        topic = f"spark-join-{int(time.time())}"
+        create_topic(first.namesrv, topic, 1)
+        with Producer(name_server=first.namesrv) as producer:
+            producer.send_batch([Message(topic, b"a-%d" % i) for i in range(5)])
+        wait_held(first.namesrv, topic, 5)
+        checkpoint = tmp_path / "checkpoint"
+        stream = lambda **more: source(spark, first.namesrv, stream=True, topic=topic,  # noqa: E731
+                                       startingOffsets="earliest", **more)
+        rows, _ = run_available_now(stream(), checkpoint)
+        assert bodies(rows) == sorted(b"a-%d" % i for i in range(5))
+        with broker_sim_target(tmp_path / "b", "--broker-name", "broker-b", "--namesrv", first.namesrv) as second:
+            with Admin(second.endpoint) as admin:  # broker-b serves the topic too, from now on
+                admin.create_topic(topic, 1, "BatchCQ")
+            with Producer(second.endpoint) as producer:
+                producer.send_batch([Message(topic, b"b-%d" % i) for i in range(4)])
+            wait_held(first.namesrv, topic, 9)
+            rows, _ = run_available_now(stream(), checkpoint)
+            assert positions(rows) == [("broker-b", 0, offset) for offset in range(4)]  # from its first offset
+        # broker-b stopped (it unregisters): its queue is gone, and what it might still have held is
+        # data loss, named; with failOnDataLoss false the query goes on without it.
+        with pytest.raises(Exception, match="broker broker-b no longer serves the topic"):
+            run_available_now(stream(), checkpoint)
+        with Producer(name_server=first.namesrv) as producer:
+            producer.send_batch([Message(topic, b"a-late")])
+        rows, _ = run_available_now(stream(failOnDataLoss=False), checkpoint)
+        assert bodies(rows) == [b"a-late"]
