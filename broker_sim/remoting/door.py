@@ -79,8 +79,9 @@ class RemotingDoor:
         return self.server.bind()
 
     def start(self, core: BrokerCore) -> int:
+        """Serve ``core``: every handler is in place before the first request is read (a client
+        that connected while the broker recovered is answered, not refused as unsupported)."""
         self.core = core
-        port = self.server.start()
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)
@@ -94,9 +95,10 @@ class RemotingDoor:
         handlers.update({code: Handler(call) for code, call in transactions.handlers().items()})
         handlers.update({code: Handler(call, blocking) for code, (call, blocking) in
                          PopRequests(self.core).handlers().items()})
-        self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))
         self.server.handlers.update(handlers)
         self.server.close_listeners.append(self.clients.forget)
+        port = self.server.start()
+        self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))
         self.core.store.add_arrival_listener(self.hold.arrived)
         if self.options.name_servers:
             self._registrar = threading.Thread(target=self._register_loop, name="rmq-remoting-register", daemon=True)

@@ -347,7 +347,28 @@ class RemotingTransport(Transport):
             if answer.code != ResponseCode.SUCCESS:
                 raise _refused(answer, f"broker {broker} refused the offset by time of {topic!r} queue {queue_id}")
             out[queue_id] = int(answer.ext_fields["offset"])
-        return out
+        return self._stored_from(address, topic, out, timestamp_ms)
+
+    def _stored_from(self, address: str, topic: str, offsets: dict[int, int], timestamp_ms: int) -> dict[int, int]:
+        """The first offsets stored at or after ``timestamp_ms``, from a broker's answers
+        ({queue id: offset}): the message at each is looked at (one pull each, all in flight),
+        and a unit stored before the time is stepped over (RocketMQ 5's BatchCQ answers a time
+        after its last message with its last batch's offset)."""
+        offsets, check = dict(offsets), dict(offsets)
+        for _ in range(8):
+            if not check:
+                break
+            calls = [(address, RequestCode.PULL_MESSAGE, {
+                "consumerGroup": self.pull_group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+                "maxMsgNums": 1, "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
+                "subVersion": 0, "expressionType": "TAG"}) for queue_id, offset in check.items()]
+            answers, check = self._invoke_all(calls), {}
+            for (_address, _code, fields), answer in zip(calls, answers):
+                if (answer.code == ResponseCode.SUCCESS and answer.body
+                        and int(read_headers(answer.body).store_ms[0]) < timestamp_ms):
+                    queue_id = fields["queueId"]
+                    offsets[queue_id] = check[queue_id] = int(answer.ext_fields["nextBeginOffset"])
+        return offsets
 
     def commit_group_offsets(self, group: str, offsets: dict[tuple[str, str, int], int]) -> None:
         """RocketMQ's consumer offsets (UPDATE_CONSUMER_OFFSET), which its tools show. The

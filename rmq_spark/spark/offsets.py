@@ -141,10 +141,10 @@ def resolve(admin: Admin, view: Snapshot, offsets, timestamp_ms: int | None, def
     (``default``). A JSON that leaves out a queue of a subscribed topic is refused: the caller
     names them all.
     """
-    if timestamp_ms is not None:
-        positions = {}
-        for topic, broker in sorted({(t, b) for t, b, _q in view.queues}):
-            queue_ids = [q for t, b, q in view.queues if (t, b) == (topic, broker)]
+    if timestamp_ms is not None:  # an empty queue's answer is its end: only the others are asked
+        positions = {key: queue.max_offset for key, queue in view.queues.items()}
+        for topic, broker in sorted({(t, b) for (t, b, _q), queue in view.queues.items() if queue.messages}):
+            queue_ids = [q for (t, b, q), queue in view.queues.items() if (t, b) == (topic, broker) and queue.messages]
             found = admin.offsets_for_timestamp(topic, timestamp_ms, queue_ids, broker)
             positions.update({(topic, broker, q): found[q] for q in queue_ids})
         return positions

@@ -61,6 +61,8 @@ class QueueRangesPartition(InputPartition):
 def read_partition(options: SourceOptions, partition: QueueRangesPartition) -> Iterator[pa.RecordBatch]:
     """The rows of a partition as Arrow record batches (the read schema), holding at most
     maxBytesPerFetch of fetched records at a time."""
+    if not isinstance(partition, QueueRangesPartition):  # PySpark's stand-in when there is nothing to read
+        return
     reader = RangeReader(**options.address.sdk(), max_bytes_per_fetch=options.max_bytes_per_fetch,
                          tag_filter=options.tag_filter, include_properties=options.include_properties,
                          on_data_loss="fail" if options.fail_on_data_loss else "skip",

@@ -74,17 +74,23 @@ def test_a_batch_read_sees_every_message_with_its_broker(spark, target, queue_ty
     create_topic(target.namesrv, topic, 2, queue_type)
     sent = java_produce(target.namesrv, topic, 1000, threads=2, body_bytes=64)  # autoBatch: BatchCQ stores batches
     assert sent["failed"] == 0
-    wait_held(target.namesrv, topic, 1000)
+    brokers = ["broker-a", "broker-b"] if target.kind == "broker_sim_cluster" else ["broker-a"]
+    with Producer(name_server=target.namesrv) as producer:  # a message on each broker's queue 0 too
+        for broker in brokers:
+            producer.send(Message(topic, f"to-{broker}".encode(), queue_id=0, broker=broker))
+    wait_held(target.namesrv, topic, 1000 + len(brokers))
     df = source(spark, target.namesrv, topic=topic)
     assert df.columns[:3] == ["topic", "broker", "queue_id"]
     rows = df.collect()
-    assert bodies(rows) == sorted(body(i, 64) for i in range(1000))
-    assert len(set(positions(rows))) == 1000  # every (broker, queue, offset) once
-    brokers = {r.broker for r in rows}
-    assert brokers == ({"broker-a", "broker-b"} if target.kind == "broker_sim_cluster" else {"broker-a"})
+    assert bodies(rows) == sorted([body(i, 64) for i in range(1000)] + [f"to-{b}".encode() for b in brokers])
+    assert len(set(positions(rows))) == len(rows)  # every (broker, queue, offset) once
+    assert {r.broker for r in rows} == set(brokers)
+    assert {r.broker for r in rows if r.body.startswith(b"to-")} == set(brokers)
     # endingOffsets names each queue with its broker; startingTimestamp from the future reads nothing.
-    first = sorted({(r.broker, r.queue_id) for r in rows})[0]
-    ending = {topic: {f"{b}:{q}": (3 if (b, q) == first else 0) for b, q in {(r.broker, r.queue_id) for r in rows}}}
+    with Admin(name_server=target.namesrv) as admin:
+        queues = [(q.broker, q.queue_id) for q in admin.offsets([topic])[topic]]
+    first = max({(r.broker, r.queue_id) for r in rows}, key=lambda q: sum((r.broker, r.queue_id) == q for r in rows))
+    ending = {topic: {f"{b}:{q}": (3 if (b, q) == first else 0) for b, q in queues}}
     some = source(spark, target.namesrv, topic=topic, endingOffsets=str(ending).replace("'", '"')).collect()
     assert positions(some) == [(first[0], first[1], offset) for offset in range(3)]
     assert source(spark, target.namesrv, topic=topic, startingTimestamp=int(time.time() * 1000) + 60_000).count() == 0
@@ -145,8 +151,8 @@ def stored_unique_keys(name_server: str, topic: str) -> list[str]:
                 while offset < queue.max_offset:
                     answer = conn.invoke(RequestCode.PULL_MESSAGE, {
                         "consumerGroup": "ids", "topic": topic, "queueId": queue.queue_id, "queueOffset": offset,
-                        "maxMsgNums": 1024, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
-                        "subVersion": 0})
+                        "maxMsgNums": 1024, "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                        "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
                     assert answer.code == ResponseCode.SUCCESS, answer.remark
                     keys += [k.decode() for k in re.findall(rb"UNIQ_KEY\x01([0-9A-F]{32})\x02", answer.body)]
                     offset = int(answer.ext_fields["nextBeginOffset"])
