@@ -291,3 +291,60 @@ def test_a_broker_that_joins_is_read_from_its_first_offset_and_one_that_leaves_i
             producer.send_batch([Message(topic, b"a-late")])
         rows, _ = run_available_now(stream(failOnDataLoss=False), checkpoint)
         assert bodies(rows) == [b"a-late"]
+
+
+# --- RocketMQ's C++ client on both sides of Spark ------------------------------------------
+
+def test_the_cpp_client_s_messages_are_read_and_spark_s_are_pulled_back_by_it(spark, target):
+    """Written by Apache RocketMQ's C++ client (PyPI rocketmq), a body over 4 KiB compressed by
+    it (zlib), read by Spark; written by Spark, pulled by the C++ client with their ids."""
+    client = pytest.importorskip("rocketmq.client", reason="the C++ client (PyPI rocketmq) is not installed")
+    topic, written = unique("spark-cpp-in", target), unique("spark-cpp-out", target)
+    create_topic(target.namesrv, topic, 2, "SimpleCQ")
+    create_topic(target.namesrv, written, 2, "SimpleCQ")
+    producer = client.Producer(unique("cpp-producer", target))
+    producer.set_namesrv_addr(target.namesrv)
+    producer.start()
+    try:
+        sent = [b"cpp-%d" % i for i in range(20)] + [b"large-" + b"z" * 10_000]  # compressed by the client
+        for body_bytes in sent:
+            message = client.Message(topic)
+            message.set_tags("Cpp")
+            message.set_keys("k")
+            message.set_body(body_bytes)
+            assert producer.send_sync(message).status == client.SendStatus.OK
+    finally:
+        producer.shutdown()
+    wait_held(target.namesrv, topic, len(sent))
+    rows = source(spark, target.namesrv, topic=topic).collect()
+    assert bodies(rows) == sorted(sent) and {r.tags for r in rows} == {"Cpp"}
+
+    (spark.createDataFrame([(f"from-spark-{i}",) for i in range(30)], "body string").write.format("rocketmq-batch")
+     .mode("append").option("nameServer", target.namesrv).option("topic", written).save())
+    wait_held(target.namesrv, written, 30)
+    consumer = queue_pull_consumer(client, unique("cpp-pull", target))
+    consumer.set_namesrv_addr(target.namesrv)
+    consumer.start()
+    pulled, deadline = [], time.monotonic() + 60
+    try:
+        while len(pulled) < 30 and time.monotonic() < deadline:
+            pulled += [(m.body, m.id) for m in consumer.pull(written)]
+            time.sleep(0.1)
+    finally:
+        consumer.shutdown()
+    assert sorted(b for b, _id in pulled) == sorted(f"from-spark-{i}".encode() for i in range(30))
+    assert len({i for _b, i in pulled}) == 30 and all(re.fullmatch(r"[0-9A-F]{32}", i) for _b, i in pulled)
+
+
+def queue_pull_consumer(client, group: str):
+    """The binding's PullConsumer keeps its pull offsets in one table keyed by topic and queue id
+    only (two brokers' queue 0 would share one): keyed by broker too."""
+    class QueuePullConsumer(client.PullConsumer):
+        def __init__(self, name: str):
+            super().__init__(name)
+            self.offset_table = {}
+
+        def _get_mq_key(self, mq):
+            return f"{mq.topic}@{mq.brokerName}@{mq.queueId}"
+
+    return QueuePullConsumer(group)
