@@ -1,14 +1,16 @@
 """Clickstream ETL: producers -> a Structured Streaming query -> aggregates, exactly once.
 
-    python examples/clickstream_etl.py                      # an embedded broker, local Spark
-    python examples/clickstream_etl.py --endpoint HOST:PORT # a running rmq-broker-sim
+    python examples/clickstream_etl.py                           # an embedded broker, local Spark
+    python examples/clickstream_etl.py --endpoint HOST:PORT      # a running rmq-broker-sim
+    python examples/clickstream_etl.py --name-server HOST:PORT   # any RocketMQ cluster
 
 1. Producers write JSON click events with AutoBatch into the BatchCQ topic ``clicks``.
 2. A streaming query reads them with ``format("rocketmq-batch")``, parses the JSON, counts
    clicks per page per minute of event time (a watermark closes the minutes) and writes each
    closed minute once, exactly once, to the topic ``page-minute-counts``
    (``writeStream.format("rocketmq-batch")``: each task prepares its rows under a transaction,
-   the driver commits them with the batch id).
+   the driver commits them with the batch id). Through a RocketMQ cluster's name servers the
+   write is at least once (RocketMQ's transactions cannot fence a replayed batch).
 3. A pop consumer reads the aggregates and prints them.
 """
 
@@ -36,6 +38,7 @@ MINUTE_MS = 60_000
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--endpoint", help="HOST:PORT of a running broker (default: start one in this process)")
+    parser.add_argument("--name-server", help="instead: a RocketMQ cluster's name servers, HOST:PORT[;HOST:PORT]")
     parser.add_argument("--events", type=int, default=200_000, help="click events to produce")
     parser.add_argument("--minutes", type=int, default=5, help="minutes of event time the clicks span")
     parser.add_argument("--producers", type=int, default=2, help="producer threads")
@@ -50,14 +53,14 @@ def step(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def create_topics(endpoint: str, queues: int) -> None:
-    with Admin(endpoint) as admin:
+def create_topics(address: dict, queues: int) -> None:
+    with Admin(**address) as admin:
         for name, count in (("clicks", queues), ("page-minute-counts", 4)):
             with contextlib.suppress(TopicConflictError):  # it exists: use it as it is
                 admin.create_topic(name, count, "BatchCQ")
 
 
-def produce_clicks(endpoint: str, events: int, minutes: int, producers: int, start_ms: int) -> dict:
+def produce_clicks(address: dict, events: int, minutes: int, producers: int, start_ms: int) -> dict:
     """Click events spread over ``minutes`` of event time; returns the true counts per
     (page, minute start), to check the query's output against."""
     truth: dict = {}
@@ -67,7 +70,8 @@ def produce_clicks(endpoint: str, events: int, minutes: int, producers: int, sta
     def work(index: int, count: int) -> None:
         rng = random.Random(index)
         local: dict = {}
-        with Producer(endpoint, compression="lz4") as producer:
+        # lz4 over each batch through our door; RocketMQ's own batches are not compressed
+        with Producer(**address, compression="lz4" if "endpoint" in address else "none") as producer:
             for i in range(count):
                 event_ms = start_ms + rng.randrange(minutes * MINUTE_MS)
                 page = rng.choice(PAGES)
@@ -91,7 +95,7 @@ def produce_clicks(endpoint: str, events: int, minutes: int, producers: int, sta
     for thread in threads:
         thread.join()
     # One late click, minutes after the others: it moves the watermark past every minute above.
-    with Producer(endpoint) as producer:
+    with Producer(**address) as producer:
         producer.send(Message("clicks", json.dumps({"user": "late", "page": "/late",
                                                     "ts": start_ms + (minutes + 5) * MINUTE_MS}).encode()))
     return truth
@@ -110,13 +114,14 @@ def spark_session(master: str):
     return session
 
 
-def run_query(spark, endpoint: str, checkpoint: str, max_records: int, minutes: int) -> float:
+def run_query(spark, address: dict, checkpoint: str, max_records: int, minutes: int) -> float:
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructType
 
     event = StructType().add("user", StringType()).add("page", StringType()).add("ts", LongType())
+    option, where = _option(address)
     clicks = (spark.readStream.format("rocketmq-batch")
-              .option("endpoint", endpoint).option("topic", "clicks")
+              .option(option, where).option("topic", "clicks")
               .option("startingOffsets", "earliest")
               .option("maxRecordsPerTrigger", max_records)
               .load())
@@ -133,7 +138,7 @@ def run_query(spark, endpoint: str, checkpoint: str, max_records: int, minutes: 
                            "count")).alias("body"))
     started = time.perf_counter()
     query = (out.writeStream.format("rocketmq-batch")
-             .option("endpoint", endpoint).option("topic", "page-minute-counts")
+             .option(option, where).option("topic", "page-minute-counts")
              .option("checkpointLocation", checkpoint)
              .outputMode("append")
              .trigger(availableNow=True)
@@ -149,10 +154,16 @@ def run_query(spark, endpoint: str, checkpoint: str, max_records: int, minutes: 
     return time.perf_counter() - started
 
 
-def read_aggregates(endpoint: str, expected: int, timeout_s: float = 60) -> list[dict]:
+def _option(address: dict) -> tuple[str, str]:
+    """The Spark option naming ``address``: endpoint or nameServer."""
+    return ("endpoint", address["endpoint"]) if "endpoint" in address else ("nameServer", address["name_server"])
+
+
+def read_aggregates(address: dict, expected: int, timeout_s: float = 60) -> list[dict]:
     rows: list[dict] = []
     deadline = time.monotonic() + timeout_s
-    with PopConsumer(endpoint, "dashboard", "page-minute-counts", poll_ms=500, max_messages=256) as consumer:
+    with PopConsumer(**address, group="dashboard", topics="page-minute-counts", poll_ms=500,
+                     max_messages=32 if "name_server" in address else 256) as consumer:
         while len(rows) < expected and time.monotonic() < deadline:
             for delivery in consumer.receive():
                 rows += [json.loads(m.body) for m in delivery.messages()]
@@ -164,25 +175,24 @@ def main(argv=None, spark=None) -> dict:
     """Run the example; ``spark``: a session to use (and leave running) instead of a new one."""
     args = parse_args(argv)
     start_ms = int(time.time() * 1000) // MINUTE_MS * MINUTE_MS - 30 * MINUTE_MS
-    with broker_sim.embedded_unless(args.endpoint) as endpoint, \
-            tempfile.TemporaryDirectory(prefix="clickstream-") as scratch:
-        step(f"broker at {endpoint}; creating topics")
-        create_topics(endpoint, args.queues)
+    with _broker(args) as address, tempfile.TemporaryDirectory(prefix="clickstream-") as scratch:
+        step(f"broker at {_option(address)[1]}; creating topics")
+        create_topics(address, args.queues)
         step(f"producing {args.events:,} click events with AutoBatch ({args.producers} producers)")
         started = time.perf_counter()
-        truth = produce_clicks(endpoint, args.events, args.minutes, args.producers, start_ms)
+        truth = produce_clicks(address, args.events, args.minutes, args.producers, start_ms)
         produced_s = time.perf_counter() - started
         step(f"produced in {produced_s:.1f} s ({args.events / produced_s:,.0f} msgs/s); starting Spark")
         session = spark or spark_session(args.master)
         try:
-            seconds = run_query(session, endpoint, args.checkpoint or os.path.join(scratch, "checkpoint"),
+            seconds = run_query(session, address, args.checkpoint or os.path.join(scratch, "checkpoint"),
                                 args.max_records_per_trigger, args.minutes)
         finally:
             if spark is None:
                 session.stop()
         step(f"the streaming query read {args.events:,} clicks in {seconds:.1f} s "
              f"({args.events / seconds:,.0f} rows/s, Spark's start included)")
-        aggregates = read_aggregates(endpoint, len(truth))
+        aggregates = read_aggregates(address, len(truth))
         step(f"a pop consumer read {len(aggregates)} aggregates (page, minute, count):")
         for row in sorted(aggregates, key=lambda r: (r["minute_ms"], r["page"])):
             minute = time.strftime("%H:%M", time.gmtime(row["minute_ms"] / 1000))
@@ -192,6 +202,16 @@ def main(argv=None, spark=None) -> dict:
         print(f"every click counted exactly once: {exact} ({sum(got.values()):,} of {sum(truth.values()):,})")
         return {"aggregates": aggregates, "truth": truth, "exact": exact,
                 "produce_msgs_per_s": args.events / produced_s, "query_rows_per_s": args.events / seconds}
+
+
+@contextlib.contextmanager
+def _broker(args):
+    """The SDK's address: the name servers given, the endpoint given, or an embedded broker's."""
+    if args.name_server:
+        yield {"name_server": args.name_server}
+        return
+    with broker_sim.embedded_unless(args.endpoint) as endpoint:
+        yield {"endpoint": endpoint}
 
 
 if __name__ == "__main__":

@@ -20,9 +20,22 @@ def load_example(path: Path):
     return module
 
 
+# Apache RocketMQ's scripts (bin/ of its distribution, the working directory of its official
+# image), with the flags the compose file gives them: the same scripts and flags the real peer runs
+# (peers/rocketmq.py starts their Java mains).
+ROCKETMQ_SCRIPTS = {"mqnamesrv": set(), "mqbroker": {"-c", "-n"}, "mqadmin": {"-n"}}
+
+
 def check_command(argv: list[str]) -> None:
     """The command exists and its parser accepts the arguments (argparse exits otherwise)."""
     program, args = argv[0], argv[1:]
+    if program == "sh":
+        script, flags = args[0], {a for a in args[1:] if a.startswith("-")}
+        assert script in ROCKETMQ_SCRIPTS, f"{script} is not one of RocketMQ's scripts"
+        assert flags <= ROCKETMQ_SCRIPTS[script], f"{script} takes {ROCKETMQ_SCRIPTS[script]}, not {flags}"
+        if script == "mqadmin":
+            assert args[1] == "clusterList"
+        return
     if program == "rmq-broker-sim":
         broker_cli.parser().parse_args(args)
     elif program == "rmq-admin":
@@ -48,6 +61,31 @@ def test_every_compose_command_exists_with_its_flags():
     for _name, service in services.items():
         check_command(service["command"])
     assert services["spark-job"]["depends_on"]["broker"]["condition"] == "service_healthy"
+
+
+def test_the_rocketmq_profile_runs_apache_rocketmq_and_the_example_through_its_name_server():
+    """docker compose --profile rocketmq: the official image's name server and broker (its
+    config file mounted from deploy/), and the Spark example reading and writing through
+    nameServer once the broker is healthy."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    profile = {name for name, service in services.items() if "rocketmq" in service.get("profiles", ())}
+    assert profile == {"rocketmq-namesrv", "rocketmq-broker", "spark-job-rocketmq"}
+    for name in ("rocketmq-namesrv", "rocketmq-broker"):
+        assert services[name]["image"].startswith("apache/rocketmq:5.")
+    broker = services["rocketmq-broker"]
+    config_path = broker["command"][broker["command"].index("-c") + 1]
+    mounted = {volume.split(":")[1]: volume.split(":")[0] for volume in broker["volumes"]}
+    config = (ROOT / mounted[config_path]).read_text()
+    settings = dict(line.split("=", 1) for line in config.splitlines() if line and not line.startswith("#"))
+    assert settings["brokerIP1"] == "rocketmq-broker" and settings["namesrvAddr"] == "rocketmq-namesrv:9876"
+    assert settings["timerWheelEnable"] == "true"  # the example's pop consumer needs it
+    job = services["spark-job-rocketmq"]
+    assert job["depends_on"]["rocketmq-broker"]["condition"] == "service_healthy"
+    command = job["command"]
+    assert command[command.index("--name-server") + 1] == "rocketmq-namesrv:9876"
+    for service in (services[name] for name in profile):
+        check_command(service["command"])
+    check_command(broker["healthcheck"]["test"][1:])
 
 
 def test_the_dockerfile_installs_the_package_and_starts_the_broker():

@@ -39,6 +39,15 @@ def test_clickstream_etl(spark, tmp_path, capsys):
     assert "every click counted exactly once: True" in out and "UTC  /checkout" in out
 
 
+def test_clickstream_etl_through_a_name_server(spark, broker_sim_remoting, tmp_path, capsys):
+    """The same pipeline through RocketMQ's remoting protocol (--name-server), as against a
+    RocketMQ cluster: at least once, here every click counted once."""
+    result = example("clickstream_etl").main(["--name-server", broker_sim_remoting.namesrv, "--events", "4000",
+                                              "--minutes", "2", "--checkpoint", str(tmp_path / "cp")], spark=spark)
+    assert result["exact"] and len(result["aggregates"]) == len(result["truth"]) >= 2 * 5
+    assert f"broker at {broker_sim_remoting.namesrv}" in capsys.readouterr().out
+
+
 def test_backfill_batch(spark, tmp_path, capsys):
     result = example("backfill_batch").main(["--orders", "3000", "--parquet", str(tmp_path / "orders.parquet")],
                                             spark=spark)
