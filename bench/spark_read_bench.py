@@ -83,15 +83,16 @@ def _template_batch(rows: int = 4096):
         import numpy as np
         import pyarrow as pa
 
-        from rmq_spark.codec.records import READ_SCHEMA
+        from rmq_spark.consumer.range_reader import read_schema
 
+        schema = read_schema()
         body = pa.array([os.urandom(BODY_BYTES)] * rows, pa.binary())
         now = np.full(rows, 1_700_000_000_000_000, dtype=np.int64)
         _TEMPLATE = pa.RecordBatch.from_arrays([
-            pa.array(["bench"] * rows), pa.array(np.arange(rows, dtype=np.int32) % 16), pa.array(np.arange(rows)),
-            body, pa.array(["TagA"] * rows), pa.array([f"k{i}" for i in range(rows)]),
-            pa.array(now, READ_SCHEMA.field("born_timestamp").type),
-            pa.array(now, READ_SCHEMA.field("store_timestamp").type)], schema=READ_SCHEMA)
+            pa.array(["bench"] * rows), pa.nulls(rows, pa.string()), pa.array(np.arange(rows, dtype=np.int32) % 16),
+            pa.array(np.arange(rows)), body, pa.array(["TagA"] * rows), pa.array([f"k{i}" for i in range(rows)]),
+            pa.array(now, schema.field("born_timestamp").type),
+            pa.array(now, schema.field("store_timestamp").type)], schema=schema)
     return _TEMPLATE
 
 

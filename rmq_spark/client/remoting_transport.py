@@ -85,6 +85,7 @@ _SYSTEM_TOPICS = frozenset({
 })
 _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%", "RMQ_SYS_")
 _PULL_GROUP = "rocketmq-batch-reader"
+_CONNECT_S = 10.0
 
 
 def _client_id() -> str:
@@ -126,8 +127,8 @@ class RemotingTransport(Transport):
             connection = self._connections.get(address)
         if connection is not None and not connection.closed:
             return connection
-        try:
-            connection = RemotingConnection(address, timeout_s=self.config.timeout_ms / 1000)
+        try:  # a connection is made or refused quickly; the config's timeout is for answers
+            connection = RemotingConnection(address, timeout_s=min(self.config.timeout_ms / 1000, _CONNECT_S))
         except OSError as err:
             raise BrokerUnavailableError(f"cannot connect to {address}: {err.strerror or err}") from None
         with self._lock:
@@ -185,7 +186,7 @@ class RemotingTransport(Transport):
                 futures.append(self.request(address, code, fields))
             except BrokerUnavailableError:
                 futures.append(None)
-        answers = []
+        answers, down = [], {}  # down: brokers that failed even alone, not asked again in this call
         for (address, code, fields), future in zip(calls, futures):
             try:
                 if future is None:
@@ -193,8 +194,11 @@ class RemotingTransport(Transport):
                 answers.append(self.wait(future, address, code))
             except (BrokerUnavailableError, RequestTimeoutError):
                 try:
+                    if address in down:
+                        raise down[address]
                     answers.append(self._invoke(address, code, fields))
                 except (BrokerUnavailableError, RequestTimeoutError) as err:
+                    down[address] = err
                     if not failures:
                         raise
                     answers.append(err)
@@ -205,7 +209,10 @@ class RemotingTransport(Transport):
     def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         return self.names.route(topic, refresh)
 
-    refused = staticmethod(lambda answer, what: _refused(answer, what))
+    @staticmethod
+    def refused(answer: RemotingCommand, what: str) -> RmqError:
+        """A broker's refusal as a typed error (for the pulls)."""
+        return _refused(answer, what)
 
     def broker_of(self, route: TopicRoute, broker: str) -> str:
         """``broker``, or the topic's only broker for "" (a queue named without its broker)."""

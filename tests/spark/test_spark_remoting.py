@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from peers.rocketmq import body, java_produce
+from peers.rocketmq import body, java_produce, mqadmin
 from remoting_targets import broker_sim_target
 from rmq_spark import Admin, ConfigError, Message, Producer, TransportConfig
 from rmq_spark.client.remoting_transport import RemotingTransport
@@ -94,6 +94,11 @@ def test_a_batch_read_sees_every_message_with_its_broker(spark, target, queue_ty
     some = source(spark, target.namesrv, topic=topic, endingOffsets=str(ending).replace("'", '"')).collect()
     assert positions(some) == [(first[0], first[1], offset) for offset in range(3)]
     assert source(spark, target.namesrv, topic=topic, startingTimestamp=int(time.time() * 1000) + 60_000).count() == 0
+    # assign names a queue with its broker: exactly that one
+    broker = brokers[-1]
+    assigned = source(spark, target.namesrv, assign=f'{{"{topic}": ["{broker}:0"]}}').collect()
+    assert {(r.broker, r.queue_id) for r in assigned} == {(broker, 0)}
+    assert f"to-{broker}".encode() in bodies(assigned)
 
 
 def test_a_stream_restarted_from_its_checkpoint_while_producers_write_reads_each_message_once(
@@ -123,6 +128,11 @@ def test_a_stream_restarted_from_its_checkpoint_while_producers_write_reads_each
         committed = {(o.broker, o.queue_id): o.offset for o in admin.group_offsets(group, [topic])}
         ends = {(q.broker, q.queue_id): q.max_offset for q in admin.offsets([topic])[topic]}
     assert committed == ends
+    if target.kind == "rocketmq":  # RocketMQ's own tool sees the query's group caught up
+        [progress] = mqadmin(target.namesrv, ("consumerProgress", "-g", group))
+        lines = [line.split() for line in progress.splitlines() if line.startswith(topic)]
+        # topic, broker, queue, broker offset, consumer offset, ...: each queue consumed to its end
+        assert len(lines) == len(ends) and all(line[3] == line[4] for line in lines), progress
 
 
 def test_a_tag_filter_and_a_whole_stream_through_a_pattern(spark, target, tmp_path):
