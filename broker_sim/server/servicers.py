@@ -36,7 +36,7 @@ _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_
 _QUEUE_TYPES_PB = {v: k for k, v in _QUEUE_TYPES.items()}
 _CODECS = {pb.CODEC_RMQ: "rmq", pb.CODEC_ARROW: "arrow"}
 _COMPRESSIONS = {pb.COMPRESSION_NONE: fmt.Compression.NONE, pb.COMPRESSION_LZ4: fmt.Compression.LZ4,
-                 pb.COMPRESSION_ZSTD: fmt.Compression.ZSTD}
+                 pb.COMPRESSION_ZSTD: fmt.Compression.ZSTD, pb.COMPRESSION_ZLIB: fmt.Compression.ZLIB}
 _RANGE_STATUS = {status: pb.RangeStatus.Value(status.value) for status in RangeStatus}
 _PEER_IPV4 = re.compile(r"^ipv4:(\d+\.\d+\.\d+\.\d+):(\d+)$")
 
@@ -247,7 +247,7 @@ def _content(request):
         compression = _COMPRESSIONS.get(batch.compression)
         if compression is None:
             raise invalid(f"compression {_enum_name(pb.Compression, batch.compression)}: set COMPRESSION_NONE, "
-                          "COMPRESSION_LZ4 or COMPRESSION_ZSTD")
+                          "COMPRESSION_LZ4, COMPRESSION_ZSTD or COMPRESSION_ZLIB")
         return InnerBatchSend(batch.payload, batch.count, codec, compression, dict(batch.properties), batch.tags)
     raise invalid("the request carries no message: set one of single, early_batch or inner_batch")
 

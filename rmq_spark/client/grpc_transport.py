@@ -53,7 +53,7 @@ _QUEUE_TYPES = {QueueType.BATCH_CQ: pb.BATCH_CQ, QueueType.SIMPLE_CQ: pb.SIMPLE_
 _FROM_PB_QUEUE_TYPE = {v: k for k, v in _QUEUE_TYPES.items()}
 _CODECS = {Codec.RMQ: pb.CODEC_RMQ, Codec.ARROW: pb.CODEC_ARROW}
 _COMPRESSIONS = {Compression.NONE: pb.COMPRESSION_NONE, Compression.LZ4: pb.COMPRESSION_LZ4,
-                 Compression.ZSTD: pb.COMPRESSION_ZSTD}
+                 Compression.ZSTD: pb.COMPRESSION_ZSTD, Compression.ZLIB: pb.COMPRESSION_ZLIB}
 _READ_STATUSES = {pb.FOUND: ReadStatus.FOUND, pb.NO_MESSAGE: ReadStatus.NO_MESSAGE,
                   pb.OFFSET_TOO_SMALL: ReadStatus.OFFSET_TOO_SMALL, pb.OFFSET_OVERFLOW: ReadStatus.OFFSET_OVERFLOW,
                   pb.BUDGET_EXHAUSTED: ReadStatus.BUDGET_EXHAUSTED, pb.RECORD_CORRUPTED: ReadStatus.RECORD_CORRUPTED}

@@ -1,7 +1,7 @@
 """Batch codecs: how a batch of messages travels and is stored as one payload.
 
 A batch is encoded by a codec (``rmq``: RocketMQ's MessageBatch encoding; ``arrow``: one
-Arrow IPC record batch), then compressed as a whole (none, lz4 or zstd). The broker stores
+Arrow IPC record batch), then compressed as a whole (none, lz4, zstd or zlib). The broker stores
 the payload as it is; readers decode it into Arrow columns (``BATCH_SCHEMA``), and stored
 records into the read schema (``records.decode_records``).
 

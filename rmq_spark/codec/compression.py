@@ -36,7 +36,7 @@ class Compression(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: "Compression | str | int | None") -> "Compression":
-        """The compression named by ``value`` ("none", "lz4", "zstd", any case), an int or a member.
+        """The compression named by ``value`` ("none", "lz4", "zstd", "zlib", any case), an int or a member.
 
         ``None`` means NONE. Raises CodecError naming the accepted values.
         """

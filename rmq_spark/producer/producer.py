@@ -55,7 +55,7 @@ class Producer:
         queues are then (broker, queue id): ``Message.broker`` names a queue's broker.
     codec : {"rmq", "arrow"}
         Encoding of batches sent to BatchCQ topics (default "rmq", RocketMQ's MessageBatch).
-    compression : {"none", "lz4", "zstd"}
+    compression : {"none", "lz4", "zstd", "zlib"}
         Compression of those batches, over the whole payload (default "none").
     queue_selector : {"hash", "round_robin"}
         How a queue is chosen when a message names none (see ``Router``).

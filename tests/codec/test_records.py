@@ -3,6 +3,7 @@ single-message records, mixes, and malformed records."""
 
 import os
 import struct
+import zlib
 
 import pyarrow as pa
 import pytest
@@ -238,11 +239,20 @@ def test_an_inner_batch_without_a_count():
         decode_records(raw, 0, None)
 
 
-def test_zlib_compressed_inner_batches_are_refused_clearly():
+def test_zlib_compressed_inner_batches_and_bodies_are_read():
+    """RocketMQ's own compression: a batch of type 3, and a message body its Java or C++ client
+    compressed (the COMPRESSED bit alone, as 4.x writes it, is zlib too)."""
     raw = inner_record(base=0, count=1, payload=compress(message_batch([(b"a", b"")]), "zstd"), compression="zstd")
-    raw = patch(raw, 36, ">i", 0x80 | 0x40 | 0x1 | (3 << 8))
-    with pytest.raises(RecordFormatError, match="compression type 3 \\(zlib\\)"):
-        decode_records(raw, 0, None)
+    zlib_batch = inner_record(base=0, count=1, payload=zlib.compress(message_batch([(b"a", b"")])))
+    zlib_batch = patch(zlib_batch, 36, ">i", 0x80 | 0x40 | 0x1 | (3 << 8))
+    assert decode_records(zlib_batch, 0, None).column("body").to_pylist() == [b"a"]
+    big = b"payload " * 1000
+    single = record(queue_offset=1, body=zlib.compress(big), props=properties([("TAGS", "t")]), sys_flag=0x1)
+    table = decode_records(raw + single, 0, None)
+    assert table.column("body").to_pylist() == [b"a", big] and table.column("tags").to_pylist() == [None, "t"]
+    broken = record(queue_offset=1, body=b"not zlib", sys_flag=0x1)
+    with pytest.raises(RecordFormatError, match="record 0 at byte 0: its compressed body does not decompress"):
+        decode_records(broken, 0, None)
 
 
 def test_a_record_without_the_crc_property_reads_too():

@@ -47,6 +47,9 @@ POISON = [
      "decompresses to 104857600 bytes; the largest accepted is 67108864"),
     ("unsized zstd bomb", pb.CODEC_RMQ, pb.COMPRESSION_ZSTD, unsized_zstd(bytes(65 << 20)), 1,
      "more than 67108864 bytes"),
+    ("zlib named, lz4 sent", pb.CODEC_RMQ, pb.COMPRESSION_ZLIB, compress(RMQ, "lz4"), 3, "not a valid zlib frame"),
+    ("zlib bomb", pb.CODEC_RMQ, pb.COMPRESSION_ZLIB, compress(bytes(65 << 20), "zlib"), 1,
+     "more than 67108864 bytes"),
     ("arrow named, rmq sent", pb.CODEC_ARROW, pb.COMPRESSION_NONE, RMQ, 3, "not a readable Arrow IPC stream"),
     ("arrow count wrong", pb.CODEC_ARROW, pb.COMPRESSION_ZSTD, compress(ARROW, "zstd"), 5, "holds 3 messages where 5"),
     ("arrow without body", pb.CODEC_ARROW, pb.COMPRESSION_NONE, arrow_stream(pa.table({"x": [1, 2]})), 2, "body"),
@@ -72,6 +75,7 @@ def test_a_payload_that_does_not_decode_is_refused(client, name, codec, compress
     (pb.CODEC_RMQ, pb.COMPRESSION_NONE, RMQ), (pb.CODEC_RMQ, pb.COMPRESSION_LZ4, compress(RMQ, "lz4")),
     (pb.CODEC_RMQ, pb.COMPRESSION_ZSTD, unsized_zstd(RMQ)), (pb.CODEC_ARROW, pb.COMPRESSION_NONE, ARROW),
     (pb.CODEC_ARROW, pb.COMPRESSION_LZ4, compress(ARROW, "lz4")),
+    (pb.CODEC_RMQ, pb.COMPRESSION_ZLIB, compress(RMQ, "zlib")),
     (pb.CODEC_ARROW, pb.COMPRESSION_NONE, arrow_stream(pa.table({"body": ["a", "b", "c"]}))),
 ])
 def test_payloads_that_decode_are_stored(client, codec, compression, payload):

@@ -24,6 +24,7 @@ class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPRESSION_NONE: _ClassVar[Compression]
     COMPRESSION_LZ4: _ClassVar[Compression]
     COMPRESSION_ZSTD: _ClassVar[Compression]
+    COMPRESSION_ZLIB: _ClassVar[Compression]
 
 class RangeStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -43,6 +44,7 @@ CODEC_ARROW: Codec
 COMPRESSION_NONE: Compression
 COMPRESSION_LZ4: Compression
 COMPRESSION_ZSTD: Compression
+COMPRESSION_ZLIB: Compression
 RANGE_STATUS_UNSPECIFIED: RangeStatus
 FOUND: RangeStatus
 NO_MESSAGE: RangeStatus
