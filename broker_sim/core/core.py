@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from broker_sim.pop import PopConfig, PopService, ReviveService
+from broker_sim.pop.state import decode_key
 from broker_sim.schedule import ScheduleService
 from broker_sim.store import (
     DEFAULT_FLUSH_INTERVAL_MS,
@@ -464,6 +465,29 @@ class BrokerCore:
             raise from_put(result)
         return target
 
+    def forward_to_dead_letter(self, group: str, receipt_handle: str, origin_message_id: str) -> str:
+        """A popped message into the group's dead-letter topic at once, then acked (v2's
+        ForwardMessageToDeadLetterQueue). The topic it went to. A handle that expired meanwhile
+        leaves the copy and raises: the message comes again too."""
+        with self.gate:
+            receipt = self.pop_service.signer.open(receipt_handle)
+            topic, queue_id, offset = decode_key(receipt.key)[3:]
+            found = self.store.get_messages(topic, queue_id, offset, offset + 1, max_bytes=1)
+            if not found.batches:
+                raise BrokerError(Reason.MESSAGE_NOT_FOUND, f"{receipt.describe()} is no longer stored")
+            record = bytes(found.batches[0].data)
+            if fmt.decode_record(record).inner_count > 1:
+                raise invalid(f"{receipt.describe()} is a message of an inner batch (a BatchCQ topic), which goes to "
+                              "the dead-letter topic only as a whole: let its invisible time pass instead")
+            # Stored first, acked then: a failed put loses nothing (a failed ack leaves a copy).
+            target, result = self.pop_service.send_back(group, record, -1, None, origin_message_id)
+            if not result.ok:
+                raise from_put(result)
+            failures = self.pop_service.ack(group, [receipt_handle])
+        if failures:
+            raise BrokerError(Reason.RECEIPT_HANDLE_EXPIRED, failures[0].detail)
+        return target
+
     def message_at(self, physical_offset: int) -> bytes:
         """The stored record at a commitlog position (what an offsetMsgId names), copied."""
         with self.gate:
@@ -526,11 +550,20 @@ class BrokerCore:
         with self.gate:
             return self.transactions.rollback([txn_id for txn_id, _count in refs])
 
-    def prepared_message(self, transaction_id: str):
-        """The first message prepared under an open transaction (a HalfRecord, copied), None
-        once it has ended: what a transaction check shows the producer."""
+    def prepared_message(self, transaction_id: str) -> bytes | None:
+        """The first message prepared under an open transaction, in the record layout as
+        RocketMQ's MessageDecoder.encode sends one; None once it has ended: what a transaction
+        check shows the producer."""
         with self.gate:
-            return self.transactions.first_prepared(transaction_id)
+            half = self.transactions.first_prepared(transaction_id)
+        if half is None:
+            return None
+        record = half.record
+        return fmt.encode_message(topic=half.topic, queue_id=half.queue_id, body=bytes(record.body),
+                                  properties=bytes(record.properties), flag=record.flag, sys_flag=record.sys_flag,
+                                  born_timestamp=record.born_timestamp, born_host=record.born_host,
+                                  store_timestamp=record.born_timestamp, store_host=self.store.config.store_host_bytes,
+                                  reconsume_times=record.reconsume_times)
 
     def sink_batch(self, sink_id: str, batch_id: int):
         with self.gate:

@@ -1,6 +1,7 @@
 """Suspended pulls (RocketMQ's PullRequestHoldService): a pull that finds nothing new waits,
 holding no thread, until messages arrive (the store's arrival listener wakes it) or its
-suspend timeout passes, then answers with what a pull finds then."""
+suspend timeout passes, then answers with what a pull finds then. The v2 door's PullMessage
+waits the same way (``arrival``)."""
 
 from __future__ import annotations
 
@@ -22,19 +23,23 @@ class PullHold:
         async def wait() -> RemotingCommand:
             deadline = self._loop.time() + pull.suspend_ms / 1000
             while True:
-                woken = self._loop.create_future()
-                self._waiting.add(woken)
-                try:
-                    await asyncio.wait_for(woken, max(0.0, deadline - self._loop.time()))
-                except TimeoutError:
-                    pass
-                finally:
-                    self._waiting.discard(woken)
+                await self.arrival(deadline - self._loop.time())
                 answer = requests.pull_once(request, pull)
                 if answer.code != ResponseCode.PULL_NOT_FOUND or self._loop.time() >= deadline:
                     return answer
 
         return wait()
+
+    async def arrival(self, timeout_s: float) -> None:
+        """Return when messages next become readable, or after ``timeout_s``."""
+        woken = self._loop.create_future()
+        self._waiting.add(woken)
+        try:
+            await asyncio.wait_for(woken, max(0.0, timeout_s))
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting.discard(woken)
 
     def arrived(self) -> None:
         """Messages became readable (called on the dispatcher's thread): wake the held pulls,

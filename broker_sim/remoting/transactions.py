@@ -103,15 +103,10 @@ class TransactionRequests:
             log.info("rolling back %s: %s", transaction_id, refused.message)
         self.clients.ended(transaction_id)
 
-    def _check_request(self, transaction_id: str, half) -> RemotingCommand:
-        record = half.record
+    def _check_request(self, transaction_id: str, half: bytes) -> RemotingCommand:
+        topic = fmt.decode_record(half).topic
         store_host = self.core.store.config.store_host_bytes
-        body = fmt.encode_message(topic=half.topic, queue_id=half.queue_id, body=bytes(record.body),
-                                  properties=bytes(record.properties), flag=record.flag, sys_flag=record.sys_flag,
-                                  born_timestamp=record.born_timestamp, born_host=record.born_host,
-                                  store_timestamp=record.born_timestamp, store_host=store_host,
-                                  reconsume_times=record.reconsume_times)
-        header = {"topic": half.topic, "tranStateTableOffset": "0", "commitLogOffset": "0",
+        header = {"topic": topic, "tranStateTableOffset": "0", "commitLogOffset": "0",
                   "msgId": transaction_id, "transactionId": transaction_id,
                   "offsetMsgId": fmt.message_id(store_host, 0), "brokerName": self.broker_name}
-        return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, next(self._opaques), FLAG_ONEWAY, header, body)
+        return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, next(self._opaques), FLAG_ONEWAY, header, half)

@@ -22,9 +22,11 @@ from google.protobuf.message import DecodeError
 
 from broker_sim.core import BrokerCore, CoreOptions
 from broker_sim.pop import PopConfig
+from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2_pb2
 from broker_sim.remoting import RemotingDoor, RemotingOptions
 from broker_sim.store import DEFAULT_FLUSH_INTERVAL_MS, FlushMode, StoreConfig, wall_clock_ms
 from broker_sim.txn import TransactionConfig
+from broker_sim.v2 import MessagingService, V2Options
 from rmq_spark.codec import check_batch
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
@@ -69,7 +71,8 @@ class Broker:
                  *, max_workers: int = 16, offsets_flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS,
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
-                 stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None):
+                 stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
+                 v2: V2Options | None = None):
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -89,6 +92,8 @@ class Broker:
         self.pop_now_ms = pop_now_ms
         self.remoting_options = remoting
         self.remoting: RemotingDoor | None = None
+        self.v2_options = v2 or _v2_like(remoting)
+        self.v2: MessagingService | None = None
         self.core: BrokerCore | None = None
         self._server: grpc.aio.Server | None = None
         self._loop: _LoopThread | None = None
@@ -118,10 +123,11 @@ class Broker:
                 # RocketMQ's clients find a message's broker by its store host: the remoting door's.
                 core = BrokerCore.open(self.data_dir, self._core_options(remoting.server.port if remoting else port))
                 started.callback(core.close, _DRAIN_TIMEOUT_S)
-                self._add_doors(server, core)
+                self._add_doors(server, core, loop, port)
                 if remoting is not None:
                     remoting.start(core)
                 loop.run(server.start())
+                self.v2.start()
                 started.pop_all()
             self.core, self._server, self._loop, self.port, self.remoting = core, server, loop, port, remoting
             log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
@@ -145,12 +151,15 @@ class Broker:
         return CoreOptions(store, self.offsets_flush_interval_ms, self.transaction_config,
                            self.transaction_clock_ms, self.pop_config, self.pop_now_ms, payload_check=check_batch)
 
-    def _add_doors(self, server: grpc.aio.Server, core: BrokerCore) -> None:
+    def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
+        """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""
         admin, messaging = make_servicers(core, self.stream_write_timeout_s)
+        self.v2 = MessagingService(core, (_store_ip(self.host), port), self.v2_options, loop.loop)
         server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin),
                                          _service_handler(pb, "Messaging", messaging),
                                          _service_handler(txn_pb2, "Transactions", TransactionsServicer(core)),
-                                         _service_handler(pop_pb2, "Pop", PopServicer(core))))
+                                         _service_handler(pop_pb2, "Pop", PopServicer(core)),
+                                         _service_handler(v2_pb2, "MessagingService", self.v2)))
 
     def _bind_remoting(self) -> RemotingDoor | None:
         """RocketMQ's remoting door (broker and name server) when asked for, its port taken."""
@@ -174,6 +183,7 @@ class Broker:
                 return
             self.core.stop_waiting()  # long-polling pops answer now
             try:
+                self.v2.stop()
                 if self.remoting is not None:
                     self.remoting.stop()
                 self._loop.close(self._server, grace)
@@ -249,10 +259,22 @@ def _service_handler(pb_module, name: str, servicer) -> grpc.GenericRpcHandler:
     for method in service.methods:
         request_type = getattr(pb_module, method.input_type.name)
         response_type = getattr(pb_module, method.output_type.name)
-        make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
+        make = _HANDLER_MAKERS[method.client_streaming, method.server_streaming]
         handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_parser(request_type),
                                      response_serializer=serializer(response_type))
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+_HANDLER_MAKERS = {(False, False): grpc.unary_unary_rpc_method_handler,
+                   (False, True): grpc.unary_stream_rpc_method_handler,
+                   (True, True): grpc.stream_stream_rpc_method_handler}
+
+
+def _v2_like(remoting: RemotingOptions | None) -> V2Options:
+    """The v2 door's settings: the remoting door's broker name and transaction checks, if any."""
+    if remoting is None:
+        return V2Options()
+    return V2Options(remoting.broker_name, remoting.transaction_check_interval_ms, remoting.transaction_check_max)
 
 
 def _parser(message_type):
