@@ -96,12 +96,15 @@ class RocketMQCluster:
         return run_java(classpath("rocketmq"), "org.apache.rocketmq.tools.command.MQAdminStartup", list(args),
                         jvm=["-Xmx128m", f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}"])
 
-    def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
-        """Create a topic on the broker (queue.type BatchCQ, or RocketMQ's default SimpleCQ)."""
+    def create_topic(self, name: str, queues: int, batch_cq: bool = True, message_type: str = "") -> None:
+        """Create a topic on the broker (queue.type BatchCQ, or RocketMQ's default SimpleCQ;
+        message.type as given: the proxy takes only that type of message, MIXED any)."""
         args = ["updateTopic", "-n", self.namesrv_addr, "-c", CLUSTER, "-t", name, "-r", str(queues),
                 "-w", str(queues)]
-        if batch_cq:
-            args += ["-a", "+queue.type=BatchCQ"]
+        attributes = (["+queue.type=BatchCQ"] if batch_cq else []) + \
+            ([f"+message.type={message_type}"] if message_type else [])
+        if attributes:
+            args += ["-a", ",".join(attributes)]
         out = self.admin(*args)
         if "success" not in out:
             raise RuntimeError(f"creating topic {name} failed:\n{out[-2000:]}")

@@ -98,7 +98,7 @@ def outgoing(message, max_body_bytes: int, now_ms: int | None = None) -> Outgoin
         if system.HasField("orphaned_transaction_recovery_duration"):
             properties[CHECK_IMMUNITY_SECONDS] = str(system.orphaned_transaction_recovery_duration.seconds)
     if system.HasField("delivery_timestamp"):
-        deliver_ms = system.delivery_timestamp.ToMilliseconds()
+        deliver_ms = _millis(system.delivery_timestamp, "delivery_timestamp", v2.ILLEGAL_DELIVERY_TIME)
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         if deliver_ms - now_ms > MAX_DELAY_MS:
             raise V2Refusal(v2.ILLEGAL_DELIVERY_TIME, f"the delivery time is {(deliver_ms - now_ms) // 1000} s away; "
@@ -114,9 +114,19 @@ def outgoing(message, max_body_bytes: int, now_ms: int | None = None) -> Outgoin
         properties[TRACE_CONTEXT] = system.trace_context
     if system.born_host:
         properties[BORN_HOST] = system.born_host
-    born_ms = system.born_timestamp.ToMilliseconds() if system.HasField("born_timestamp") else 0
+    born_ms = _millis(system.born_timestamp, "born_timestamp", v2.BAD_REQUEST) \
+        if system.HasField("born_timestamp") else 0
     return Outgoing(system.message_id, body, properties, tag, " ".join(system.keys), sys_flag, max(born_ms, 0),
                     kind, group)
+
+
+def _millis(stamp, what: str, code: int) -> int:
+    try:
+        return stamp.ToMilliseconds()
+    except ValueError:  # out of protobuf's range (years 1 to 9999)
+        raise V2Refusal(code, f"{what} has seconds={stamp.seconds}, not a time: give seconds since the epoch (note: "
+                              "rocketmq-python-client 5.1.2 puts Message.delivery_timestamp into the seconds field "
+                              "unchanged, so set it in seconds there, not milliseconds)") from None
 
 
 def _has_control(text: str) -> bool:
@@ -195,7 +205,7 @@ def incoming(record_bytes, topic: str, first_offset: int, reconsume_times: int, 
             properties[fmt.PROPERTY_TAGS] = row["tags"]
         if row["keys"]:
             properties[fmt.PROPERTY_KEYS] = row["keys"]
-        message_id = inner_ids[index] if index < len(inner_ids) else f"{base_id}-{index}"
+        message_id = (inner_ids[index] if index < len(inner_ids) else "") or f"{base_id}-{index}"
         handle = receipts.join(receipt, index, record.inner_count) if receipt is not None else None
         born_ms = int(row["born_timestamp"].timestamp() * 1000) if row["born_timestamp"] else record.born_timestamp
         out.append(Incoming(_message(topic, row["body"], properties, record, row["queue_offset"], born_ms, message_id,

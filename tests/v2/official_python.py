@@ -1,0 +1,181 @@
+"""Scenarios of RocketMQ's official Python client (PyPI rocketmq-python-client, unchanged),
+run in a virtual environment of its own (it shares the package name `rocketmq` with the C++
+client the other tests use). Each prints one JSON line: what it sent or received.
+
+    python official_python.py SCENARIO ENDPOINT TOPIC [options]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+def config(endpoint: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+
+
+def message(topic: str, body: bytes, args, index: int) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = body
+    if args.tag:
+        m.tag = args.tag
+    m.keys = f"key-{index}"
+    m.add_property("index", str(index))
+    if args.message_group:
+        m.message_group = args.message_group
+    if args.delay_s:  # in seconds: 5.1.2 sends the value as the Timestamp's seconds, whatever its docstring says
+        m.delivery_timestamp = int(time.time()) + args.delay_s
+    return m
+
+
+def view(m) -> dict:
+    return {"id": m.message_id, "body": m.body.decode(), "tag": m.tag, "keys": sorted(m.keys or []),
+            "properties": dict(m.properties or {}), "attempt": m.delivery_attempt, "group": m.message_group,
+            "type": m.message_type, "delivery_ms": m.delivery_timestamp}
+
+
+def send(args) -> dict:
+    producer = Producer(config(args.endpoint), (args.topic,))
+    producer.startup()
+    try:
+        messages = [message(args.topic, f"{args.prefix}-{i}".encode(), args, i) for i in range(args.count)]
+        started = time.monotonic()
+        if args.asynchronous:
+            futures = [producer.send_async(m) for m in messages]
+            receipts = [f.result(timeout=60) for f in futures]
+        else:
+            receipts = [producer.send(m) for m in messages]
+        seconds = time.monotonic() - started
+        return {"ids": [r.message_id for r in receipts], "offsets": [r.offset for r in receipts], "seconds": seconds}
+    finally:
+        producer.shutdown()
+
+
+def receive(args) -> dict:
+    consumer = SimpleConsumer(config(args.endpoint), args.group, {args.topic: FilterExpression(args.filter)},
+                              await_duration=5)
+    consumer.startup()
+    got, acked, deadline = [], 0, time.monotonic() + args.timeout_s
+    started = time.monotonic()
+    try:
+        while len(got) < args.count and time.monotonic() < deadline:
+            for m in consumer.receive(min(32, args.count - len(got)), args.invisible_s):
+                got.append(view(m) | {"at_s": time.monotonic() - started})
+                if args.change_invisible_s:  # a new handle: the ack below must use it
+                    consumer.change_invisible_duration(m, args.change_invisible_s)
+                if not args.no_ack:
+                    consumer.ack(m)
+                    acked += 1
+        return {"messages": got, "acked": acked, "seconds": time.monotonic() - started}
+    finally:
+        consumer.shutdown()
+
+
+class Resolutions(TransactionChecker):
+    """Commits what the broker checks back, and remembers which messages it was asked about."""
+
+    def __init__(self):
+        self.checked = []
+
+    def check(self, m) -> TransactionResolution:
+        self.checked.append(m.message_id)
+        return TransactionResolution.COMMIT
+
+
+def transactions(args) -> dict:
+    """One transaction committed, one rolled back, one left open: the broker's check commits it."""
+    checker = Resolutions()
+    producer = Producer(config(args.endpoint), (args.topic,), checker)
+    producer.startup()
+    try:
+        ids = {}
+        for name in ("committed", "rolled-back", "checked"):
+            transaction = producer.begin_transaction()
+            m = message(args.topic, name.encode(), args, 0)
+            ids[name] = producer.send(m, transaction).message_id
+            if name == "committed":
+                transaction.commit()
+            elif name == "rolled-back":
+                transaction.rollback()
+        deadline = time.monotonic() + args.timeout_s
+        while not checker.checked and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # the commit the check answered reaches the broker
+        return {"ids": ids, "checked": checker.checked}
+    finally:
+        producer.shutdown()
+
+
+class Counting(MessageListener):
+    def __init__(self, fail_first: bool):
+        self.got, self.failed = [], set()
+        self.fail_first = fail_first
+        self.lock = threading.Lock()
+
+    def consume(self, m) -> ConsumeResult:
+        with self.lock:
+            if self.fail_first and m.message_id not in self.failed:
+                self.failed.add(m.message_id)
+                return ConsumeResult.FAILURE
+            self.got.append(view(m))
+        return ConsumeResult.SUCCESS
+
+
+def push(args) -> dict:
+    listener = Counting(args.fail_first)
+    consumer = PushConsumer(config(args.endpoint), args.group, listener, {args.topic: FilterExpression(args.filter)})
+    consumer.startup()
+    try:
+        deadline = time.monotonic() + args.timeout_s
+        while len(listener.got) < args.count and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return {"messages": list(listener.got)}
+    finally:
+        consumer.shutdown()
+
+
+SCENARIOS = {"send": send, "receive": receive, "transactions": transactions, "push": push}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario", choices=SCENARIOS)
+    p.add_argument("endpoint")
+    p.add_argument("topic")
+    p.add_argument("--group", default="v2-group")
+    p.add_argument("--count", type=int, default=3)
+    p.add_argument("--prefix", default="m")
+    p.add_argument("--tag", default="")
+    p.add_argument("--filter", default="*")
+    p.add_argument("--message-group", default="")
+    p.add_argument("--delay-s", type=int, default=0)
+    p.add_argument("--asynchronous", action="store_true")
+    p.add_argument("--invisible-s", type=int, default=15)
+    p.add_argument("--change-invisible-s", type=int, default=0)
+    p.add_argument("--no-ack", action="store_true")
+    p.add_argument("--fail-first", action="store_true")
+    p.add_argument("--timeout-s", type=float, default=30)
+    args = p.parse_args()
+    print(json.dumps(SCENARIOS[args.scenario](args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
