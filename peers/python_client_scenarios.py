@@ -1,8 +1,8 @@
-"""Scenarios of RocketMQ's official Python client (PyPI rocketmq-python-client, unchanged),
-run in a virtual environment of its own (it shares the package name `rocketmq` with the C++
-client the other tests use). Each prints one JSON line: what it sent or received.
+"""Scenarios of RocketMQ's official Python client (PyPI rocketmq-python-client, unchanged), run
+in its own virtual environment by python_client.run. Each prints one JSON line: what it sent
+or received, and how long it took.
 
-    python official_python.py SCENARIO ENDPOINT TOPIC [options]
+    python python_client_scenarios.py SCENARIO ENDPOINT TOPIC [options]
 """
 
 from __future__ import annotations
