@@ -47,7 +47,7 @@ def message(topic: str, body: bytes, args, index: int) -> Message:
 
 
 def view(m) -> dict:
-    return {"id": m.message_id, "body": m.body.decode(), "tag": m.tag, "keys": sorted(m.keys or []),
+    return {"id": m.message_id, "body": m.body.decode().rstrip("."), "tag": m.tag, "keys": sorted(m.keys or []),
             "properties": dict(m.properties or {}), "attempt": m.delivery_attempt, "group": m.message_group,
             "type": m.message_type, "delivery_ms": m.delivery_timestamp}
 
@@ -56,7 +56,8 @@ def send(args) -> dict:
     producer = Producer(config(args.endpoint), (args.topic,))
     producer.startup()
     try:
-        messages = [message(args.topic, f"{args.prefix}-{i}".encode(), args, i) for i in range(args.count)]
+        messages = [message(args.topic, f"{args.prefix}-{i}".encode().ljust(args.body_bytes, b"."), args, i)
+                    for i in range(args.count)]
         started = time.monotonic()
         if args.asynchronous:
             futures = [producer.send_async(m) for m in messages]
@@ -64,7 +65,8 @@ def send(args) -> dict:
         else:
             receipts = [producer.send(m) for m in messages]
         seconds = time.monotonic() - started
-        return {"ids": [r.message_id for r in receipts], "offsets": [r.offset for r in receipts], "seconds": seconds}
+        return {"ids": [r.message_id for r in receipts], "offsets": [r.offset for r in receipts], "seconds": seconds,
+                "sent_at": time.time()}
     finally:
         producer.shutdown()
 
@@ -73,12 +75,15 @@ def receive(args) -> dict:
     consumer = SimpleConsumer(config(args.endpoint), args.group, {args.topic: FilterExpression(args.filter)},
                               await_duration=5)
     consumer.startup()
+    # startup() returns before the proxy has the client's settings, and the real proxy fails a
+    # receive of a client without settings (a NullPointerException): give the telemetry a moment
+    time.sleep(1)
     got, acked, deadline = [], 0, time.monotonic() + args.timeout_s
     started = time.monotonic()
     try:
         while len(got) < args.count and time.monotonic() < deadline:
             for m in consumer.receive(min(32, args.count - len(got)), args.invisible_s):
-                got.append(view(m) | {"at_s": time.monotonic() - started})
+                got.append(view(m) | {"received_at": time.time()})
                 if args.change_invisible_s:  # a new handle: the ack below must use it
                     consumer.change_invisible_duration(m, args.change_invisible_s)
                 if not args.no_ack:
@@ -90,13 +95,16 @@ def receive(args) -> dict:
 
 
 class Resolutions(TransactionChecker):
-    """Commits what the broker checks back, and remembers which messages it was asked about."""
+    """Answers what the broker checks back as the application's own records would: the message
+    sent as "rolled-back" is rolled back, the others committed."""
 
     def __init__(self):
         self.checked = []
 
     def check(self, m) -> TransactionResolution:
         self.checked.append(m.message_id)
+        if m.body == b"rolled-back":
+            return TransactionResolution.ROLLBACK
         return TransactionResolution.COMMIT
 
 
@@ -163,6 +171,7 @@ def main() -> None:
     p.add_argument("--group", default="v2-group")
     p.add_argument("--count", type=int, default=3)
     p.add_argument("--prefix", default="m")
+    p.add_argument("--body-bytes", type=int, default=0, help="pad bodies with dots to this size")
     p.add_argument("--tag", default="")
     p.add_argument("--filter", default="*")
     p.add_argument("--message-group", default="")

@@ -3,6 +3,8 @@ real RocketMQ proxy."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 
@@ -14,11 +16,20 @@ class V2Target:
         self.endpoint = endpoint
         self._target = remoting_target
 
-    def create_topic(self, name: str, queues: int = 4, batch_cq: bool = False) -> None:
-        if self.kind == "rocketmq":  # every message type on one topic, as broker_sim's topics take them
-            self._target.cluster.create_topic(name, queues, batch_cq, message_type="MIXED")
+    def create_topic(self, name: str, queues: int = 4, batch_cq: bool = False, message_type: str = "NORMAL") -> None:
+        """``message_type``: what the real proxy's topic takes (it refuses other types; RocketMQ
+        5.5.0's broker refuses MIXED topics); broker_sim's topics take every type."""
+        if self.kind == "rocketmq":
+            self._target.cluster.create_topic(name, queues, batch_cq, message_type=message_type)
         else:
             self._target.create_topic(name, queues, batch_cq)
+
+    def group(self, prefix: str = "g") -> str:
+        """A new consumer group (the real proxy knows only groups created before their clients
+        start; broker_sim needs none created)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self._target.create_group(name)
+        return name
 
 
 @pytest.fixture(params=["broker_sim", "rocketmq"])

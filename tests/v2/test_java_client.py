@@ -9,7 +9,7 @@ from peers import rocketmq as peer
 
 
 def test_java_producer_and_simple_consumer(v2_target, require_java_peers):
-    topic, group = f"v2-java-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = f"v2-java-{uuid.uuid4().hex[:8]}", v2_target.group()
     v2_target.create_topic(topic, queues=2)
     sent = peer.grpc_produce(v2_target.endpoint, topic, 50, body_bytes=256)
     assert sent["sent"] == 50

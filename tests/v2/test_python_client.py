@@ -23,7 +23,7 @@ def test_sent_messages_are_received_with_their_fields(v2_target, run_official):
     v2_target.create_topic(topic)
     sent = run_official("send", v2_target.endpoint, topic, "--count", "5", "--tag", "TagA")
     assert len(set(sent["ids"])) == 5
-    got = run_official("receive", v2_target.endpoint, topic, "--group", name("g"), "--count", "5")
+    got = run_official("receive", v2_target.endpoint, topic, "--group", v2_target.group(), "--count", "5")
     by_id = {m["id"]: m for m in got["messages"]}
     assert set(by_id) == set(sent["ids"]) and got["acked"] == 5
     for i, message_id in enumerate(sent["ids"]):
@@ -36,7 +36,7 @@ def test_async_sends_with_many_in_flight(v2_target, run_official):
     topic = name("v2-async")
     v2_target.create_topic(topic)
     sent = run_official("send", v2_target.endpoint, topic, "--count", "200", "--asynchronous")
-    got = run_official("receive", v2_target.endpoint, topic, "--group", name("g"), "--count", "200")
+    got = run_official("receive", v2_target.endpoint, topic, "--group", v2_target.group(), "--count", "200")
     assert sorted(m["id"] for m in got["messages"]) == sorted(sent["ids"])
 
 
@@ -45,36 +45,39 @@ def test_a_tag_filter_receives_only_its_tag(v2_target, run_official):
     v2_target.create_topic(topic, queues=1)
     run_official("send", v2_target.endpoint, topic, "--count", "3", "--tag", "Other", "--prefix", "other")
     wanted = run_official("send", v2_target.endpoint, topic, "--count", "3", "--tag", "Wanted", "--prefix", "want")
-    got = run_official("receive", v2_target.endpoint, topic, "--group", name("g"), "--count", "3", "--filter",
+    got = run_official("receive", v2_target.endpoint, topic, "--group", v2_target.group(), "--count", "3", "--filter",
                        "Wanted || Nothing", "--timeout-s", "15")
     assert sorted(m["id"] for m in got["messages"]) == sorted(wanted["ids"])
 
 
 def test_a_message_group_keeps_its_order_in_one_queue(v2_target, run_official):
     topic = name("v2-fifo")
-    v2_target.create_topic(topic)
+    v2_target.create_topic(topic, message_type="FIFO")
     sent = run_official("send", v2_target.endpoint, topic, "--count", "10", "--message-group", "order-42")
     assert sent["offsets"] == sorted(sent["offsets"]) and len(set(sent["offsets"])) == 10, "one queue, in order"
-    got = run_official("receive", v2_target.endpoint, topic, "--group", name("g"), "--count", "10")
+    got = run_official("receive", v2_target.endpoint, topic, "--group", v2_target.group(), "--count", "10")
     assert {m["group"] for m in got["messages"]} == {"order-42"}
 
 
 def test_a_delayed_message_comes_at_its_time(v2_target, run_official):
     topic = name("v2-delay")
-    v2_target.create_topic(topic, queues=1)
-    sent = run_official("send", v2_target.endpoint, topic, "--count", "1", "--delay-s", "4")
-    got = run_official("receive", v2_target.endpoint, topic, "--group", name("g"), "--count", "1")
+    v2_target.create_topic(topic, queues=1, message_type="DELAY")
+    sent = run_official("send", v2_target.endpoint, topic, "--count", "1", "--delay-s", "8")
+    got = run_official("receive", v2_target.endpoint, topic, "--group", v2_target.group(), "--count", "1")
     [m] = got["messages"]
     assert m["id"] == sent["ids"][0]
-    assert m["at_s"] >= 2.5, f"received {m['at_s']:.1f} s after the receive began: not delayed"
+    late = m["received_at"] - sent["sent_at"]
+    assert late >= 6.5, f"received {late:.1f} s after it was sent: not delayed"
 
 
 def test_transactions_commit_roll_back_and_are_checked_back(v2_target, run_official):
     topic = name("v2-txn")
-    v2_target.create_topic(topic, queues=1)
+    v2_target.create_topic(topic, queues=1, message_type="TRANSACTION")
     done = run_official("transactions", v2_target.endpoint, topic, "--timeout-s", "40", timeout_s=180)
-    assert done["checked"] and done["checked"][0] == done["ids"]["checked"], "the open one was checked back"
-    got = run_official("receive", v2_target.endpoint, topic, "--group", name("g"), "--count", "2",
+    # RocketMQ's broker may also check transactions ended meanwhile (it learns of an end late);
+    # an answer for an ended one changes nothing
+    assert done["ids"]["checked"] in done["checked"], "the open one was checked back"
+    got = run_official("receive", v2_target.endpoint, topic, "--group", v2_target.group(), "--count", "2",
                        "--timeout-s", "20")
     assert sorted(m["body"] for m in got["messages"]) == ["checked", "committed"]
 
@@ -83,7 +86,7 @@ def test_changed_invisible_duration_gives_the_handle_that_acks(v2_target, run_of
     topic = name("v2-invisible")
     v2_target.create_topic(topic, queues=1)
     run_official("send", v2_target.endpoint, topic, "--count", "2")
-    group = name("g")
+    group = v2_target.group()
     got = run_official("receive", v2_target.endpoint, topic, "--group", group, "--count", "2",
                        "--change-invisible-s", "30")
     assert got["acked"] == 2
@@ -95,7 +98,7 @@ def test_push_consumer_retries_a_failed_message(v2_target, run_official):
     topic = name("v2-push")
     v2_target.create_topic(topic)
     sent = run_official("send", v2_target.endpoint, topic, "--count", "4")
-    got = run_official("push", v2_target.endpoint, topic, "--group", name("g"), "--count", "4", "--fail-first",
+    got = run_official("push", v2_target.endpoint, topic, "--group", v2_target.group(), "--count", "4", "--fail-first",
                        "--timeout-s", "60", timeout_s=180)
     assert sorted(m["id"] for m in got["messages"]) == sorted(sent["ids"])
     assert {m["attempt"] for m in got["messages"]} == {2}, "each came again after its failure"
