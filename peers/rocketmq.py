@@ -14,7 +14,10 @@ import hashlib
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
+
+from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 
 from . import classpath, harness_classpath
 from .process import JavaProcess, free_port, port_open, run_java
@@ -98,19 +101,34 @@ class RocketMQCluster:
 
     def create_topic(self, name: str, queues: int, batch_cq: bool = True, message_type: str = "") -> None:
         """Create a topic on the broker (queue.type BatchCQ, or RocketMQ's default SimpleCQ;
-        message.type as given: the proxy takes only that type of message, MIXED any)."""
-        args = ["updateTopic", "-n", self.namesrv_addr, "-c", CLUSTER, "-t", name, "-r", str(queues),
-                "-w", str(queues)]
+        message.type as given: the proxy takes only that type of message) as mqadmin's
+        updateTopic does, by a request to the broker, and wait until the name server routes it.
+        (A request, not mqadmin: a JVM a topic costs seconds; tests/remoting/test_mqadmin.py
+        runs mqadmin itself.)"""
         attributes = (["+queue.type=BatchCQ"] if batch_cq else []) + \
             ([f"+message.type={message_type}"] if message_type else [])
+        fields = {"topic": name, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+                  "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}
         if attributes:
-            args += ["-a", ",".join(attributes)]
-        out = self.admin(*args)
-        if "success" not in out:
-            raise RuntimeError(f"creating topic {name} failed:\n{out[-2000:]}")
+            fields["attributes"] = ",".join(attributes)
+        with RemotingConnection(self.broker_addr) as broker:
+            answer = broker.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+        if answer.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"creating topic {name} failed: code {answer.code}, {answer.remark}")
+        with RemotingConnection(self.namesrv_addr) as namesrv:
+            deadline = time.monotonic() + 30
+            while namesrv.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": name}).code != ResponseCode.SUCCESS:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"topic {name} was created but the name server has no route for it in 30 s")
+                time.sleep(0.1)
 
     def create_group(self, name: str) -> None:
-        self.admin("updateSubGroup", "-n", self.namesrv_addr, "-c", CLUSTER, "-g", name)
+        """Create a consumer group on the broker, as mqadmin's updateSubGroup does."""
+        with RemotingConnection(self.broker_addr) as broker:
+            answer = broker.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                                   json.dumps({"groupName": name}).encode())
+        if answer.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"creating group {name} failed: code {answer.code}, {answer.remark}")
 
     def log_tail(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in self._processes)
