@@ -124,7 +124,7 @@ def transactions(args) -> dict:
             elif name == "rolled-back":
                 transaction.rollback()
         deadline = time.monotonic() + args.timeout_s
-        while not checker.checked and time.monotonic() < deadline:
+        while ids["checked"] not in checker.checked and time.monotonic() < deadline:  # others may come first
             time.sleep(0.2)
         time.sleep(1)  # the commit the check answered reaches the broker
         return {"ids": ids, "checked": checker.checked}
