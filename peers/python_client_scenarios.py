@@ -8,6 +8,7 @@ or received, and how long it took.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import threading
 import time
@@ -59,9 +60,13 @@ def send(args) -> dict:
         messages = [message(args.topic, f"{args.prefix}-{i}".encode().ljust(args.body_bytes, b"."), args, i)
                     for i in range(args.count)]
         started = time.monotonic()
-        if args.asynchronous:
-            futures = [producer.send_async(m) for m in messages]
-            receipts = [f.result(timeout=60) for f in futures]
+        if args.asynchronous:  # at most --in-flight sends outstanding (all of them at once fail in 5.1.2)
+            futures, receipts = collections.deque(), []
+            for m in messages:
+                if len(futures) >= args.in_flight:
+                    receipts.append(futures.popleft().result(timeout=60))
+                futures.append(producer.send_async(m))
+            receipts += [f.result(timeout=60) for f in futures]
         else:
             receipts = [producer.send(m) for m in messages]
         seconds = time.monotonic() - started
@@ -177,6 +182,7 @@ def main() -> None:
     p.add_argument("--message-group", default="")
     p.add_argument("--delay-s", type=int, default=0)
     p.add_argument("--asynchronous", action="store_true")
+    p.add_argument("--in-flight", type=int, default=256, help="asynchronous sends outstanding at most")
     p.add_argument("--invisible-s", type=int, default=15)
     p.add_argument("--change-invisible-s", type=int, default=0)
     p.add_argument("--no-ack", action="store_true")
