@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import threading
 import time
 
@@ -190,6 +191,7 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=30)
     args = p.parse_args()
     print(json.dumps(SCENARIOS[args.scenario](args)), flush=True)
+    os._exit(0)  # the client's threads may keep the interpreter alive after shutdown()
 
 
 if __name__ == "__main__":

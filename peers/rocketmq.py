@@ -122,11 +122,12 @@ class RocketMQCluster:
                     raise RuntimeError(f"topic {name} was created but the name server has no route for it in 30 s")
                 time.sleep(0.1)
 
-    def create_group(self, name: str) -> None:
-        """Create a consumer group on the broker, as mqadmin's updateSubGroup does."""
+    def create_group(self, name: str, orderly: bool = False) -> None:
+        """Create a consumer group on the broker, as mqadmin's updateSubGroup does (``orderly``:
+        its -o, consumeMessageOrderly: gRPC consumers of the group are FIFO)."""
+        config = {"groupName": name, "consumeMessageOrderly": orderly}
         with RemotingConnection(self.broker_addr) as broker:
-            answer = broker.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
-                                   json.dumps({"groupName": name}).encode())
+            answer = broker.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(config).encode())
         if answer.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"creating group {name} failed: code {answer.code}, {answer.remark}")
 

@@ -39,8 +39,11 @@ class BrokerSimTarget:
         with Admin(self.endpoint) as admin:
             admin.create_topic(name, queues, "BatchCQ" if batch_cq else "SimpleCQ")
 
-    def create_group(self, name: str) -> None:
-        """Groups need no creation on broker_sim (as with autoCreateSubscriptionGroup)."""
+    def create_group(self, name: str, orderly: bool = False) -> None:
+        """Groups need no creation on broker_sim (as with autoCreateSubscriptionGroup); an
+        orderly one is made as mqadmin updateSubGroup -o true makes it."""
+        if orderly:
+            create_orderly_group(self.namesrv, name)
 
 
 class ClusterTarget:
@@ -66,8 +69,9 @@ class ClusterTarget:
                 time.sleep(0.1)
         raise RuntimeError(f"topic {name} did not reach the name server from both brokers in 10 s")
 
-    def create_group(self, name: str) -> None:
-        """Groups need no creation on broker_sim."""
+    def create_group(self, name: str, orderly: bool = False) -> None:
+        for broker in self.brokers:
+            broker.create_group(name, orderly)
 
 
 class RocketMQTarget:
@@ -82,8 +86,16 @@ class RocketMQTarget:
     def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
         self.cluster.create_topic(name, queues, batch_cq)
 
-    def create_group(self, name: str) -> None:
-        self.cluster.create_group(name)
+    def create_group(self, name: str, orderly: bool = False) -> None:
+        self.cluster.create_group(name, orderly)
+
+
+def create_orderly_group(address: str, name: str) -> None:
+    with RemotingConnection(address) as conn:
+        answer = conn.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                             orjson.dumps({"groupName": name, "consumeMessageOrderly": True}))
+    if answer.code != ResponseCode.SUCCESS:
+        raise RuntimeError(f"creating group {name} failed: {answer.remark}")
 
 
 @contextlib.contextmanager

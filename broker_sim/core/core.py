@@ -45,6 +45,7 @@ from broker_sim.txn import EndResult, TransactionConfig, TransactionService
 
 from . import sends
 from .errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
+from .groups import GroupTable
 from .reads import OffsetRange, RangeCursor, ReadBudget
 
 log = logging.getLogger(__name__)
@@ -143,8 +144,9 @@ class BrokerCore:
     together by ``open`` (recovery runs there) and closed together by ``close``."""
 
     def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, transactions: TransactionService,
-                 pop: PopService, revive: ReviveService, schedule: ScheduleService):
+                 pop: PopService, revive: ReviveService, schedule: ScheduleService, groups: GroupTable):
         self.store = store
+        self.groups = groups
         self.schedule = schedule
         self.offsets = offsets
         self.transactions = transactions
@@ -180,8 +182,9 @@ class BrokerCore:
             opened.callback(revive.stop)
             schedule = ScheduleService(store, store.paths, now_ms=options.schedule_now_ms)
             schedule.start()
+            groups = GroupTable(store.paths.subscription_groups)
             opened.pop_all()
-        return cls(store, offsets, transactions, pop, revive, schedule)
+        return cls(store, offsets, transactions, pop, revive, schedule, groups)
 
     def stop_waiting(self) -> None:
         """Long-polling pops answer now (the broker is stopping)."""
@@ -424,6 +427,14 @@ class BrokerCore:
                     raise bad_range(f"offset {offset} of topic {topic!r} queue {queue_id} is past the queue's end: "
                                     f"commit at most {end}, the offset its next message gets")
             self.offsets.commit(group, entries)
+
+    def update_group(self, group: str, orderly: bool) -> None:
+        """Remember whether ``group`` consumes orderly (RocketMQ's consumeMessageOrderly)."""
+        _check_group(group)
+        self.groups.update(group, orderly)
+
+    def group_orderly(self, group: str) -> bool:
+        return self.groups.orderly(group)
 
     def query_offsets(self, group: str, topics: list[str] | None) -> list[tuple[str, int, int]]:
         """The group's committed (topic, queue id, offset)s, of ``topics`` (None: all)."""

@@ -11,6 +11,7 @@ Data directory::
     config/topics.journal             topic changes since the snapshot
     config/consumerOffset.json        consumer group offsets
     config/delayOffset.json           how far delayed messages were delivered
+    config/subscriptionGroup.json     consumer groups that consume orderly
     commitlog/{20-digit start}
     consumequeue/{topic}/{queueId}/{20-digit start}        SimpleCQ
     batchconsumequeue/{topic}/{queueId}/{20-digit start}   BatchCQ
@@ -78,6 +79,10 @@ class StorePaths:
     @property
     def delay_offsets(self) -> Path:
         return self.config / "delayOffset.json"
+
+    @property
+    def subscription_groups(self) -> Path:
+        return self.config / "subscriptionGroup.json"
 
     @property
     def commitlog(self) -> Path:

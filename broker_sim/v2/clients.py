@@ -26,10 +26,10 @@ CONSUMER_MAX_ATTEMPTS = 17  # retryMaxTimes 16, plus the first delivery
 CONSUMER_RETRY_DELAYS_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
 
-def merged_settings(settings, max_body_bytes: int):
+def merged_settings(settings, max_body_bytes: int, fifo: bool = False):
     """What the broker answers a client's settings with: a producer learns the largest body
     and its retry backoff (without them the official clients fail every send, or never start),
-    a consumer its batch size, long-polling time and retry policy."""
+    a consumer its batch size, long-polling time, retry policy and whether its group is FIFO."""
     out = v2.Settings()
     out.CopyFrom(settings)
     if settings.HasField("publishing"):
@@ -41,7 +41,7 @@ def merged_settings(settings, max_body_bytes: int):
     elif settings.HasField("subscription"):
         out.subscription.receive_batch_size = CONSUMER_BATCH_SIZE
         out.subscription.long_polling_timeout.CopyFrom(duration(CONSUMER_MAX_LONG_POLLING_MS))
-        out.subscription.fifo = False
+        out.subscription.fifo = fifo
         out.backoff_policy.CopyFrom(v2.RetryPolicy(max_attempts=CONSUMER_MAX_ATTEMPTS, customized_backoff=(
             v2.CustomizedBackoff(next=[duration(s * 1000) for s in CONSUMER_RETRY_DELAYS_S]))))
     out.metric.CopyFrom(v2.Metric(on=False))

@@ -191,10 +191,13 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
 
     @answered(v2.QueryAssignmentResponse)
     def QueryAssignment(self, request, context):
-        self.core.topic(_name(request.topic, "topic", v2.ILLEGAL_TOPIC))
-        _name(request.group, "consumer group", v2.ILLEGAL_CONSUMER_GROUP)
-        queue = v2.MessageQueue(topic=request.topic, id=-1, permission=v2.READ_WRITE, broker=self._broker())
-        return v2.QueryAssignmentResponse(status=OK, assignments=[v2.Assignment(message_queue=queue)])
+        """A FIFO group is assigned each queue (its messages are popped orderly, queue by queue);
+        any other the broker as a whole (queue id -1), as the proxy assigns them."""
+        config = self.core.topic(_name(request.topic, "topic", v2.ILLEGAL_TOPIC))
+        group = _name(request.group, "consumer group", v2.ILLEGAL_CONSUMER_GROUP)
+        ids = range(config.queue_count) if self.core.group_orderly(group) else [-1]
+        return v2.QueryAssignmentResponse(status=OK, assignments=[v2.Assignment(message_queue=v2.MessageQueue(
+            topic=request.topic, id=i, permission=v2.READ_WRITE, broker=self._broker())) for i in ids])
 
     @answered(v2.HeartbeatResponse)
     def Heartbeat(self, request, context):
@@ -234,8 +237,9 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
                     session.send(v2.TelemetryCommand(status=status(v2.BAD_REQUEST, command.refusal().message)))
                 elif command.HasField("settings"):
                     self.clients.set_settings(session.client_id, command.settings)
+                    fifo = self.core.group_orderly(command.settings.subscription.group.name)
                     session.send(v2.TelemetryCommand(status=OK, settings=merged_settings(
-                        command.settings, self.max_body_bytes)))
+                        command.settings, self.max_body_bytes, fifo)))
                 # thread stack traces and verify results answer commands this broker never sends
         except asyncio.CancelledError:
             raise
@@ -331,8 +335,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
             raise V2Refusal(v2.BAD_REQUEST, f"batch_size {request.batch_size}: ask for 1 to {MAX_RECEIVE_BATCH}")
         expression = _tag_expression(request.filter_expression)
         polling_ms = _polling_ms(request, context)
-        settings = self.clients.settings(client_id_of(context))
-        fifo = bool(settings is not None and settings.subscription.fifo)
+        fifo = self.core.group_orderly(group)
 
         def found(result):
             if not result.deliveries:

@@ -24,11 +24,11 @@ class V2Target:
         else:
             self._target.create_topic(name, queues, batch_cq)
 
-    def group(self, prefix: str = "g") -> str:
+    def group(self, prefix: str = "g", orderly: bool = False) -> str:
         """A new consumer group (the real proxy knows only groups created before their clients
-        start; broker_sim needs none created)."""
+        start; broker_sim needs none created); ``orderly``: a FIFO group."""
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        self._target.create_group(name)
+        self._target.create_group(name, orderly)
         return name
 
 

@@ -59,6 +59,15 @@ def test_a_message_group_keeps_its_order_in_one_queue(v2_target, run_official):
     assert {m["group"] for m in got["messages"]} == {"order-42"}
 
 
+def test_a_fifo_group_receives_a_message_group_in_order(v2_target, run_official):
+    topic = name("v2-fifo-group")
+    v2_target.create_topic(topic, queues=2, message_type="FIFO")
+    group = v2_target.group(orderly=True)
+    run_official("send", v2_target.endpoint, topic, "--count", "12", "--message-group", "order-7")
+    got = run_official("receive", v2_target.endpoint, topic, "--group", group, "--count", "12")
+    assert [m["body"] for m in got["messages"]] == [f"m-{i}" for i in range(12)]
+
+
 def test_a_delayed_message_comes_at_its_time(v2_target, run_official):
     topic = name("v2-delay")
     v2_target.create_topic(topic, queues=1, message_type="DELAY")
