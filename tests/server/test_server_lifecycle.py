@@ -108,13 +108,16 @@ def test_stop_during_a_read_stream_is_bounded_and_clean(tmp_path):
         client.send("big", 0, inner_batch=batch)
     client.wait_readable("big", 0, 48)
     stream = client.messaging.ReadRanges(pb.ReadRangesRequest(ranges=[pb.ReadRange(topic="big")]), timeout=30)
-    next(stream)  # the first chunk; the rest waits for us
+    first = next(stream)  # the first chunk; the rest waits for us
     started = time.monotonic()
     broker.stop(grace=0.2)
     assert time.monotonic() - started < 15
-    with pytest.raises(grpc.RpcError):
-        for _ in stream:
-            pass
+    try:
+        records = first.record_count + sum(chunk.record_count for chunk in stream)
+    except grpc.RpcError:
+        pass  # cut when the grace ended, with the rest still unsent: the usual end
+    else:  # gRPC's buffers took the rest within the grace (seen on a loaded machine): served whole
+        assert records == 12, f"a stream the stop did not cut ended with {records} of 12 records"
     client.close()
     assert not StorePaths(tmp_path / "data").abort.exists()
     again = Broker(tmp_path / "data")
