@@ -614,7 +614,7 @@ class BrokerCore:
 def _holds_key(record, key: bytes, unique_key: bool) -> bool:
     properties = fmt.properties_of(record)
     if unique_key:
-        return fmt.find_property(properties, b"UNIQ_KEY") == key
+        return fmt.find_property(properties, fmt.PROPERTY_UNIQ_KEY.encode()) == key
     keys = fmt.find_property(properties, fmt.PROPERTY_KEYS.encode())
     return keys is not None and key in keys.split(b" ")
 

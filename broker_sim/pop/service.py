@@ -606,7 +606,8 @@ class PopService:
         limit = self.config.max_reconsume_times if max_reconsume_times is None else max_reconsume_times
         properties = {k: v for k, v in message.properties.items() if k not in _SYSTEM_PROPERTIES}
         properties.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
-        properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin_message_id or properties.get("UNIQ_KEY", ""))
+        origin_id = origin_message_id or properties.get(fmt.PROPERTY_UNIQ_KEY, "")
+        properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin_id)
         properties.pop(fmt.PROPERTY_DELAY_TIME_LEVEL, None)
         if message.reconsume_times >= limit or delay_level < 0:
             target = self._ensure_topic(dlq_topic(group), QueueType.SIMPLE_CQ)

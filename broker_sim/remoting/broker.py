@@ -136,7 +136,7 @@ class BrokerRequests:
             if batch:
                 raise BrokerError(Reason.INVALID_ARGUMENT, "a batch cannot be transactional: send its messages "
                                                            "one at a time")
-            transaction_id = properties.get(UNIQ_KEY) or f"{connection.remote}-{request.opaque}"
+            transaction_id = properties.get(fmt.PROPERTY_UNIQ_KEY) or f"{connection.remote}-{request.opaque}"
         if batch:
             body = _inflated(request.body, self.core.store.config.max_message_bytes) \
                 if sys_flag & fmt.SysFlag.COMPRESSED else request.body  # the C++ client compresses its batches
@@ -154,7 +154,7 @@ class BrokerRequests:
         header = {"queueId": str(outcome.queue_id), "queueOffset": str(outcome.base_offset)}
         if isinstance(content, InnerBatchSend):  # one record: its offsetMsgId, and the batch's UNIQ_KEY
             header["msgId"] = outcome.message_ids[0].rpartition("-")[0]
-            header["batchUniqId"] = properties[UNIQ_KEY]
+            header["batchUniqId"] = properties[fmt.PROPERTY_UNIQ_KEY]
         else:  # a batch unpacked: the offsetMsgId of each message
             header["msgId"] = ",".join(outcome.message_ids)
         return request.response(ResponseCode.SUCCESS, ext_fields=header)
@@ -170,7 +170,7 @@ class BrokerRequests:
                                                       f"{bad}") from None
         if not count:
             raise BrokerError(Reason.MESSAGE_ILLEGAL, "the batch holds no message: send at least one")
-        if config.queue_type is QueueType.BATCH_CQ and UNIQ_KEY in properties:
+        if config.queue_type is QueueType.BATCH_CQ and fmt.PROPERTY_UNIQ_KEY in properties:
             return InnerBatchSend(body, count, "rmq", properties=properties, tags=tags)
         return EarlyBatchSend(body, count)
 
@@ -389,7 +389,6 @@ class BrokerRequests:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
 
 
-UNIQ_KEY = "UNIQ_KEY"
 
 _PULL_CODES = {
     RangeStatus.FOUND: (ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"),  # found, none passed the filter

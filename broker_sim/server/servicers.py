@@ -114,11 +114,11 @@ class MessagingServicer(pb_grpc.MessagingServicer):
 
     @translated_async
     async def Send(self, request, context):
-        return await self._run_append(self._send, request, _peer_host(context.peer()))
+        return await self._run_append(self._send, request, peer_host(context.peer()))
 
     @translated_async
     async def SendMany(self, request, context):
-        return await self._run_append(self._send_many, request, _peer_host(context.peer()))
+        return await self._run_append(self._send_many, request, peer_host(context.peer()))
 
     async def _run_append(self, append, *args):
         if self._core.appends_wait_for_flush:
@@ -269,7 +269,7 @@ def _enum_name(enum_type, value: int) -> str:
 def _topic_pb(config: TopicConfig):
     return pb.Topic(name=config.name, queue_count=config.queue_count, queue_type=_QUEUE_TYPES_PB[config.queue_type])
 
-def _peer_host(peer: str) -> bytes:
+def peer_host(peer: str) -> bytes:
     """The client's address as RocketMQ's BORNHOST (IPv4 and port); zeros when not IPv4."""
     match = _PEER_IPV4.match(peer or "")
     if match:

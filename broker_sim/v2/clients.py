@@ -172,7 +172,7 @@ class OrphanChecks:
             session = self.clients.session_for(prepared.client_id, prepared.topic)
             if session is None:
                 continue
-            message = incoming(half, prepared.topic, 0, 0, None)[0].message
+            [message] = incoming(half, prepared.topic, 0, 0, None)
             session.send(v2.TelemetryCommand(recover_orphaned_transaction_command=v2.RecoverOrphanedTransactionCommand(
                 message=message, transaction_id=prepared.transaction_id)))
             sent += 1

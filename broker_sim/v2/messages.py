@@ -21,7 +21,6 @@ from rmq_spark.codec.records import decode_records
 
 from . import receipts
 
-UNIQ_KEY = "UNIQ_KEY"
 SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 TRACE_CONTEXT = "TRACE_CONTEXT"
@@ -29,7 +28,7 @@ BORN_HOST = "__BORNHOST"
 CHECK_IMMUNITY_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-_SYSTEM_ONLY = {UNIQ_KEY, SHARDING_KEY, TIMER_DELIVER_MS, TRACE_CONTEXT, BORN_HOST, CHECK_IMMUNITY_SECONDS,
+_SYSTEM_ONLY = {fmt.PROPERTY_UNIQ_KEY, SHARDING_KEY, TIMER_DELIVER_MS, TRACE_CONTEXT, BORN_HOST, CHECK_IMMUNITY_SECONDS,
                 DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, fmt.PROPERTY_TRANSACTION_PREPARED, "PGROUP", "RETRY_TOPIC",
                 "REAL_TOPIC", "REAL_QID", "ORIGIN_MESSAGE_ID", "RECONSUME_TIME", "MAX_RECONSUME_TIMES",
                 "__BORNTIMESTAMP", *fmt.PROPERTY_TIMER_PROPERTIES, fmt.PROPERTY_DELAY_TIME_LEVEL}
@@ -90,7 +89,7 @@ def outgoing(message, max_body_bytes: int, now_ms: int | None = None) -> Outgoin
     for key in system.keys:
         if not key.strip() or _has_control(key):
             raise V2Refusal(v2.ILLEGAL_MESSAGE_KEY, f"key {key[:40]!r} is blank or holds a control character")
-    properties[UNIQ_KEY] = system.message_id
+    properties[fmt.PROPERTY_UNIQ_KEY] = system.message_id
     kind = system.message_type
     sys_flag = fmt.SysFlag.COMPRESSED if system.body_encoding == v2.GZIP else 0
     if kind == v2.TRANSACTION:
@@ -139,7 +138,7 @@ def batch_content(messages: list[Outgoing], batch_cq: bool):
     entries = [(m.body, {**m.properties, **_field_properties(m)}, 0) for m in messages]
     payload = fmt.encode_message_batch(entries)
     if batch_cq:
-        return InnerBatchSend(payload, len(messages), "rmq", properties={UNIQ_KEY: messages[0].message_id})
+        return InnerBatchSend(payload, len(messages), "rmq", properties={fmt.PROPERTY_UNIQ_KEY: messages[0].message_id})
     return EarlyBatchSend(payload, len(messages))
 
 
@@ -159,15 +158,6 @@ def single_request(topic: str, queue_id: int, message: Outgoing, born_host: byte
 
 # --- stored records -> v2 messages -----------------------------------------------------------
 
-@dataclass
-class Incoming:
-    """A stored message as a v2 client receives it, and the unit it belongs to."""
-
-    message: object  # v2.Message
-    index: int  # in its stored record (an inner batch holds many)
-    count: int  # messages in that record
-
-
 def timestamp(ms: int) -> Timestamp:
     stamp = Timestamp()
     stamp.FromMilliseconds(ms)
@@ -180,50 +170,54 @@ def duration(ms: int) -> Duration:
     return span
 
 
-def incoming(record_bytes, topic: str, first_offset: int, reconsume_times: int, receipt: str | None,
-             invisible_ms: int | None = None) -> list[Incoming]:
+def incoming(record_bytes, topic: str, first_offset: int, reconsume_times: int | None, receipt: str | None,
+             invisible_ms: int | None = None) -> list:
     """The v2 messages of one stored record from ``first_offset`` on (an inner batch may be
-    entered in its middle); ``receipt`` the unit's receipt handle (None for pulls)."""
+    entered in its middle); ``reconsume_times`` its pop's (None: the record's); ``receipt`` the
+    unit's receipt handle (None for pulls). An inner
+    batch's messages each get a handle of their own (``receipts.join``) and their UNIQ_KEY as
+    their id, else the record's offsetMsgId and their index."""
     record = fmt.decode_record(record_bytes)
+    if reconsume_times is None:
+        reconsume_times = record.reconsume_times
     store_host = "%s:%d" % fmt.decode_host(record.store_host)
     born_host = "%s:%d" % fmt.decode_host(record.born_host)
+    record_id = fmt.message_id(record.store_host, record.physical_offset)
+
+    def message(index, body, properties, born_ms):
+        handle = receipt if receipt is None or record.inner_count == 1 else \
+            receipts.join(receipt, index, record.inner_count)
+        message_id = properties.get(fmt.PROPERTY_UNIQ_KEY) or \
+            (record_id if record.inner_count == 1 else f"{record_id}-{index}")
+        return _message(topic, body, properties, record, record.queue_offset + index, born_ms, message_id,
+                        store_host, born_host, reconsume_times, handle, invisible_ms)
+
     if not record.sys_flag & fmt.SysFlag.INNER_BATCH:
-        properties = dict(record.properties)
-        body = _plain_body(record)
-        return [Incoming(_message(topic, body, properties, record, record.queue_offset, record.born_timestamp,
-                                  properties.get(UNIQ_KEY) or fmt.message_id(record.store_host,
-                                                                             record.physical_offset),
-                                  store_host, born_host, reconsume_times, receipt, invisible_ms), 0, 1)]
-    rows = decode_records(record_bytes, first_offset, include_properties=True).to_pylist()
-    inner_ids = _inner_ids(record)
-    base_id = fmt.message_id(record.store_host, record.physical_offset)
-    out = []
-    for row in rows:
-        index = row["queue_offset"] - record.queue_offset
-        properties = dict(row["properties"] or [])
-        if row["tags"]:
-            properties[fmt.PROPERTY_TAGS] = row["tags"]
-        if row["keys"]:
-            properties[fmt.PROPERTY_KEYS] = row["keys"]
-        message_id = (inner_ids[index] if index < len(inner_ids) else "") or f"{base_id}-{index}"
-        handle = receipts.join(receipt, index, record.inner_count) if receipt is not None else None
-        born_ms = int(row["born_timestamp"].timestamp() * 1000) if row["born_timestamp"] else record.born_timestamp
-        out.append(Incoming(_message(topic, row["body"], properties, record, row["queue_offset"], born_ms, message_id,
-                                     store_host, born_host, reconsume_times, handle, invisible_ms),
-                            index, record.inner_count))
-    return out
+        return [message(0, _plain_body(record), dict(record.properties), record.born_timestamp)]
+    first = max(0, first_offset - record.queue_offset)
+    return [message(index, body, properties, born_ms)
+            for index, body, properties, born_ms in _inner(record, record_bytes) if index >= first]
 
 
-def _inner_ids(record) -> list[str]:
-    """The UNIQ_KEYs of an rmq-coded inner batch's messages, where they carry them."""
-    if record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq") != "rmq":
-        return []
-    try:
+def _inner(record, record_bytes):
+    """(index, body, properties, born ms) of each message of an inner batch: an rmq payload is
+    read as it is (its messages keep their UNIQ_KEYs), an arrow one decoded into columns."""
+    if record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq") == "rmq":
         payload = decompress(record.body, Compression.from_sys_flag(record.sys_flag))
-        return [fmt.decode_properties(props).get(UNIQ_KEY, "")
-                for _flag, _body, props in fmt.iter_message_batch(payload, record.inner_count)]
-    except (ValueError, fmt.BatchFormatError):
-        return []
+        batch_tags = record.properties.get(fmt.PROPERTY_TAGS)
+        for index, (_flag, body, raw) in enumerate(fmt.iter_message_batch(payload, record.inner_count)):
+            properties = fmt.decode_properties(raw)
+            if batch_tags and fmt.PROPERTY_TAGS not in properties:
+                properties[fmt.PROPERTY_TAGS] = batch_tags
+            yield index, bytes(body), properties, record.born_timestamp
+        return
+    rows = decode_records(record_bytes, record.queue_offset, include_properties=True).to_pylist()
+    for index, row in enumerate(rows):
+        properties = dict(row["properties"] or [])
+        properties.update({name: row[column] for name, column in ((fmt.PROPERTY_TAGS, "tags"),
+                                                                  (fmt.PROPERTY_KEYS, "keys")) if row[column]})
+        born_ms = int(row["born_timestamp"].timestamp() * 1000) if row["born_timestamp"] else record.born_timestamp
+        yield index, row["body"], properties, born_ms
 
 
 def _plain_body(record) -> bytes:

@@ -21,8 +21,8 @@ from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 from broker_sim.remoting.hold import PullHold
 from broker_sim.server.errors import MalformedRequest
+from broker_sim.server.servicers import peer_host
 from broker_sim.store import QueueType
-from broker_sim.store import format as fmt
 
 from . import receipts
 from .clients import Clients, OrphanChecks, Session, merged_settings
@@ -259,7 +259,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
                                                   "topic's messages in a request of its own")
         config = self.core.topic(topic)
         built = [outgoing(m, self.max_body_bytes) for m in request.messages]
-        born_host = _peer_host(context)
+        born_host = peer_host(context.peer())
         if len(built) == 1:
             return self._send_one(config, built[0], born_host, client_id_of(context))
         if any(m.kind in (v2.TRANSACTION, v2.DELAY) or m.properties.get("TIMER_DELIVER_MS") for m in built):
@@ -344,8 +344,8 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
             messages = []
             for unit, part in zip(result.deliveries, result.parts):
                 ck = unit.checkpoint
-                messages += [m.message for m in incoming(part, unit.origin_topic, ck.offset, ck.reconsume_times,
-                                                         unit.receipt_handle, invisible_ms)]
+                messages += incoming(part, unit.origin_topic, ck.offset, ck.reconsume_times, unit.receipt_handle,
+                                     invisible_ms)
             return messages
 
         return self.core.pop(group, topic, -1, min(request.batch_size, MAX_RECEIVE_BATCH), invisible_ms, polling_ms,
@@ -471,11 +471,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
 
     def _pull_once(self, topic: str, queue_id: int, request, tags):
         def consume(cursor, records):
-            messages = []
-            for part in records:
-                head = fmt.decode_record(part)
-                messages += [m.message for m in incoming(bytes(part), topic, max(request.offset, head.queue_offset),
-                                                         head.reconsume_times, None)]
+            messages = [m for part in records for m in incoming(part, topic, request.offset, None, None)]
             return cursor.status, messages[:request.batch_size], cursor.next_offset
 
         status_, messages, next_offset = self.core.pull(topic, queue_id, request.offset, request.batch_size,
@@ -528,12 +524,3 @@ def _polling_ms(request, context) -> int:
     if remaining is not None:
         wanted = min(wanted, max(0, int(remaining * 1000) - 200))
     return wanted
-
-
-def _peer_host(context) -> bytes:
-    peer = context.peer() or ""
-    host, _, port = peer.removeprefix("ipv4:").rpartition(":")
-    try:
-        return fmt.encode_host(host, int(port))
-    except (OSError, ValueError):
-        return bytes(8)
