@@ -3,6 +3,7 @@
 Doors translate their protocol into core calls and ``BrokerError``s (a ``Reason`` and a
 sentence) into their protocol's statuses; RocketMQ's logic lives here and below."""
 
+from .checks import OpenTransaction, TransactionChecks
 from .core import BrokerCore, BrokerStats, CallGate, CoreOptions, Counters, QueueOffsets, parse_tag_filter
 from .errors import BrokerError, Reason
 from .reads import OffsetRange, RangeCursor, RangeStatus, ReadBudget
@@ -10,6 +11,6 @@ from .sends import EarlyBatchSend, InnerBatchSend, SendOutcome, SendRequest, Sin
 
 __all__ = [
     "BrokerCore", "BrokerError", "BrokerStats", "CallGate", "CoreOptions", "Counters", "EarlyBatchSend",
-    "InnerBatchSend", "OffsetRange", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget", "Reason",
-    "SendOutcome", "SendRequest", "SingleSend", "parse_tag_filter",
+    "InnerBatchSend", "OffsetRange", "OpenTransaction", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
+    "Reason", "SendOutcome", "SendRequest", "SingleSend", "TransactionChecks", "parse_tag_filter",
 ]

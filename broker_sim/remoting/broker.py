@@ -25,6 +25,7 @@ from broker_sim.core import (
     Reason,
     SendRequest,
     SingleSend,
+    TransactionChecks,
     parse_tag_filter,
 )
 from broker_sim.store import QueueType, TopicConfig
@@ -60,10 +61,11 @@ class BrokerRequests:
     """The broker's side of the door: requests over ``core``; ``clients`` holds heartbeats,
     subscriptions and queue locks; ``address`` is this broker's remoting address."""
 
-    def __init__(self, core: BrokerCore, clients: ClientRegistry, broker_name: str, cluster_name: str,
-                 address: str, hold):
+    def __init__(self, core: BrokerCore, clients: ClientRegistry, checks: TransactionChecks, broker_name: str,
+                 cluster_name: str, address: str, hold):
         self.core = core
         self.clients = clients
+        self.checks = checks  # transactions opened here are checked back
         self.broker_name = broker_name
         self.cluster_name = cluster_name
         self.address = address
@@ -147,7 +149,7 @@ class BrokerRequests:
                            transaction_id=transaction_id, reconsume_times=fields.integer("reconsumeTimes", 0))
         outcome = self.core.send(send)
         if transaction_id:  # offsets come at the commit: the id only has to be one a client can decode
-            self.clients.prepared(transaction_id, fields.text("producerGroup", ""), topic)
+            self.checks.opened(transaction_id, fields.text("producerGroup", ""), topic)
             msg_id = fmt.message_id(self.core.store.config.store_host_bytes, next(self._half_ids))
             return request.response(ResponseCode.SUCCESS, ext_fields={
                 "msgId": msg_id, "queueId": str(queue_id), "queueOffset": "0", "transactionId": transaction_id})

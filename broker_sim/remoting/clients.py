@@ -1,7 +1,6 @@
 """The clients the broker knows from their heartbeats (RocketMQ's ProducerManager,
 ConsumerManager and RebalanceLockManager): producer and consumer groups by connection, each
-consumer group's subscriptions, orderly consumers' queue locks, and which producer group sent
-each prepared transactional message (whom to ask when its end does not come)."""
+consumer group's subscriptions and orderly consumers' queue locks."""
 
 from __future__ import annotations
 
@@ -20,17 +19,6 @@ class _Client:
     consumer_groups: set = field(default_factory=set)
 
 
-@dataclass
-class PreparedMessage:
-    """A prepared (half) message sent through this door: its producer group, topic, and when."""
-
-    transaction_id: str
-    producer_group: str
-    topic: str
-    sent_ms: float
-    checks: int = 0
-
-
 class ClientRegistry:
     def __init__(self, clock_ms=lambda: time.monotonic() * 1000):
         self._clock_ms = clock_ms
@@ -38,7 +26,6 @@ class ClientRegistry:
         self._clients: dict[int, _Client] = {}  # by id(connection)
         self._subscriptions: dict[str, dict[str, str]] = {}  # group -> topic -> expression
         self._locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}  # (group, topic, broker, queue)
-        self.prepared_messages: dict[str, PreparedMessage] = {}
 
     def heartbeat(self, connection, data: dict) -> list[str]:
         """Record a HeartbeatData; the clustering consumer groups in it (their retry topics are due)."""
@@ -108,17 +95,6 @@ class ClientRegistry:
                 key = _lock_key(group, queue)
                 if self._locks.get(key, ("",))[0] == client_id:
                     del self._locks[key]
-
-    # --- prepared transactional messages ---------------------------------------------------
-
-    def prepared(self, transaction_id: str, producer_group: str, topic: str) -> None:
-        with self._lock:
-            self.prepared_messages[transaction_id] = PreparedMessage(transaction_id, producer_group, topic,
-                                                                     self._clock_ms())
-
-    def ended(self, transaction_id: str) -> None:
-        with self._lock:
-            self.prepared_messages.pop(transaction_id, None)
 
 
 def _lock_key(group: str, queue: dict) -> tuple:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from broker_sim.core import BrokerCore
+from broker_sim.core import BrokerCore, TransactionChecks
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 
 from .broker import BrokerRequests
@@ -85,13 +85,13 @@ class RemotingDoor:
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)
-        broker = BrokerRequests(self.core, self.clients, self.options.broker_name, self.options.cluster_name,
+        checks = TransactionChecks(core, self.options.transaction_check_interval_ms,
+                                   self.options.transaction_check_max)
+        broker = BrokerRequests(self.core, self.clients, checks, self.options.broker_name, self.options.cluster_name,
                                 self.address, self.hold)
         handlers = {code: Handler(call) for code, call in NameServer(self.routes).handlers().items()}
         handlers.update(broker.handlers())
-        transactions = TransactionRequests(self.core, self.clients, self.options.broker_name,
-                                           self.options.transaction_check_interval_ms,
-                                           self.options.transaction_check_max)
+        transactions = TransactionRequests(self.core, self.clients, checks, self.options.broker_name)
         handlers.update({code: Handler(call) for code, call in transactions.handlers().items()})
         handlers.update({code: Handler(call, blocking) for code, (call, blocking) in
                          PopRequests(self.core).handlers().items()})

@@ -1,11 +1,7 @@
 """RocketMQ's transactional messages over the door: a prepared (half) message is a core
 transaction of its own, named by the message's UNIQ_KEY; END_TRANSACTION commits or rolls it
 back; one left unknown is checked back with its producer group (CHECK_TRANSACTION_STATE, the
-half message in the body) every check interval, and rolled back after the maximum checks, as
-RocketMQ's TransactionalMessageCheckService does.
-
-Which producer group sent a half message is kept in memory: after a restart its transaction is
-no longer checked and the core's own transaction timeout rolls it back.
+half message in the body) by the core's TransactionChecks.
 """
 
 from __future__ import annotations
@@ -13,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 
-from broker_sim.core import BrokerCore, BrokerError
+from broker_sim.core import BrokerCore, BrokerError, OpenTransaction, TransactionChecks
 from broker_sim.store import format as fmt
 from rmq_spark.protocol.remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 
@@ -30,13 +25,11 @@ NOT_TYPE = 0x0  # the producer does not know yet: the check asks again
 
 
 class TransactionRequests:
-    def __init__(self, core: BrokerCore, clients: ClientRegistry, broker_name: str, check_interval_ms: int,
-                 check_max: int):
+    def __init__(self, core: BrokerCore, clients: ClientRegistry, checks: TransactionChecks, broker_name: str):
         self.core = core
         self.clients = clients
+        self.checks = checks
         self.broker_name = broker_name
-        self.check_interval_ms = check_interval_ms
-        self.check_max = check_max
         self._opaques = itertools.count(1)
 
     def handlers(self) -> dict:
@@ -61,47 +54,25 @@ class TransactionRequests:
                 log.info("END_TRANSACTION of %s refused: %s", transaction_id, refused.message)
             raise
         finally:
-            self.clients.ended(transaction_id)
+            self.checks.ended(transaction_id)
         return request.response(ResponseCode.SUCCESS)
 
     async def check_forever(self) -> None:
         """Every check interval, ask the producers of half messages older than it."""
+        interval_ms = self.checks.interval_ms
         while True:
-            await asyncio.sleep(self.check_interval_ms / 1000)
+            await asyncio.sleep(interval_ms / 1000)
             try:
-                self.check_once()
+                self.checks.check_once(self._ask)
             except Exception:
-                log.exception("checking transactions failed; trying again in %d ms", self.check_interval_ms)
+                log.exception("checking transactions failed; trying again in %d ms", interval_ms)
 
-    def check_once(self, now_ms: float | None = None) -> int:
-        """Send the checks that are due; how many were sent."""
-        now_ms = time.monotonic() * 1000 if now_ms is None else now_ms
-        sent = 0
-        for prepared in list(self.clients.prepared_messages.values()):
-            if now_ms - prepared.sent_ms < self.check_interval_ms:
-                continue
-            if prepared.checks >= self.check_max:
-                log.warning("transaction %s unanswered after %d checks: rolled back", prepared.transaction_id,
-                            prepared.checks)
-                self._roll_back(prepared.transaction_id)
-                continue
-            half = self.core.prepared_message(prepared.transaction_id)
-            if half is None:  # ended meanwhile (the core's timeout, a commit through another door)
-                self.clients.ended(prepared.transaction_id)
-                continue
-            connection = self.clients.producer_connection(prepared.producer_group)
-            prepared.checks += 1
-            if connection is not None:
-                connection.send(self._check_request(prepared.transaction_id, half))
-                sent += 1
-        return sent
-
-    def _roll_back(self, transaction_id: str) -> None:
-        try:
-            self.core.rollback_transactions([(transaction_id, 1)])
-        except BrokerError as refused:
-            log.info("rolling back %s: %s", transaction_id, refused.message)
-        self.clients.ended(transaction_id)
+    def _ask(self, transaction: OpenTransaction, half: bytes) -> bool:
+        connection = self.clients.producer_connection(transaction.owner)
+        if connection is None:
+            return False
+        connection.send(self._check_request(transaction.transaction_id, half))
+        return True
 
     def _check_request(self, transaction_id: str, half: bytes) -> RemotingCommand:
         topic = fmt.decode_record(half).topic

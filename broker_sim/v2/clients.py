@@ -1,16 +1,14 @@
 """The v2 door's clients: each one's settings (given on its Telemetry stream, merged with the
-broker's as the proxy's GrpcClientSettingsManager merges them), the stream the broker writes
-commands to, and the transactions it left prepared, checked back through that stream."""
+broker's as the proxy's GrpcClientSettingsManager merges them) and the stream the broker writes
+commands to (checks of the transactions it left open among them)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
-import time
-from dataclasses import dataclass
 
-from broker_sim.core import BrokerCore, BrokerError
+from broker_sim.core import OpenTransaction
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
 
 from .messages import duration, incoming
@@ -64,27 +62,13 @@ class Session:
         self.send(None)
 
 
-@dataclass
-class Prepared:
-    """A transactional message a client sent and has not ended."""
-
-    transaction_id: str
-    client_id: str
-    topic: str
-    sent_ms: float
-    first_check_ms: float
-    checks: int = 0
-
-
 class Clients:
-    """Settings and Telemetry sessions by client id, and the prepared transactions to check."""
+    """Settings and Telemetry sessions by client id."""
 
-    def __init__(self, clock_ms=lambda: time.monotonic() * 1000):
+    def __init__(self):
         self._lock = threading.Lock()
         self._settings: dict[str, object] = {}
         self._sessions: dict[str, Session] = {}
-        self._prepared: dict[str, Prepared] = {}
-        self._clock_ms = clock_ms
 
     def settings(self, client_id: str):
         with self._lock:
@@ -128,59 +112,14 @@ class Clients:
                     return other
         return None
 
-    def prepared(self, transaction_id: str, client_id: str, topic: str, immunity_ms: int) -> None:
-        now = self._clock_ms()
-        with self._lock:
-            self._prepared[transaction_id] = Prepared(transaction_id, client_id, topic, now, now + immunity_ms)
 
-    def ended(self, transaction_id: str) -> None:
-        with self._lock:
-            self._prepared.pop(transaction_id, None)
-
-    def due(self, interval_ms: int) -> list[Prepared]:
-        now = self._clock_ms()
-        with self._lock:
-            return [p for p in self._prepared.values()
-                    if now >= p.first_check_ms and now - p.sent_ms >= interval_ms * (p.checks + 1)]
-
-
-class OrphanChecks:
-    """Transactions left prepared are checked back with their producer (a
-    RecoverOrphanedTransactionCommand on its Telemetry stream) every ``interval_ms``, and rolled
-    back after ``check_max`` checks, as RocketMQ's TransactionalMessageCheckService does."""
-
-    def __init__(self, core: BrokerCore, clients: Clients, interval_ms: int, check_max: int):
-        self.core = core
-        self.clients = clients
-        self.interval_ms = interval_ms
-        self.check_max = check_max
-
-    def check_once(self) -> int:
-        """Send the checks that are due; how many were sent."""
-        sent = 0
-        for prepared in self.clients.due(self.interval_ms):
-            if prepared.checks >= self.check_max:
-                log.warning("transaction %s unanswered after %d checks: rolled back", prepared.transaction_id,
-                            prepared.checks)
-                self._roll_back(prepared.transaction_id)
-                continue
-            half = self.core.prepared_message(prepared.transaction_id)
-            if half is None:  # ended meanwhile: the core's own timeout, another door
-                self.clients.ended(prepared.transaction_id)
-                continue
-            prepared.checks += 1
-            session = self.clients.session_for(prepared.client_id, prepared.topic)
-            if session is None:
-                continue
-            [message] = incoming(half, prepared.topic, 0, 0, None)
-            session.send(v2.TelemetryCommand(recover_orphaned_transaction_command=v2.RecoverOrphanedTransactionCommand(
-                message=message, transaction_id=prepared.transaction_id)))
-            sent += 1
-        return sent
-
-    def _roll_back(self, transaction_id: str) -> None:
-        try:
-            self.core.rollback_transactions([(transaction_id, 1)])
-        except BrokerError as refused:
-            log.info("rolling back %s: %s", transaction_id, refused.message)
-        self.clients.ended(transaction_id)
+def ask_client(clients: Clients, transaction: OpenTransaction, half: bytes) -> bool:
+    """Check a transaction with the client that opened it (or a producer of its topic), as a
+    RecoverOrphanedTransactionCommand on its Telemetry stream."""
+    session = clients.session_for(transaction.owner, transaction.topic)
+    if session is None:
+        return False
+    [message] = incoming(half, transaction.topic, 0, 0, None)
+    session.send(v2.TelemetryCommand(recover_orphaned_transaction_command=v2.RecoverOrphanedTransactionCommand(
+        message=message, transaction_id=transaction.transaction_id)))
+    return True

@@ -15,7 +15,15 @@ import logging
 import time
 from dataclasses import dataclass
 
-from broker_sim.core import BrokerCore, BrokerError, RangeStatus, Reason, SendRequest, parse_tag_filter
+from broker_sim.core import (
+    BrokerCore,
+    BrokerError,
+    RangeStatus,
+    Reason,
+    SendRequest,
+    TransactionChecks,
+    parse_tag_filter,
+)
 from broker_sim.core.errors import from_exception
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
@@ -25,7 +33,7 @@ from broker_sim.server.servicers import peer_host
 from broker_sim.store import QueueType
 
 from . import receipts
-from .clients import Clients, OrphanChecks, Session, merged_settings
+from .clients import Clients, Session, ask_client, merged_settings
 from .messages import (
     ACCEPTED_TYPES,
     QueueChooser,
@@ -144,8 +152,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         self.address = address
         self.options = options
         self.clients = Clients()
-        self.checks = OrphanChecks(core, self.clients, options.transaction_check_interval_ms,
-                                   options.transaction_check_max)
+        self.checks = TransactionChecks(core, options.transaction_check_interval_ms, options.transaction_check_max)
         self.inner = receipts.InnerReceipts()
         self.queues = QueueChooser()
         self.hold = PullHold(loop)
@@ -170,9 +177,12 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         while True:
             await asyncio.sleep(period)
             try:
-                await self._loop.run_in_executor(None, self.checks.check_once)
+                await self._loop.run_in_executor(None, self.checks.check_once, self._ask)
             except Exception:
                 log.exception("checking transactions failed; trying again")
+
+    def _ask(self, transaction, half: bytes) -> bool:
+        return ask_client(self.clients, transaction, half)
 
     # --- routes and clients ----------------------------------------------------------------
 
@@ -279,7 +289,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         outcome = self.core.send(single_request(config.name, queue_id, message, born_host, transaction_id))
         if transaction_id:
             immunity_s = int(message.properties.get("CHECK_IMMUNITY_TIME_IN_SECONDS", "0") or 0)
-            self.clients.prepared(transaction_id, client_id, config.name, immunity_s * 1000)
+            self.checks.opened(transaction_id, client_id, config.name, immunity_s * 1000)
         entry = v2.SendResultEntry(status=OK, message_id=message.message_id, transaction_id=transaction_id,
                                    offset=outcome.base_offset)
         return v2.SendMessageResponse(status=OK, entries=[entry])
@@ -295,7 +305,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
             self.core.rollback_transactions([(transaction_id, 1)])
         else:  # unknown yet: checked again later
             return v2.EndTransactionResponse(status=OK)
-        self.clients.ended(transaction_id)
+        self.checks.ended(transaction_id)
         return v2.EndTransactionResponse(status=OK)
 
     @answered(v2.RecallMessageResponse)

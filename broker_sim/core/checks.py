@@ -1,0 +1,81 @@
+"""Transactions RocketMQ's producers left open, checked back with them, as RocketMQ's
+TransactionalMessageCheckService does: each is checked every ``interval_ms`` (not before its
+immunity time) with whoever can answer, and rolled back after ``check_max`` checks. Both
+RocketMQ doors keep one: the remoting door asks the producer group over its connection, the v2
+door the client over its Telemetry stream. Kept in memory: after a restart the core's own
+transaction timeout ends what is left open."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OpenTransaction:
+    """A transaction a producer opened: whom to ask (``owner``: a producer group, a client id)."""
+
+    transaction_id: str
+    owner: str
+    topic: str
+    sent_ms: float
+    first_check_ms: float
+    checks: int = 0
+
+
+class TransactionChecks:
+    def __init__(self, core, interval_ms: int, check_max: int, clock_ms=lambda: time.monotonic() * 1000):
+        self.core = core
+        self.interval_ms = interval_ms
+        self.check_max = check_max
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._open: dict[str, OpenTransaction] = {}
+
+    def opened(self, transaction_id: str, owner: str, topic: str, immunity_ms: int = 0) -> None:
+        now = self._clock_ms()
+        with self._lock:
+            self._open[transaction_id] = OpenTransaction(transaction_id, owner, topic, now, now + immunity_ms)
+
+    def ended(self, transaction_id: str) -> None:
+        with self._lock:
+            self._open.pop(transaction_id, None)
+
+    def check_once(self, ask: Callable[[OpenTransaction, bytes], bool]) -> int:
+        """Check the transactions that are due: ``ask(transaction, half)`` sends the check (the
+        first message prepared under it, in the record layout) and says whether anyone could be
+        asked. How many were asked."""
+        asked = 0
+        for transaction in self._due():
+            if transaction.checks >= self.check_max:
+                log.warning("transaction %s unanswered after %d checks: rolled back", transaction.transaction_id,
+                            transaction.checks)
+                self._roll_back(transaction.transaction_id)
+                continue
+            half = self.core.prepared_message(transaction.transaction_id)
+            if half is None:  # ended meanwhile: the core's own timeout, another door
+                self.ended(transaction.transaction_id)
+                continue
+            transaction.checks += 1
+            asked += bool(ask(transaction, half))
+        return asked
+
+    def _due(self) -> list[OpenTransaction]:
+        now = self._clock_ms()
+        with self._lock:
+            return [t for t in self._open.values()
+                    if now >= t.first_check_ms and now - t.sent_ms >= self.interval_ms * (t.checks + 1)]
+
+    def _roll_back(self, transaction_id: str) -> None:
+        try:
+            self.core.rollback_transactions([(transaction_id, 1)])
+        except BrokerError as refused:
+            log.info("rolling back %s: %s", transaction_id, refused.message)
+        self.ended(transaction_id)
