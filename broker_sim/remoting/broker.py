@@ -333,13 +333,11 @@ class BrokerRequests:
     def create_group(self, request: RemotingCommand, _connection) -> RemotingCommand:
         """Groups need no creation here (as with autoCreateSubscriptionGroup); what is kept of
         the SubscriptionGroupConfig is whether the group consumes orderly."""
-        try:
-            config = orjson.loads(request.body or b"{}")
-            group, orderly = str(config["groupName"]), bool(config.get("consumeMessageOrderly", False))
-        except (orjson.JSONDecodeError, KeyError, TypeError) as bad:
-            raise BrokerError(Reason.INVALID_ARGUMENT, f"the body is not a SubscriptionGroupConfig with a groupName "
-                                                       f"({bad}): send one as mqadmin updateSubGroup does") from None
-        self.core.update_group(group, orderly)
+        config = _json_body(request, "SubscriptionGroupConfig")
+        if not isinstance(config.get("groupName"), str):
+            raise BrokerError(Reason.INVALID_ARGUMENT, "the SubscriptionGroupConfig has no groupName: send one as "
+                                                       "mqadmin updateSubGroup does")
+        self.core.update_group(config["groupName"], config.get("consumeMessageOrderly") is True)
         return request.response(ResponseCode.SUCCESS)
 
     def topic_config(self, request: RemotingCommand, _connection) -> RemotingCommand:

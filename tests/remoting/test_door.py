@@ -594,3 +594,20 @@ def test_a_client_that_reads_no_answers_stops_being_read(broker, conn):
         assert sent < 2000, "the broker read every request of a client that reads nothing"
         with RemotingConnection(broker.remoting.address) as other:  # everyone else is served meanwhile
             assert other.invoke(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+
+
+# --- subscription groups ----------------------------------------------------------------------
+
+def test_a_group_created_orderly_is_kept(broker, conn):
+    answer = conn.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                         orjson.dumps({"groupName": "fifo-group", "consumeMessageOrderly": True}))
+    assert answer.code == ResponseCode.SUCCESS
+    assert broker.core.group_orderly("fifo-group") and not broker.core.group_orderly("other-group")
+
+
+@pytest.mark.parametrize("body, words", [(b"not json", "not SubscriptionGroupConfig JSON"),
+                                         (b"[1]", "not a SubscriptionGroupConfig object"),
+                                         (b'{"consumeMessageOrderly": true}', "no groupName")])
+def test_a_malformed_group_config_is_refused_saying_why(conn, body, words):
+    answer = conn.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+    assert answer.code == ResponseCode.INVALID_PARAMETER and words in answer.remark

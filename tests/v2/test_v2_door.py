@@ -341,3 +341,20 @@ def test_a_malformed_request_is_bad_request(broker_sim_remoting):
         assert answer.status.code == v2.BAD_REQUEST and answer.status.message
     finally:
         channel.close()
+
+
+def test_a_fifo_group_is_assigned_each_queue_and_told_so(v2_target, client):
+    topic = name("assign")
+    v2_target.create_topic(topic, queues=3, message_type="FIFO")
+
+    def assigned(group):
+        answer = client.QueryAssignment(v2.QueryAssignmentRequest(topic=v2.Resource(name=topic),
+                                                                  group=v2.Resource(name=group)))
+        assert answer.status.code == v2.OK
+        return sorted(a.message_queue.id for a in answer.assignments)
+
+    fifo, plain = v2_target.group(orderly=True), v2_target.group()
+    assert (assigned(fifo), assigned(plain)) == ([0, 1, 2], [-1])
+    settings = client.settle(v2.Settings(client_type=v2.SIMPLE_CONSUMER, subscription=v2.Subscription(
+        group=v2.Resource(name=fifo))))
+    assert settings.settings.subscription.fifo
