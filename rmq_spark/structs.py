@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -41,6 +42,36 @@ class Message:
     properties: dict = field(default_factory=dict)
     queue_id: int | None = None
     broker: str | None = None
+
+
+class InnerBatchIds(Sequence):
+    """The message ids of an inner batch's messages: its record's id with the message's index
+    appended (``record_id-i``), made when asked for, so that an answer carries one id for
+    the batch rather than a string per message."""
+
+    __slots__ = ("record_id", "count")
+
+    def __init__(self, record_id: str, count: int):
+        self.record_id = record_id
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [f"{self.record_id}-{i}" for i in range(*index.indices(self.count))]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(f"message {index} of an inner batch of {self.count}")
+        return f"{self.record_id}-{index}"
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"InnerBatchIds({self.record_id!r}, {self.count})"
 
 
 class SendResult(NamedTuple):

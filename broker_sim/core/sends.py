@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker_sim.store import ZERO_HOST, Compression, InnerBatch, PutContext, PutResult, echo
 from broker_sim.store import format as fmt
+from rmq_spark.structs import InnerBatchIds
 
 from .errors import invalid
 
@@ -131,14 +133,13 @@ def put(target, request: SendRequest) -> PutResult:
     return target.put_inner_batch(request.topic, request.queue_id, batch, context=context)
 
 
-def message_ids(request: SendRequest, result: PutResult, store_host: bytes) -> list[str]:
+def message_ids(request: SendRequest, result: PutResult, store_host: bytes) -> Sequence[str]:
     """RocketMQ's offsetMsgId of each message (the store host and the record's position); the
     messages of an inner batch share their record's, with their index appended."""
     if request.transaction_id:
         return []  # offsets and ids are given at commit
     if isinstance(request.content, InnerBatchSend):
-        record_id = fmt.message_id(store_host, result.physical_offsets[0])
-        return [f"{record_id}-{i}" for i in range(result.count)]
+        return InnerBatchIds(fmt.message_id(store_host, result.physical_offsets[0]), result.count)
     return [fmt.message_id(store_host, p) for p in result.physical_offsets]
 
 

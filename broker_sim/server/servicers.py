@@ -24,6 +24,7 @@ from broker_sim.store import ZERO_HOST, QueueType, TopicConfig
 from broker_sim.store import format as fmt
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_spark.structs import InnerBatchIds
 
 from .errors import translated, translated_async, translated_stream
 
@@ -139,9 +140,11 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         outcome = self._core.send(SendRequest(request.topic, request.queue_id, _content(request),
                                               request.born_timestamp_ms, born_host, request.producer_id,
                                               request.sequence, request.transaction_id))
+        ids = outcome.message_ids
+        batch_id = ids.record_id if isinstance(ids, InnerBatchIds) else ""
         return pb.SendResponse(queue_id=outcome.queue_id, base_offset=outcome.base_offset, count=outcome.count,
-                               message_ids=outcome.message_ids, store_timestamp_ms=outcome.store_timestamp_ms,
-                               duplicate=outcome.duplicate)
+                               message_ids=() if batch_id else ids, batch_message_id=batch_id,
+                               store_timestamp_ms=outcome.store_timestamp_ms, duplicate=outcome.duplicate)
 
     @translated_stream
     async def ReadRanges(self, request, context):

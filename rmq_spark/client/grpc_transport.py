@@ -22,6 +22,7 @@ from ..structs import (
     CommitResult,
     CorruptedRecord,
     GroupOffset,
+    InnerBatchIds,
     Message,
     OffsetRange,
     PreparedTransaction,
@@ -264,7 +265,8 @@ def _topic(topic: pb.Topic) -> TopicInfo:
 
 
 def _stored(r: pb.SendResponse) -> Stored:
-    return Stored(r.queue_id, r.base_offset, r.count, r.message_ids, r.store_timestamp_ms)  # ids: not copied
+    ids = InnerBatchIds(r.batch_message_id, r.count) if r.batch_message_id else r.message_ids  # not copied
+    return Stored(r.queue_id, r.base_offset, r.count, ids, r.store_timestamp_ms)
 
 
 def _send_request(send: Send) -> pb.SendRequest:

@@ -308,20 +308,22 @@ class SendRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., single: _Optional[_Union[SingleMessage, _Mapping]] = ..., early_batch: _Optional[_Union[EarlyBatch, _Mapping]] = ..., inner_batch: _Optional[_Union[InnerBatch, _Mapping]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
-    __slots__ = ("queue_id", "base_offset", "count", "message_ids", "store_timestamp_ms", "duplicate")
+    __slots__ = ("queue_id", "base_offset", "count", "message_ids", "store_timestamp_ms", "duplicate", "batch_message_id")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     base_offset: int
     count: int
     message_ids: _containers.RepeatedScalarFieldContainer[str]
     store_timestamp_ms: int
     duplicate: bool
-    def __init__(self, queue_id: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ..., message_ids: _Optional[_Iterable[str]] = ..., store_timestamp_ms: _Optional[int] = ..., duplicate: bool = ...) -> None: ...
+    batch_message_id: str
+    def __init__(self, queue_id: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ..., message_ids: _Optional[_Iterable[str]] = ..., store_timestamp_ms: _Optional[int] = ..., duplicate: bool = ..., batch_message_id: _Optional[str] = ...) -> None: ...
 
 class SendManyRequest(_message.Message):
     __slots__ = ("sends",)
