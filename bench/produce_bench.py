@@ -1,9 +1,11 @@
 """Produce benchmark (issue 6): 1 KB messages into a BatchCQ topic, broker in its own process.
 
-Rows, as the seed's OpenMessaging run (4 producer threads, 100 queues): single-message sends
-(AutoBatch off: the baseline), send_batch by hand (batches of 32), AutoBatch through
-send_async, and AutoBatch through blocking send from 64 threads; then the same at 10,000
-queues; and, for the Spark sink's path, send_arrow of Arrow record batches of 10,000 rows.
+Rows, as the seed's OpenMessaging run (4 producer threads, 100 queues, messages without keys
+as OpenMessaging's default NO_KEY): single-message sends (AutoBatch off: the baseline),
+send_batch by hand (batches of 32), AutoBatch through send_async, and AutoBatch through
+blocking send from 64 threads; then the same at 10,000 queues; AutoBatch with keys (400 keys
+hashed over the queues: a batch per queue); and, for the Spark sink's path, send_arrow of Arrow
+record batches of 10,000 rows.
 msgs/s over the whole run (flush included) and the per-message send latency (from the call to
 its result) at p50 / p99.
 
@@ -35,7 +37,7 @@ BATCH = 32
 ARROW_ROWS = 10_000
 
 
-def run(endpoint: str, topic: str, mode: str, threads: int, messages: int) -> dict:
+def run(endpoint: str, topic: str, mode: str, threads: int, messages: int, keyed: bool = False) -> dict:
     """Send ``messages`` from ``threads`` threads; returns msgs/s and latency percentiles (ms)."""
     unit = {"arrow": ARROW_ROWS, "batch": BATCH}.get(mode, 1)
     per_thread = max(1, messages // threads // unit) * unit
@@ -54,11 +56,11 @@ def run(endpoint: str, topic: str, mode: str, threads: int, messages: int) -> di
         if mode == "batch":
             for i in range(0, per_thread, BATCH):
                 started = time.perf_counter()
-                producer.send_batch([Message(topic, BODY, keys=f"k{index}")] * BATCH)
+                producer.send_batch([Message(topic, BODY)] * BATCH)
                 latencies[at + i : at + i + BATCH] = time.perf_counter() - started
             return
         for i in range(per_thread):
-            message = Message(topic, BODY, keys=f"k{index}-{i % 100}")
+            message = Message(topic, BODY, keys=f"k{index}-{i % 100}" if keyed else None)
             started = time.perf_counter()
             if mode == "async":
                 def done(result, error, slot=at + i, started=started):
@@ -93,18 +95,19 @@ def main(argv=None) -> int:
             with Admin(endpoint) as admin:
                 admin.create_topic("q100", 100, "BatchCQ")
                 admin.create_topic("q10000", 10_000, "BatchCQ")
-            plan = [(label, mode, threads, topic, count)
+            plan = [(label, mode, threads, topic, count, False)
                     for topic in ("q100", "q10000")
                     for label, mode, threads, count in (
                         ("single sends (baseline)", "single", 4, args.single_messages),
                         ("send_batch of 32 by hand", "batch", 4, args.messages),
                         ("AutoBatch, send_async", "async", 4, args.messages),
                         ("AutoBatch, blocking send", "sync", 64, args.messages // 4))]
-            plan.append(("send_arrow (the sink's path)", "arrow", 4, "q100", args.messages))
-            for label, mode, threads, topic, messages in plan:
+            plan.append(("AutoBatch, send_async, with keys", "async", 4, "q100", args.messages, True))
+            plan.append(("send_arrow (the sink's path)", "arrow", 4, "q100", args.messages, False))
+            for label, mode, threads, topic, messages, keyed in plan:
                 print(f"{label}, {threads} threads, {topic}: {messages:,} messages ...", flush=True)
                 rows.append({"row": label, "threads": threads, "queues": int(topic[1:]),
-                             **run(endpoint, topic, mode, threads, messages)})
+                             **run(endpoint, topic, mode, threads, messages, keyed)})
             peak = peak_rss_bytes(process.pid) / (1 << 20)
     single = rows[0]["msgs/s"]
     auto = rows[2]["msgs/s"]

@@ -22,9 +22,11 @@ class RecordAccumulator:
     ``append`` until ``release`` (the batch's answer, success or failure).
     """
 
-    def __init__(self, config: ProducerConfig, now_ms: Callable[[], float]):
+    def __init__(self, config: ProducerConfig, now_ms: Callable[[], float],
+                 next_queue: Callable[[str], tuple[str, int]] | None = None):
         self.config = config
         self.now_ms = now_ms
+        self.next_queue = next_queue  # the queue of a new batch of messages that take turns
         self._total_bytes = config.total_batch_max_bytes
         self._open: dict[tuple, ProducerBatch] = {}
         self._ready: collections.deque[ProducerBatch] = collections.deque()
@@ -37,12 +39,14 @@ class RecordAccumulator:
     def held_bytes(self) -> int:
         return self._held_bytes
 
-    def append(self, message: Message, queue: tuple[str, int], timeout_s: float,
+    def append(self, message: Message, queue: tuple[str, int] | None, timeout_s: float,
                callback=None) -> tuple[SendFuture, bool]:
         """The message's future, and whether a batch became ready; ``queue`` is (broker, queue
-        id); ``callback(result, error)`` runs once the batch is answered."""
+        id), or None for a message that takes turns: it joins its topic's and tag's open batch of
+        such messages, whose queue ``next_queue`` chose when it opened;
+        ``callback(result, error)`` runs once the batch is answered."""
         size = len(message.body)
-        key = (message.topic, queue[1], message.tags, queue[0])  # a plain tuple: the hottest line of sending
+        key = (message.topic, message.tags, queue)  # a plain tuple: the hottest line of sending
         with self._lock:  # the condition's lock; the condition only when there is no room
             if self._held_bytes + size > self._total_bytes and size <= self._total_bytes and \
                     not self._room.wait_for(lambda: self._held_bytes + size <= self._limit(size), timeout_s):
@@ -50,7 +54,9 @@ class RecordAccumulator:
             self._held_bytes += size
             batch = self._open.get(key)
             if batch is None:
-                batch = self._open[key] = ProducerBatch(BatchKey(*key), self.now_ms())
+                broker, queue_id = queue or self.next_queue(message.topic)
+                batch = self._open[key] = ProducerBatch(BatchKey(message.topic, queue_id, message.tags, broker),
+                                                        self.now_ms())
             future = batch.append(message, callback)
             if batch.body_bytes < self.config.batch_max_bytes:
                 return future, False

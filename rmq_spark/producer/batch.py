@@ -87,8 +87,7 @@ class ProducerBatch:
         self.messages.append(message)
         self.body_bytes += len(message.body)
         if callback is not None:
-            self._callbacks.append(lambda: callback(None, self.error) if self.error is not None
-                                   else callback(self.result_of(index), None))
+            self._callbacks.append((callback, index))
         return SendFuture(self, index)
 
     def age_ms(self, now_ms: float) -> float:
@@ -126,26 +125,32 @@ class ProducerBatch:
         return [self.result_of(index) for index in range(len(self.messages))]
 
     def add_callback(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once the batch is answered (now, if it is); in the order added."""
+        """Run ``callback()`` once the batch is answered (now, if it is); in the order added."""
         with self._lock:
             if not self._finished.is_set():
-                self._callbacks.append(callback)
+                self._callbacks.append((callback, None))
                 return
-        _run(callback)
+        self._run(callback, None)
 
     def _finish(self) -> None:
         with self._lock:
             self._finished.set()
             callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            _run(callback)
+        for callback, index in callbacks:
+            self._run(callback, index)
 
-
-def _run(callback: Callable[[], None]) -> None:
-    try:
-        callback()
-    except Exception:  # a user's callback must not stop the others, nor the sender
-        log.exception("a send callback failed")
+    def _run(self, callback, index: int | None) -> None:
+        """A message's ``callback(result, error)`` (``index``: the message's), or a
+        batch-level ``callback()``; one that raises must not stop the others, nor the sender."""
+        try:
+            if index is None:
+                callback()
+            elif self.error is not None:
+                callback(None, self.error)
+            else:
+                callback(self.result_of(index), None)
+        except Exception:
+            log.exception("a send callback failed")
 
 
 class SendFuture:

@@ -58,7 +58,9 @@ class Producer:
     compression : {"none", "lz4", "zstd", "zlib"}
         Compression of those batches, over the whole payload (default "none").
     queue_selector : {"hash", "round_robin"}
-        How a queue is chosen when a message names none (see ``Router``).
+        How a queue is chosen when a message names none (see ``Router``): ``hash`` places
+        messages with keys by their keys; the others take the queues in turn, a batch at a
+        time (AutoBatch fills one batch on a queue, then the next batch goes to the next).
     auto_batch, batch_max_bytes, batch_max_delay_ms, total_batch_max_bytes, send_timeout_ms, request_max_bytes
         See ``ProducerConfig`` (RocketMQ's defaults: 32 KiB, 10 ms, 32 MiB, 3 s).
     transport : TransportConfig, optional
@@ -94,7 +96,7 @@ class Producer:
                 self._transport.close()
                 raise
         self._router = Router(self._transport, queue_selector)
-        self._accumulator = RecordAccumulator(self.config, now_ms)
+        self._accumulator = RecordAccumulator(self.config, now_ms, self._router.next_queue)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
         self._sender.transaction_id = transaction_id
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
@@ -138,12 +140,13 @@ class Producer:
             raise ClosedError("the producer is closed: create a new one to send")
         if not isinstance(message.body, (bytes, bytearray, memoryview)):
             raise ConfigError(f"the message body is {type(message.body).__name__}: give bytes (text.encode())")
-        queue = self._router.queue_for(message)
         if self._batched(message):
+            queue = self._router.placed_queue(message)  # None: the batch's turn decides
             future, ready = self._accumulator.append(message, queue, self._room_timeout_s, callback)
             if ready:
                 self._sender.send_ready()
         else:
+            queue = self._router.queue_for(message)
             batch = ProducerBatch(BatchKey(message.topic, queue[1], message.tags, queue[0]), alone=True)
             future = batch.append(message, callback)
             self._sender.send([batch])

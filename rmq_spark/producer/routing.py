@@ -6,8 +6,10 @@ One set of rules for both ways of sending (``Producer.send`` and ``Producer.send
   ``broker`` / ``broker`` column where the topic is served by several brokers);
 - with the ``hash`` selector, what has keys goes to ``key_hash(keys) % queues`` (the same keys,
   the same queue, in every process and on both paths);
-- the rest takes the queues in turn, from one counter: a message is a turn, and so is a run of
-  about ``batch_max_bytes`` of rows (rows go to a queue a batch at a time).
+- the rest takes the queues in turn, from one counter: a batch is a turn (AutoBatch fills a
+  batch of such messages on one queue, then takes the next: RocketMQ's AutoBatch chooses the
+  queue per batch, Kafka's sticky partitioner per batch too), a message sent alone is a turn,
+  and so is a run of about ``batch_max_bytes`` of rows (rows go to a queue a batch at a time).
 
 A topic's queues are listed as (broker, queue id), broker by broker (the broker "" through our
 door, where there is one): the hash and the turns pick a place in that list, as RocketMQ's
@@ -65,7 +67,7 @@ class Router:
     """Topic routes (queues and type), fetched once per topic, and the queue selector.
 
     ``hash``: messages and rows with keys go to ``key_hash(keys) % queues``; those without
-    keys, and everything with ``round_robin``, take the queues in turn. An explicit queue (a
+    keys, and everything with ``round_robin``, take the queues in turn (a batch at a time). An explicit queue (a
     message's ``queue_id``, a ``queue_id`` column) wins over both. Queues are places in the
     route's list of (broker, queue id).
     """
@@ -92,12 +94,21 @@ class Router:
 
     def queue_for(self, message: Message) -> tuple[str, int]:
         """The (broker, queue id) a message goes to."""
+        return self.placed_queue(message) or self.next_queue(message.topic)
+
+    def placed_queue(self, message: Message) -> tuple[str, int] | None:
+        """The queue a message names or its keys choose; None for a message that takes a turn
+        (its topic's route is known then, so that taking the turn needs no call)."""
         route = self.route(message.topic)
-        queues = route.queues
         if message.queue_id is not None:
-            return queues[_slot_of(route, message.broker, message.queue_id, "the message")]
+            return route.queues[_slot_of(route, message.broker, message.queue_id, "the message")]
         if self.by_keys and message.keys:
-            return queues[key_hash(message.keys) % len(queues)]
+            return route.queues[key_hash(message.keys) % len(route.queues)]
+        return None
+
+    def next_queue(self, topic: str) -> tuple[str, int]:
+        """The next turn's queue of ``topic``."""
+        queues = self.route(topic).queues
         return queues[next(self._turns) % len(queues)]
 
     def row_queues(self, route: Route, rows: pa.RecordBatch, keys: pa.Array, lengths: np.ndarray,

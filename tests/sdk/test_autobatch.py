@@ -71,6 +71,16 @@ def test_a_batch_goes_when_it_is_old_enough(endpoint, clock, topic):
     producer.close()
 
 
+def test_messages_without_keys_fill_a_batch_on_one_queue_then_take_the_next(endpoint, clock, topic):
+    producer = stepped(endpoint, clock, batch_max_bytes=4000)
+    futures = [producer.send_async(Message(topic, b"x" * 1000)) for _ in range(10)]
+    producer.flush()  # the last two went by the flush, in a third batch on the first queue again
+    results = [f.result(10) for f in futures]
+    assert [r.queue_id for r in results] == [0] * 4 + [1] * 4 + [0] * 2
+    assert [len({record_id(r) for r in results[i:i + 4]}) for i in (0, 4, 8)] == [1, 1, 1]
+    producer.close()
+
+
 def test_batches_are_per_queue_and_tag(endpoint, clock, topic):
     producer = stepped(endpoint, clock)
     sent = [producer.send_async(Message(topic, b"x", queue_id=q, tags=t)) for q in (0, 1) for t in ("A", "B")

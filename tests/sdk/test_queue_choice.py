@@ -55,8 +55,8 @@ def test_an_explicit_queue_wins_on_both_paths_and_a_missing_one_is_refused_alike
 
 @pytest.mark.parametrize("selector, keys", [("round_robin", "k"), ("hash", None)])
 def test_messages_and_rows_take_the_queues_in_turn_from_one_counter(endpoint, topic_name, selector, keys):
-    """A message is a turn, and so is a run of about batch_max_bytes of rows: what one path sends
-    next goes to the queue after the other's last."""
+    """A batch of messages is a turn, and so is a run of about batch_max_bytes of rows: what one
+    path sends next goes to the queue after the other's last."""
     topic = create(endpoint, topic_name)
     rows = pa.table({"body": [b"row-%d" % i + b"." * 95 for i in range(30)], "keys": [keys] * 30})
     with Producer(endpoint, queue_selector=selector, batch_max_bytes=1000) as producer:
