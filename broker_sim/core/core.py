@@ -156,6 +156,7 @@ class BrokerCore:
         self.counters = Counters()
         # With --flush sync an append waits for its flush: doors run it where waiting is cheap.
         self.appends_wait_for_flush = store.config.flush_mode is FlushMode.SYNC
+        self.pop_waits_for_disk = pop.config.sync_writes  # each pop state write is synced
 
     @classmethod
     def open(cls, data_dir, options: CoreOptions) -> "BrokerCore":

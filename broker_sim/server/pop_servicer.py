@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from broker_sim.core import BrokerCore
 from broker_sim.pop import AckStatus
 from rmq_spark.protocol.v1 import pop_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2_grpc as pb_grpc
 
-from .errors import translated
+from .errors import translated, translated_async
 from .serialized import with_bytes_field
 
 _RECORDS_FIELD = pb.PopResponse.DESCRIPTOR.fields_by_name["records"].number
@@ -15,11 +17,30 @@ _ACK_STATUS = {AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVA
 
 
 class PopServicer(pb_grpc.PopServicer):
+    """Pops and acks run on the event loop when their state writes never wait for a disk sync
+    (a pool thread's hand-off costs more than the call, as for sends); a pop that finds
+    nothing and may wait for messages waits in the pool."""
+
     def __init__(self, core: BrokerCore):
         self._core = core
 
-    @translated
-    def Pop(self, request, context):
+    @translated_async
+    async def Pop(self, request, context):
+        if self._core.pop_waits_for_disk:
+            return await asyncio.get_running_loop().run_in_executor(None, self._pop, request, request.poll_time_ms)
+        found, answer = self._pop(request, 0)
+        if found or not request.poll_time_ms:
+            return answer
+        return (await asyncio.get_running_loop().run_in_executor(None, self._pop, request, request.poll_time_ms))[1]
+
+    @translated_async
+    async def Ack(self, request, context):
+        if self._core.pop_waits_for_disk:
+            return await asyncio.get_running_loop().run_in_executor(None, self._ack, request)
+        return self._ack(request)
+
+    def _pop(self, request, poll_time_ms: int) -> tuple[bool, bytes]:
+        """Whether the pop found deliveries, and its answer."""
         def answer(result):  # its records are views of the store: copied into the answer here
             found = result.deliveries
             checkpoints = [d.checkpoint for d in found]
@@ -30,14 +51,12 @@ class PopServicer(pb_grpc.PopServicer):
                 retry=[d.retry for d in found], record_bytes=[d.record_size for d in found],
                 invisible_until_ms=checkpoints[0].deadline_ms if checkpoints else 0,
                 polling_full=result.polling_full)
-            return with_bytes_field(head, _RECORDS_FIELD, result.parts)
+            return bool(found), with_bytes_field(head, _RECORDS_FIELD, result.parts)
 
         return self._core.pop(request.group, request.topic, request.queue_id, request.max_messages,
-                              request.invisible_time_ms, request.poll_time_ms, request.tag_filter, request.orderly,
-                              answer)
+                              request.invisible_time_ms, poll_time_ms, request.tag_filter, request.orderly, answer)
 
-    @translated
-    def Ack(self, request, context):
+    def _ack(self, request):
         failures = self._core.ack(request.group, list(request.receipt_handles))
         return pb.AckResponse(failures=[pb.AckFailure(index=f.index, status=_ACK_STATUS[f.status], detail=f.detail)
                                         for f in failures])

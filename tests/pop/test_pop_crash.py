@@ -97,7 +97,8 @@ def test_kill_9_with_concurrent_consumers_loses_nothing_and_redelivers_no_acked_
             thread.join(30)
         with Admin(endpoint) as admin:
             committed = {o.queue_id: o.offset for o in admin.group_offsets("g", ["t"])}
-            ends = {q.queue_id: q.max_offset for q in admin.offsets(["t"])["t"]}
+            # AutoBatch takes a queue per batch: a queue may have got none of the messages.
+            ends = {q.queue_id: q.max_offset for q in admin.offsets(["t"])["t"] if q.max_offset}
     assert done, f"{len(everything - ledger.delivered)} messages never delivered after the restart"
     assert ledger.redelivered_after_ack == []  # no acked message came again as new work
     assert everything <= ledger.acked | ledger.ack_unknown  # none lost: each was acked in the end
