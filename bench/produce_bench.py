@@ -7,7 +7,8 @@ blocking send from 64 threads; then the same at 10,000 queues; AutoBatch with ke
 hashed over the queues: a batch per queue); and, for the Spark sink's path, send_arrow of Arrow
 record batches of 10,000 rows.
 msgs/s over the whole run (flush included) and the per-message send latency (from the call to
-its result) at p50 / p99.
+its result) at p50 / p99 (of every 32nd message with send_async: the others share one callback
+that counts failures, as an application's would).
 
     python bench/produce_bench.py [--messages 200000] [--single-messages 4000]
 """
@@ -34,6 +35,7 @@ from rmq_spark import Admin, Message, Producer  # noqa: E402
 
 BODY = os.urandom(1024)
 BATCH = 32
+LATENCY_SAMPLE = 32  # send_async rows time every 32nd message (a closure of its own); the others share a callback
 ARROW_ROWS = 10_000
 
 
@@ -41,8 +43,13 @@ def run(endpoint: str, topic: str, mode: str, threads: int, messages: int, keyed
     """Send ``messages`` from ``threads`` threads; returns msgs/s and latency percentiles (ms)."""
     unit = {"arrow": ARROW_ROWS, "batch": BATCH}.get(mode, 1)
     per_thread = max(1, messages // threads // unit) * unit
-    latencies = np.zeros(per_thread * threads)
+    latencies = np.zeros(per_thread * threads // (LATENCY_SAMPLE if mode == "async" else 1))
     producer = Producer(endpoint, auto_batch=mode != "single")
+    failures = []
+
+    def count_failure(_result, error) -> None:  # one callback for every message, as an application's
+        if error is not None:
+            failures.append(error)
 
     def work(index: int) -> None:
         at = index * per_thread
@@ -62,8 +69,11 @@ def run(endpoint: str, topic: str, mode: str, threads: int, messages: int, keyed
         for i in range(per_thread):
             message = Message(topic, BODY, keys=f"k{index}-{i % 100}" if keyed else None)
             started = time.perf_counter()
-            if mode == "async":
-                def done(result, error, slot=at + i, started=started):
+            if mode == "async" and i % LATENCY_SAMPLE:
+                producer.send_async(message, callback=count_failure)
+            elif mode == "async":
+                def done(result, error, slot=at // LATENCY_SAMPLE + i // LATENCY_SAMPLE, started=started):
+                    count_failure(result, error)
                     latencies[slot] = time.perf_counter() - started
                 producer.send_async(message, callback=done)
             else:  # "single" and "sync": blocking sends
@@ -79,6 +89,8 @@ def run(endpoint: str, topic: str, mode: str, threads: int, messages: int, keyed
     producer.flush()
     elapsed = time.perf_counter() - started
     producer.close()
+    if failures:
+        raise RuntimeError(f"{len(failures)} sends failed; the first: {failures[0]!r}")
     sent = per_thread * threads
     return {"msgs/s": sent / elapsed, "p50 ms": float(np.percentile(latencies, 50)) * 1000,
             "p99 ms": float(np.percentile(latencies, 99)) * 1000, "messages": sent}

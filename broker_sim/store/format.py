@@ -19,8 +19,12 @@ from __future__ import annotations
 import enum
 import socket
 import struct
-import zlib
 from dataclasses import dataclass
+
+try:  # ISA-L's CRC-32 (SIMD) is ~12x zlib's on 32 KiB bodies; the same polynomial and values
+    from isal.isal_zlib import crc32
+except ImportError:  # a platform without isal's wheel: zlib's
+    from zlib import crc32
 
 MAGIC_V1 = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
@@ -180,19 +184,19 @@ def record_size(body_len: int, topic_len: int, properties_len: int) -> int:
 
 def body_crc(body) -> int:
     """BODYCRC as RocketMQ writes it (UtilAll.crc32): the CRC-32 of the body, its top bit cleared."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def body_crc_matches(body, stored: int) -> bool:
     """Whether ``stored`` is the body's BODYCRC; stores written before 2026-11 kept all 32 bits."""
-    crc = zlib.crc32(body)
+    crc = crc32(body)
     return stored in (crc & 0x7FFFFFFF, crc)
 
 
 def record_crc(header, after_body) -> int:
     """The record CRC: over the header (up to BODYLEN) and the bytes from the body's end to
     the CRC property (topic length, topic, properties length, properties)."""
-    return zlib.crc32(after_body, zlib.crc32(header))
+    return crc32(after_body, crc32(header))
 
 
 def crc_property(crc: int) -> bytes:

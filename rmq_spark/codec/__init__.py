@@ -47,9 +47,9 @@ class Codec(enum.Enum):
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
-            for codec in cls:
-                if codec.value == value.strip().lower():
-                    return codec
+            codec = cls._value2member_map_.get(value.strip().lower())  # a lookup: the broker parses every batch's
+            if codec is not None:
+                return codec
         raise CodecError(f"unknown codec {value!r}; use one of: {', '.join(c.value for c in cls)}")
 
 
@@ -181,7 +181,7 @@ def check_batch(payload, codec: "Codec | str", compression: "Compression | str |
     codec, compression = Codec.parse(codec), Compression.parse(compression)
     plain = decompress_bounded(payload, compression, max_decompressed_bytes)
     if codec is Codec.RMQ:
-        found = len(rmq.scan(plain))
+        found = rmq.count(plain)
     else:
         batch = arrow.decode(plain)
         try:

@@ -171,6 +171,32 @@ def scan(payload) -> Entries:
     return _checked_entries(payload, starts, begins, ends)
 
 
+_WALKED_ENTRIES = 128  # up to this many entries a Python walk checks a payload faster than numpy's calls
+_LENGTHS = struct.Struct(">i12xi")  # TOTALSIZE, then BODYLEN
+
+
+def count(payload) -> int:
+    """How many messages a MessageBatch payload holds, its lengths checked as ``scan`` checks
+    them (the broker's check of every batch it stores). Tens of entries are walked in Python,
+    ~3x quicker than ``scan``'s numpy calls; a longer or a bad payload goes to ``scan``, which
+    counts the long one and names what is wrong with the bad one."""
+    end = len(payload)
+    pos = found = 0
+    lengths, proplen = _LENGTHS.unpack_from, _PROPLEN.unpack_from
+    while pos < end and found < _WALKED_ENTRIES:
+        if end - pos < FIXED_BYTES:
+            break
+        total, body = lengths(payload, pos)
+        if not FIXED_BYTES <= total <= end - pos or not 0 <= body <= total - FIXED_BYTES or \
+                proplen(payload, pos + HEADER_BYTES + body)[0] != total - FIXED_BYTES - body:
+            break
+        pos += total
+        found += 1
+    if pos == end and found:
+        return found
+    return len(scan(payload))
+
+
 def scan_payloads(buf, begins: np.ndarray, ends: np.ndarray) -> Entries:
     """Find every message of the payloads at ``buf[begins[i]:ends[i]]`` (in buffer order) and
     check their lengths, all payloads at once.

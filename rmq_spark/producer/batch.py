@@ -57,7 +57,7 @@ class ProducerBatch:
     """
 
     __slots__ = ("key", "created_ms", "messages", "body_bytes", "alone", "encoded", "sequence", "response",
-                 "error", "_finished", "_callbacks", "_lock")
+                 "error", "_finished", "_callbacks", "_indexes", "_lock")
 
     def __init__(self, key: BatchKey, created_ms: float = 0.0, alone: bool = False):
         self.key = key
@@ -70,7 +70,10 @@ class ProducerBatch:
         self.response = None  # where the broker stored it: the transport's Stored
         self.error: BaseException | None = None
         self._finished = threading.Event()
-        self._callbacks: list[Callable[[], None]] = []
+        # Callbacks, and the index of each one's message (None: a batch-level callback): two
+        # lists rather than a tuple per message, which the garbage collector would track.
+        self._callbacks: list[Callable] = []
+        self._indexes: list[int | None] = []
         self._lock = threading.Lock()
 
     @classmethod
@@ -87,7 +90,8 @@ class ProducerBatch:
         self.messages.append(message)
         self.body_bytes += len(message.body)
         if callback is not None:
-            self._callbacks.append((callback, index))
+            self._callbacks.append(callback)
+            self._indexes.append(index)
         return SendFuture(self, index)
 
     def age_ms(self, now_ms: float) -> float:
@@ -128,15 +132,16 @@ class ProducerBatch:
         """Run ``callback()`` once the batch is answered (now, if it is); in the order added."""
         with self._lock:
             if not self._finished.is_set():
-                self._callbacks.append((callback, None))
+                self._callbacks.append(callback)
+                self._indexes.append(None)
                 return
         self._run(callback, None)
 
     def _finish(self) -> None:
         with self._lock:
             self._finished.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback, index in callbacks:
+            callbacks, indexes, self._callbacks, self._indexes = self._callbacks, self._indexes, [], []
+        for callback, index in zip(callbacks, indexes):
             self._run(callback, index)
 
     def _run(self, callback, index: int | None) -> None:

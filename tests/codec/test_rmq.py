@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from codec_layout import message_batch, properties
-from rmq_spark.codec import decode_batch, encode_messages
+from rmq_spark.codec import check_batch, decode_batch, encode_messages, rmq
 from rmq_spark.codec.rmq import BatchFormatError
 
 
@@ -110,6 +110,14 @@ def patch(at: int, fmt: str, value) -> bytes:
 def test_malformed_payloads_say_where_and_why(payload, match):
     with pytest.raises(BatchFormatError, match=match):
         decode(payload)
+    with pytest.raises(BatchFormatError, match=match):  # the broker's check of every batch says the same
+        check_batch(payload, "rmq", "none", 2)
+
+
+@pytest.mark.parametrize("sizes", [[100] * 50, [1, 2, 3, 5, 8] * 30, [64] * 200])
+def test_the_broker_s_count_walks_short_payloads_and_scans_long_ones_alike(sizes):
+    payload = message_batch([(os.urandom(n), b"") for n in sizes])
+    assert rmq.count(payload) == len(rmq.scan(payload)) == len(sizes)
 
 
 def test_malformed_utf8_in_a_property_is_an_error():
