@@ -4,7 +4,9 @@ over a backlog of 1 KB messages in a BatchCQ topic (broker in its own process), 
 The baseline, measured in the same run with the same Spark, is the engine's ceiling for a
 Python data source: a trivial streaming source yielding the same Arrow columns (the read
 schema, 1 KB bodies) from memory, over as many partitions as rocketmq-batch planned. The
-target is >= 50% of it; 10,000 queues should come within 10% of 16.
+targets: >= 70% of it at 16 queues, >= 60% at 10,000 queues and within 10% of 16. The backlog
+is stored as the producer stores it by default (RocketMQ's encoding, uncompressed), or in
+``--codec`` / ``--compression``; the source runs with its default options.
 
 Rows/s is the backlog over the micro-batches' trigger execution time (from query progress:
 planning, the tasks and the sink; query start-up is left out for both).
@@ -28,7 +30,7 @@ from bench.read_bench import fill  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
 
 BODY_BYTES = 1024
-TARGET_SHARE = 0.5
+TARGET_SHARE = {16: 0.7}  # of the memory source's rate; 0.6 at any other queue count
 
 
 def memory_source_class():
@@ -122,6 +124,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=32, help="messages per stored batch (AutoBatch's 32 KiB: 32)")
     parser.add_argument("--repeat", type=int, default=2, help="reads of each backlog; the best is reported")
     parser.add_argument("--max-partitions", type=int, help="the source's maxPartitions (default: its default)")
+    parser.add_argument("--codec", default="rmq", help="the stored batches' codec (default: the producer's, rmq)")
+    parser.add_argument("--compression", default="none", help="their compression (default: the producer's, none)")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -144,7 +148,8 @@ def main(argv=None) -> int:
             for queues in [int(q) for q in args.queues.split(",")]:
                 print(f"filling spark{queues}: {args.messages:,} messages of {BODY_BYTES} B in {queues:,} queues, "
                       f"batches of {args.batch} ...", flush=True)
-                fill(endpoint, f"spark{queues}", "BatchCQ", "arrow", "lz4", args.batch, queues, args.messages)
+                fill(endpoint, f"spark{queues}", "BatchCQ", args.codec, args.compression, args.batch, queues,
+                     args.messages)
                 options = {"endpoint": endpoint, "topic": f"spark{queues}", "startingOffsets": "earliest"}
                 if args.max_partitions:
                     options["maxPartitions"] = str(args.max_partitions)
@@ -173,18 +178,22 @@ def main(argv=None) -> int:
                                 "MB/s": row["source"] * BODY_BYTES / 1e6})
     spark.stop()
     notes = [f"{r['queues']:,} queues: rocketmq-batch reads {r['share of baseline']:.0%} of the memory source's "
-             f"rate; {'meets' if r['share of baseline'] >= TARGET_SHARE else 'MISSES'} the {TARGET_SHARE:.0%} target"
-             for r in results]
+             f"rate; {'meets' if r['share of baseline'] >= _target(r['queues']) else 'MISSES'} the "
+             f"{_target(r['queues']):.0%} target" for r in results]
     if len(results) > 1:
         ratio = results[-1]["rocketmq-batch rows/s"] / results[0]["rocketmq-batch rows/s"]
         notes.append(f"{results[-1]['queues']:,} queues read at {ratio:.0%} of the rate of {results[0]['queues']:,} "
                      f"({'within' if ratio >= 0.9 else 'NOT within'} 10%)")
-    notes.append(f"stored batches of {args.batch} messages (arrow codec, lz4); Spark local[2], broker in its own "
-                 "process, all on one machine")
+    notes.append(f"stored batches of {args.batch} messages ({args.codec} codec, compression {args.compression}); "
+                 "Spark local[2], broker in its own process, all on one machine")
     report.write("spark-read", results, ["queues", "partitions", "rows", "rocketmq-batch rows/s",
                                          "memory source rows/s", "share of baseline", "MB/s"], notes,
                  plot=lambda ax: _plot(ax, results))
     return 0
+
+
+def _target(queues: int) -> float:
+    return TARGET_SHARE.get(queues, 0.6)
 
 
 def _plot(ax, rows) -> None:

@@ -27,6 +27,7 @@ from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
 from rmq_spark.structs import InnerBatchIds
 
 from .errors import translated, translated_async, translated_stream
+from .serialized import with_bytes_field
 
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
 CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger record travels alone)
@@ -40,6 +41,7 @@ _COMPRESSIONS = {pb.COMPRESSION_NONE: fmt.Compression.NONE, pb.COMPRESSION_LZ4: 
                  pb.COMPRESSION_ZSTD: fmt.Compression.ZSTD, pb.COMPRESSION_ZLIB: fmt.Compression.ZLIB}
 _RANGE_STATUS = {status: pb.RangeStatus.Value(status.value) for status in RangeStatus}
 _PEER_IPV4 = re.compile(r"^ipv4:(\d+\.\d+\.\d+\.\d+):(\d+)$")
+_RECORDS_FIELD = pb.ReadRangesResponse.DESCRIPTOR.fields_by_name["records"].number
 
 
 class AdminServicer(pb_grpc.AdminServicer):
@@ -213,24 +215,20 @@ class _Chunks:
             self.parts[:] = [b"".join(self.parts)]
         return out, done
 
-    def _chunk(self):
-        records = b"".join(self.parts)
-        response = pb.ReadRangesResponse(range_index=self.index, records=records, record_count=self.part_records)
+    def _chunk(self, **fields) -> bytes:
+        """A response of the records taken so far, serialized with them copied once (from the
+        store's views straight into the answer: ``with_bytes_field``)."""
+        head = pb.ReadRangesResponse(range_index=self.index, record_count=self.part_records, **fields)
+        response = with_bytes_field(head, _RECORDS_FIELD, self.parts)
         self.parts.clear()
         self.part_bytes = self.part_records = 0
         return response
 
-    def _finish(self):
+    def _finish(self) -> bytes:
         cursor = self.cursor
-        done = self._chunk() if self.parts else pb.ReadRangesResponse(range_index=self.index)
-        done.done = True
-        done.status = _RANGE_STATUS[cursor.status]
-        done.next_offset = cursor.next_offset
-        done.min_offset = cursor.min_offset
-        done.max_offset = cursor.max_offset
-        done.corrupted_from = cursor.corrupted_from
-        done.detail = cursor.detail
-        return done
+        return self._chunk(done=True, status=_RANGE_STATUS[cursor.status], next_offset=cursor.next_offset,
+                           min_offset=cursor.min_offset, max_offset=cursor.max_offset,
+                           corrupted_from=cursor.corrupted_from, detail=cursor.detail)
 
 
 # --- translation helpers --------------------------------------------------------------------------
