@@ -53,7 +53,7 @@ from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader  # noqa
 
 BODY_BYTES = 1024
 THREADS = 4
-BATCH = 32  # 1 KB messages that fill AutoBatch's 32 KiB batch
+BATCH = 32  # 1 KB messages that fill RocketMQ's 32 KiB AutoBatch batch
 STAMP = struct.Struct("<q")  # the send time (monotonic ns, one clock for every process) at the body's start
 LAG_SAMPLE_S = 0.05
 COLUMNS = ["row", "queues", "dispatch", "messages", "produce msgs/s", "consume msgs/s", "p50 visible ms",

@@ -4,7 +4,7 @@ process (2 cores in all).
 
 Rows: a SimpleCQ topic (a delivery per message) popped 32 at a time (RocketMQ's maximum) and
 256 at a time (broker_sim allows up to 1024: a gRPC call costs as much as dozens of messages),
-and a BatchCQ topic (batches of 32, what AutoBatch's 32 KiB default makes of 1 KB messages, in
+and a BatchCQ topic (batches of 32, what RocketMQ's 32 KiB AutoBatch makes of 1 KB messages, in
 the arrow codec of the Spark sink; a delivery per batch) popped 32 units at a time. Consumers
 use what they pop: SimpleCQ messages as structs (``Delivery.messages()``), BatchCQ units as
 Arrow (``Delivery.records``). The baseline, measured in the same run, is a RangeReader read

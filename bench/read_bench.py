@@ -1,11 +1,11 @@
 """Range read benchmark: 1 KB messages from a BatchCQ topic into Arrow through RangeReader,
 with the broker in its own process beside the reader (2 cores in all).
 
-Rows: BatchCQ with the arrow and the rmq codec (lz4), in batches of 32 (what AutoBatch's
-32 KiB default makes of 1 KB messages) and of 256; the baseline, measured in the same run, is
-the same messages read from a SimpleCQ topic (a stored record per message). Every queue is
-read whole in one RangeReader.read call (one range per queue). The broker's resident memory
-is reported beside the throughput.
+Rows: BatchCQ with the arrow and the rmq codec (lz4), in batches of 32 (what RocketMQ's 32 KiB
+AutoBatch makes of 1 KB messages) and of 256 (what ours, 256 KiB by default, makes); the
+baseline, measured in the same run, is the same messages read from a SimpleCQ topic (a stored
+record per message). Every queue is read whole in one RangeReader.read call (one range per
+queue). The broker's resident memory is reported beside the throughput.
 
     python bench/read_bench.py [--messages 1000000] [--queues 16] [--repeat 2]
 """

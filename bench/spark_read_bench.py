@@ -121,7 +121,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000, help="backlog per row (default 1,000,000)")
     parser.add_argument("--queues", default="16,10000", help="queue counts, comma-separated")
-    parser.add_argument("--batch", type=int, default=32, help="messages per stored batch (AutoBatch's 32 KiB: 32)")
+    parser.add_argument("--batch", type=int, default=256,
+                        help="messages per stored batch (AutoBatch's default 256 KiB: 256; RocketMQ's 32 KiB: 32)")
     parser.add_argument("--repeat", type=int, default=2, help="reads of each backlog; the best is reported")
     parser.add_argument("--max-partitions", type=int, help="the source's maxPartitions (default: its default)")
     parser.add_argument("--codec", default="rmq", help="the stored batches' codec (default: the producer's, rmq)")

@@ -14,7 +14,10 @@ class ProducerConfig:
     auto_batch : bool
         Group messages sent one by one into batches (RocketMQ's AutoBatch).
     batch_max_bytes : int
-        A batch goes out as soon as its bodies pass this many bytes (32 KiB).
+        A batch goes out as soon as its bodies pass this many bytes (256 KiB; RocketMQ's is
+        32 KiB). Larger batches cost the broker and every reader less per message (a stored
+        batch costs ~100 us to append and a Python step or two to read, whatever its size)
+        and add no latency: a batch still goes within ``batch_max_delay_ms``.
     batch_max_delay_ms : int
         ... or as soon as it is this old (10 ms).
     total_batch_max_bytes : int
@@ -33,7 +36,7 @@ class ProducerConfig:
     """
 
     auto_batch: bool = True
-    batch_max_bytes: int = 32 * 1024
+    batch_max_bytes: int = 256 * 1024
     batch_max_delay_ms: int = 10
     total_batch_max_bytes: int = 32 * 1024 * 1024
     send_timeout_ms: int = 3_000

@@ -62,7 +62,7 @@ class Producer:
         messages with keys by their keys; the others take the queues in turn, a batch at a
         time (AutoBatch fills one batch on a queue, then the next batch goes to the next).
     auto_batch, batch_max_bytes, batch_max_delay_ms, total_batch_max_bytes, send_timeout_ms, request_max_bytes
-        See ``ProducerConfig`` (RocketMQ's defaults: 32 KiB, 10 ms, 32 MiB, 3 s).
+        See ``ProducerConfig`` (256 KiB, where RocketMQ's is 32 KiB; then RocketMQ's: 10 ms, 32 MiB, 3 s).
     transport : TransportConfig, optional
         Deadlines, retries and backoff of calls.
     transaction_id : str, optional
