@@ -100,6 +100,9 @@ class Producer:
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
         self._sender.transaction_id = transaction_id
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
+        self._blocked_sends = 0  # threads waiting in send()
+        self._blocked_lock = threading.Lock()
+        self._sender.on_idle = self._on_idle
         self._closed = False
         self._close_lock = threading.Lock()
         retries = self._transport.config.retries
@@ -124,13 +127,30 @@ class Producer:
                                    self._sender.prepared_messages)
 
     def send(self, message: Message) -> SendResult:
-        """Send one message and wait for its own result (with AutoBatch, its batch's answer)."""
-        future = self.send_async(message)
+        """Send one message and wait for its own result (with AutoBatch, its batch's answer).
+
+        A blocking send does not wait out ``batch_max_delay_ms`` when the producer has no call
+        out: its batch goes at once, and the batches that fill meanwhile (other threads' sends)
+        go as soon as that call is answered, as Nagle's algorithm sends. Threads blocked in
+        ``send`` thus share a call each round trip, not each delay."""
+        with self._blocked_lock:  # counted before the append, so that an answer arriving after it sees this send
+            self._blocked_sends += 1
         try:
+            future = self.send_async(message)
+            if not future.done() and self._sender.idle and self.config.auto_batch:
+                self.timer.tick(flush_all=True)
             return future.result(self._answer_timeout_s)
         except TimeoutError:
             raise RequestTimeoutError(f"no answer for the batch of this message within "
                                       f"{self._answer_timeout_s:.0f} s") from None
+        finally:
+            with self._blocked_lock:
+                self._blocked_sends -= 1
+
+    def _on_idle(self) -> None:
+        """The last call out was answered: blocked sends' batches need not wait out their delay."""
+        if self._blocked_sends > 0:
+            self.timer.send_open()
 
     def send_async(self, message: Message,
                    callback: Callable[[SendResult | None, BaseException | None], None] | None = None) -> SendFuture:

@@ -37,6 +37,7 @@ class Sender:
         self._sequences = count()
         self._in_flight = 0  # SendMany calls of ready batches not yet answered
         self._lock = threading.Lock()
+        self.on_idle: Callable[[], None] | None = None  # called when the last call out is answered
         self.transaction_id = ""  # set: every send is prepared under this transaction
         self.prepared_batches = 0
         self.prepared_messages = 0
@@ -65,6 +66,14 @@ class Sender:
         # encoding never holds up the thread that answers calls.
         with self._lock:
             self._in_flight -= 1
+            idle = self._in_flight == 0
+        if idle and self.on_idle is not None:
+            self.on_idle()
+
+    @property
+    def idle(self) -> bool:
+        """No call of ready batches is out."""
+        return self._in_flight == 0
 
     def send(self, batches: list[ProducerBatch], release: Callable[[ProducerBatch], None] | None = None,
              on_answered: Callable[[], None] | None = None) -> None:
@@ -188,13 +197,15 @@ def _answer(batch: ProducerBatch, error, response, release) -> None:
 
 
 class BatchTimer:
-    """The one background thread: every half delay it sends the batches that are old enough."""
+    """The one background thread: every half delay it sends the batches that are old enough,
+    and, woken by ``send_open``, every open batch at once."""
 
     def __init__(self, accumulator: RecordAccumulator, sender: Sender, interval_ms: float):
         self.accumulator = accumulator
         self.sender = sender
         self.interval_s = interval_ms / 1000
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -207,15 +218,25 @@ class BatchTimer:
         self.accumulator.seal_aged(flush_all)
         return self.sender.send_ready()
 
+    def send_open(self) -> None:
+        """Have the timer's thread send every open batch now (not the caller's thread: it may
+        be the transport's, which must not encode)."""
+        self._wake.set()
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.is_set():
+            woken = self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
-                self.tick()
+                self.tick(flush_all=woken)
             except Exception:  # the sender answers batches itself; this is a bug guard
                 log.exception("producer timer failed")
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None

@@ -183,6 +183,29 @@ def test_blocking_sends_from_many_threads(endpoint, topic):
         assert offsets == list(range(len(offsets)))
 
 
+def test_a_blocking_send_does_not_wait_out_the_delay_when_nothing_is_in_flight(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)  # no timer, and a clock that never moves
+    assert producer.send(Message(topic, b"alone", queue_id=0)).queue_offset == 0
+    producer.close()
+
+
+def test_blocked_senders_share_a_call_per_round_trip_not_per_delay(endpoint, topic):
+    # A delay no test outlasts: every send below completes only if the batches that fill while
+    # a call is out go when it is answered.
+    with Producer(endpoint, batch_max_delay_ms=600_000) as producer:
+        results = []
+
+        def worker(thread):
+            results.extend(producer.send(Message(topic, b"%d-%d" % (thread, i))) for i in range(25))
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(results) == 200 and len({(r.queue_id, r.queue_offset) for r in results}) == 200
+
+
 class CallSpy:
     """Wraps the gRPC transport's SendMany call: counts calls, and can lose the first answers
     (the broker stores the batches, the client hears UNAVAILABLE), as a dropped connection would."""
