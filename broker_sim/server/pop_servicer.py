@@ -26,12 +26,13 @@ class PopServicer(pb_grpc.PopServicer):
 
     @translated_async
     async def Pop(self, request, context):
-        if self._core.pop_waits_for_disk:
-            return await asyncio.get_running_loop().run_in_executor(None, self._pop, request, request.poll_time_ms)
-        found, answer = self._pop(request, 0)
-        if found or not request.poll_time_ms:
-            return answer
-        return (await asyncio.get_running_loop().run_in_executor(None, self._pop, request, request.poll_time_ms))[1]
+        if not self._core.pop_waits_for_disk:
+            found, answer = self._pop(request, 0)
+            if found or not request.poll_time_ms:
+                return answer
+        _found, answer = await asyncio.get_running_loop().run_in_executor(None, self._pop, request,
+                                                                          request.poll_time_ms)
+        return answer
 
     @translated_async
     async def Ack(self, request, context):

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 
 from broker_sim.server import Broker
+from broker_sim.store import FlushMode, StoreConfig
 from pop_helpers import CONFIG, Clock
 from rmq_spark import (
     Admin,
@@ -68,6 +69,21 @@ def test_receive_ack_and_messages(broker):
         assert [d.records.column("body")[0].as_py() for d in rest] == [b"m3", b"m4"]
         consumer.ack(rest)
         assert consumer.receive() == []
+
+
+def test_pops_and_acks_whose_state_writes_are_synced_run_in_the_pool_alike(tmp_path):
+    synced = Broker(tmp_path / "synced", "127.0.0.1", 0, store_config=StoreConfig(flush_mode=FlushMode.SYNC))
+    synced.start()
+    try:
+        assert synced.core.pop_waits_for_disk
+        send(synced, "s", "SimpleCQ", [Message("s", b"m%d" % i) for i in range(3)])
+        with PopConsumer(synced.endpoint, "g", "s", max_messages=2, poll_ms=0) as consumer:
+            first = consumer.receive()
+            assert [d.messages()[0].body for d in first] == [b"m0", b"m1"]
+            consumer.ack(first)
+            assert [d.messages()[0].body for d in consumer.receive(poll_ms=1000)] == [b"m2"]  # the pool's wait
+    finally:
+        synced.stop(grace=1.0)
 
 
 def test_a_batchcq_unit_arrives_as_one_delivery_as_arrow_and_structs(broker):
