@@ -155,7 +155,7 @@ class BrokerRequests:
                 "msgId": msg_id, "queueId": str(queue_id), "queueOffset": "0", "transactionId": transaction_id})
         header = {"queueId": str(outcome.queue_id), "queueOffset": str(outcome.base_offset)}
         if isinstance(content, InnerBatchSend):  # one record: its offsetMsgId, and the batch's UNIQ_KEY
-            header["msgId"] = outcome.message_ids[0].rpartition("-")[0]
+            header["msgId"] = outcome.message_ids.record_id
             header["batchUniqId"] = properties[fmt.PROPERTY_UNIQ_KEY]
         else:  # a batch unpacked: the offsetMsgId of each message
             header["msgId"] = ",".join(outcome.message_ids)

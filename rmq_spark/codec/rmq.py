@@ -172,7 +172,7 @@ def scan(payload) -> Entries:
 
 
 _WALKED_ENTRIES = 128  # up to this many entries a Python walk checks a payload faster than numpy's calls
-_LENGTHS = struct.Struct(">i12xi")  # TOTALSIZE, then BODYLEN
+_LENGTHS = struct.Struct(f">i{_BODYLEN_AT - 4}xi")  # TOTALSIZE, then BODYLEN
 
 
 def count(payload) -> int:

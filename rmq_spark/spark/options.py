@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from .. import ConfigError, check_endpoint, check_name_server, normalize_tag_filter
+from ..producer.config import ProducerConfig
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
@@ -29,8 +30,8 @@ DEFAULTS = {
     "includeProperties": False,
     # the sink
     "queueSelector": "hash",  # "column" when the rows have a queue_id column
-    "batchMaxBytes": 256 << 10,
-    "batchMaxDelayMs": 10,
+    "batchMaxBytes": ProducerConfig.batch_max_bytes,  # the producer's own defaults
+    "batchMaxDelayMs": ProducerConfig.batch_max_delay_ms,
     "totalBatchMaxBytes": 64 << 20,
     "compression": "lz4",
     "codec": "arrow",
