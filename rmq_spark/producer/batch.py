@@ -6,13 +6,14 @@ A batch holds one answer for all its messages; each message's future is a small 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Callable, NamedTuple
 
 from ..codec import Codec, Compression
 from ..errors import ResultTimeoutError
-from ..structs import Message, QueueType, SendResult
+from ..structs import InnerBatchIds, Message, QueueType, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -116,17 +117,26 @@ class ProducerBatch:
         return self._finished.wait(timeout_s)
 
     def result_of(self, index: int) -> SendResult:
-        response = self.response
-        if not response.message_ids:  # prepared under a transaction: offsets come at the commit
-            return SendResult(self.key.topic, response.queue_id, -1, "", response.store_timestamp_ms, self.key.broker)
-        return SendResult(self.key.topic, response.queue_id, response.base_offset + index,
-                          response.message_ids[index], response.store_timestamp_ms, self.key.broker)
+        return self._results_of([index])[0]
 
     def results(self) -> list[SendResult]:
         """Every message's result; raises the batch's error if it failed."""
         if self.error is not None:
             raise self.error
-        return [self.result_of(index) for index in range(len(self.messages))]
+        return self._results_of(range(len(self.messages)))
+
+    def _results_of(self, indexes) -> list[SendResult]:
+        """The results of the messages at ``indexes``, made together: one is made for every
+        message sent with a callback, so each costs a tuple and its id, not method calls."""
+        response, topic, broker = self.response, self.key.topic, self.key.broker
+        queue_id, stored_ms, ids = response.queue_id, response.store_timestamp_ms, response.message_ids
+        if not ids:  # prepared under a transaction: offsets come at the commit
+            return [_new_result((topic, queue_id, -1, "", stored_ms, broker)) for _ in indexes]
+        base = response.base_offset
+        if isinstance(ids, InnerBatchIds):  # the record's id and the message's index, as InnerBatchIds makes them
+            record_id = ids.record_id
+            return [_new_result((topic, queue_id, base + i, f"{record_id}-{i}", stored_ms, broker)) for i in indexes]
+        return [_new_result((topic, queue_id, base + i, ids[i], stored_ms, broker)) for i in indexes]
 
     def add_callback(self, callback: Callable[[], None]) -> None:
         """Run ``callback()`` once the batch is answered (now, if it is); in the order added."""
@@ -141,21 +151,40 @@ class ProducerBatch:
         with self._lock:
             self._finished.set()
             callbacks, indexes, self._callbacks, self._indexes = self._callbacks, self._indexes, [], []
+        if not callbacks:
+            return
+        error = self.error
+        if error is None and None not in indexes:  # the common case: a callback per message
+            for callback, result in zip(callbacks, self._results_of(indexes)):
+                try:
+                    callback(result, None)
+                except Exception:
+                    log.exception("a send callback failed")
+            return
         for callback, index in zip(callbacks, indexes):
             self._run(callback, index)
 
     def _run(self, callback, index: int | None) -> None:
         """A message's ``callback(result, error)`` (``index``: the message's), or a
-        batch-level ``callback()``; one that raises must not stop the others, nor the sender."""
-        try:
-            if index is None:
-                callback()
-            elif self.error is not None:
-                callback(None, self.error)
-            else:
-                callback(self.result_of(index), None)
-        except Exception:
-            log.exception("a send callback failed")
+        batch-level ``callback()``."""
+        if index is None:
+            _run(callback)
+        elif self.error is not None:
+            _run(callback, None, self.error)
+        else:
+            _run(callback, self.result_of(index), None)
+
+
+def _run(callback, *args) -> None:
+    """Run a callback; one that raises must not stop the others, nor the sender."""
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("a send callback failed")
+
+
+# SendResult((...)) without the Python-level __new__ of a NamedTuple: a result per message sent.
+_new_result = functools.partial(tuple.__new__, SendResult)
 
 
 class SendFuture:

@@ -180,6 +180,9 @@ class Sender:
 
 def _encode(messages: list, codec: Codec, compression: Compression, unique_keys=None) -> bytes:
     if codec is Codec.RMQ:  # joined from the messages' own values: no column is built for tens of rows
+        tags = messages[0].tags
+        if unique_keys is None and all(m.keys is None and not m.properties and m.tags == tags for m in messages):
+            return compress(rmq.encode_plain([m.body for m in messages], tags), compression)
         return compress(rmq.encode_rows([(m.body, m.properties.items() if m.properties else None, m.keys, m.tags)
                                          for m in messages], unique_keys), compression)
     return encode_messages([(m.body, m.properties, m.keys, m.tags, None) for m in messages], codec, compression)

@@ -175,3 +175,16 @@ def test_the_producer_path_refuses_what_rocketmq_cannot_carry(row, expected):
 
     with pytest.raises(ValueError, match=expected):
         encode_messages([(b"ok", None, None, None, None), row], Codec.RMQ, Compression.NONE)
+
+
+@pytest.mark.parametrize("tags", [None, "TagA", "ü"])
+def test_plain_messages_encode_as_their_rows_do(tags):
+    """encode_plain (the producer's batches of bodies and one tag) writes what encode_rows writes,
+    whatever the bodies' sizes and their runs."""
+    bodies = [b"x" * 1024] * 3 + [b"", b"ab", b"ab", os.urandom(5000), b"x" * 1024]
+    assert rmq.encode_plain(bodies, tags) == rmq.encode_rows([(body, None, None, tags) for body in bodies])
+
+
+def test_a_plain_tag_rocketmq_cannot_carry_is_refused():
+    with pytest.raises(ValueError, match="separators"):
+        rmq.encode_plain([b"a"], "Tag\x01")
