@@ -20,7 +20,15 @@ from collections import Counter
 
 import broker_sim
 from broker_sim.pop import PopConfig
-from rmq_spark import Admin, Message, PopConsumer, Producer, TopicConflictError, TopicNotFoundError
+from rmq_spark import (
+    Admin,
+    Message,
+    PopConsumer,
+    Producer,
+    ReceiptHandleExpiredError,
+    TopicConflictError,
+    TopicNotFoundError,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -66,13 +74,18 @@ def main(argv=None) -> dict:
             with PopConsumer(endpoint, args.group, args.topic, invisible_ms=200, max_messages=64,
                              poll_ms=200) as consumer:
                 while not stop.is_set():
+                    handled = []
                     for delivery in consumer.receive():
                         try:
                             for message in delivery.messages():
                                 handle(message)
                         except ValueError:
                             continue  # not acked: it comes back, through the retry topic
-                        consumer.ack(delivery)
+                        handled.append(delivery)
+                    try:
+                        consumer.ack(handled)  # one call for what this pop handled
+                    except ReceiptHandleExpiredError:
+                        pass  # handled after its invisible time: it comes back (at least once)
 
         workers = [threading.Thread(target=work, args=(i,)) for i in range(args.workers)]
         started = time.monotonic()

@@ -431,10 +431,16 @@ def _payloads(buf: memoryview, headers: RecordHeaders, inner: _InnerBatches, kep
 
 def _put_rmq(columns: MessageColumns, buf: memoryview, headers: RecordHeaders, inner: _InnerBatches,
              kept: _Kept) -> None:
-    """Decompress the payloads into one buffer and scan all their entries at once."""
+    """Decompress the payloads into one buffer (uncompressed ones are read where they lie)
+    and scan all their entries at once."""
     try:
-        joined, offsets = decompress_all(*_payloads(buf, headers, inner, kept))
-        entries = rmq.scan_payloads(joined, offsets[:-1], offsets[1:])
+        _buf, starts, lengths, compressions = _payloads(buf, headers, inner, kept)
+        if all(compression is Compression.NONE for compression in compressions):
+            joined, begins, ends = buf, starts, starts + lengths
+        else:
+            joined, offsets = decompress_all(buf, starts, lengths, compressions)
+            begins, ends = offsets[:-1], offsets[1:]
+        entries = rmq.scan_payloads(joined, begins, ends)
     except (PayloadError, rmq.BatchFormatError) as err:
         index = err.index if isinstance(err, PayloadError) else err.payload
         raise _payload_error(err, int(kept.batch[index]), inner, headers) from None

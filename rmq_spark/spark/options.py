@@ -12,8 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .. import ConfigError, check_endpoint, check_name_server, normalize_tag_filter
-from ..producer.config import ProducerConfig
+from .. import ConfigError, ProducerConfig, check_endpoint, check_name_server, normalize_tag_filter
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
