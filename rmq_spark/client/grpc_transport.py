@@ -8,13 +8,15 @@ records are a view of the received bytes (``_parse_pop``)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence
 
 import grpc
 
 from ..codec import Codec, Compression
-from ..errors import RmqError, error_for
+from ..errors import ClosedError, RmqError, error_for
 from ..protocol.v1 import broker_pb2 as pb
 from ..protocol.v1 import broker_pb2_grpc, pop_pb2, pop_pb2_grpc, txn_pb2, txn_pb2_grpc
 from ..structs import (
@@ -49,6 +51,8 @@ from .transport import (
 )
 
 MAX_MESSAGE_BYTES = 64 << 20
+# SendMany calls out at once per transport (a producer keeps max_in_flight_requests, 5 by default).
+_CALLER_THREADS = 8
 
 _QUEUE_TYPES = {QueueType.BATCH_CQ: pb.BATCH_CQ, QueueType.SIMPLE_CQ: pb.SIMPLE_CQ}
 _FROM_PB_QUEUE_TYPE = {v: k for k, v in _QUEUE_TYPES.items()}
@@ -84,6 +88,8 @@ class GrpcTransport(Transport):
         self._send_many = self.channel.unary_unary(  # takes the request serialized: see join_sends
             "/rmq_spark.protocol.v1.Messaging/SendMany", request_serializer=None,
             response_deserializer=pb.SendManyResponse.FromString)
+        self._caller_pool: ThreadPoolExecutor | None = None
+        self._callers_lock = threading.Lock()
         self._pop_call = self.channel.unary_unary(  # as the stub's, but the records are not copied
             f"/{pop_pb2.DESCRIPTOR.services_by_name['Pop'].full_name}/Pop",
             request_serializer=pop_pb2.PopRequest.SerializeToString, response_deserializer=_parse_pop)
@@ -154,14 +160,25 @@ class GrpcTransport(Transport):
         if not serialized:
             answer([refused[index] for index in range(len(sends))], None)
             return
-        call = self._send_many.future(join_sends(serialized), timeout=timeout_ms / 1000)
-        call.add_done_callback(lambda done: self._answer_sends(done, answer, refused))
+        self._callers().submit(self._send_call, join_sends(serialized), timeout_ms / 1000, answer, refused)
 
-    def _answer_sends(self, call, answer: SendAnswer, refused: dict) -> None:
+    def _callers(self) -> ThreadPoolExecutor:
+        """The threads that make SendMany calls, each a blocking call answered on its thread. A
+        call's future() would cost a thread of its own whenever no other call is out (gRPC's
+        channel spins one up per idle period): a producer's calls come one or two at a time."""
+        with self._callers_lock:
+            if self._caller_pool is None:
+                self._caller_pool = ThreadPoolExecutor(_CALLER_THREADS, thread_name_prefix="rmq-send")
+            return self._caller_pool
+
+    def _send_call(self, request: bytes, timeout_s: float, answer: SendAnswer, refused: dict) -> None:
         try:
-            outcomes = call.result().outcomes
+            outcomes = self._send_many(request, timeout=timeout_s).outcomes
         except grpc.RpcError as err:
             answer(None, self._error(err))
+            return
+        except ValueError:  # the transport was closed with this call still waiting for a thread
+            answer(None, ClosedError(f"the connection to {self.endpoint} was closed before this call went out"))
             return
         answered = [_stored(o.response) if o.HasField("response") else error_for("", o.error, o.reason)
                     for o in outcomes]
@@ -228,6 +245,10 @@ class GrpcTransport(Transport):
                 for t in response.transactions]
 
     def close(self) -> None:
+        with self._callers_lock:
+            pool, self._caller_pool = self._caller_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)  # calls still out end with the channel, answered as failed
         self.channel.close()
 
     # --- calls -------------------------------------------------------------------------------------

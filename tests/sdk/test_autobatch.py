@@ -1,6 +1,7 @@
 """AutoBatch against a real broker; batch ages are driven by a stepped clock, not by sleeping."""
 
 import threading
+import time
 
 import grpc
 import pytest
@@ -207,37 +208,33 @@ def test_blocked_senders_share_a_call_per_round_trip_not_per_delay(endpoint, top
 
 
 class CallSpy:
-    """Wraps the gRPC transport's SendMany call: counts calls, and can lose the first answers
-    (the broker stores the batches, the client hears UNAVAILABLE), as a dropped connection would."""
+    """Wraps the gRPC transport's SendMany call (made on the transport's caller threads):
+    counts calls, and can lose the first answers (the broker stores the batches, the client
+    hears UNAVAILABLE), as a dropped connection would."""
 
     def __init__(self, producer, lose_answers=0):
         self.real = producer._transport._send_many
         self.calls = []
         self.lose_answers = lose_answers
+        self._called = threading.Condition()
         producer._transport._send_many = self
 
-    def future(self, request, timeout=None):
-        self.calls.append(len(SendManyRequest.FromString(request).sends))
+    def __call__(self, request, timeout=None):
         response = self.real(request, timeout=timeout)
-        if self.lose_answers:
-            self.lose_answers -= 1
-            return Answered(error=LostAnswer())
-        return Answered(response)
+        with self._called:
+            self.calls.append(len(SendManyRequest.FromString(request).sends))
+            self._called.notify_all()
+            lose = self.lose_answers > 0
+            self.lose_answers -= lose
+        if lose:
+            raise LostAnswer()
+        return response
 
-
-class Answered:
-    """A call that has its answer (the shape of a gRPC future the sender uses)."""
-
-    def __init__(self, response=None, error=None):
-        self.response, self.error = response, error
-
-    def result(self):
-        if self.error is not None:
-            raise self.error
-        return self.response
-
-    def add_done_callback(self, fn):
-        fn(self)
+    def wait_calls(self, count: int) -> list:
+        """The calls once ``count`` were made (the caller threads make them)."""
+        with self._called:
+            assert self._called.wait_for(lambda: len(self.calls) >= count, 10), f"{self.calls}: fewer than {count}"
+            return list(self.calls)
 
 
 class LostAnswer(grpc.RpcError):
@@ -256,8 +253,9 @@ def test_ready_batches_go_together_in_one_call(endpoint, clock, topic):
     spy = CallSpy(producer)
     futures = [producer.send_async(Message(topic, b"x", queue_id=q, tags=t)) for q in (0, 1) for t in "ABC"]
     clock.now += 10
-    assert producer.timer.tick() == 6 and spy.calls == [6]
-    stored = {(f.result().queue_id, f.result().queue_offset) for f in futures}
+    assert producer.timer.tick() == 6
+    stored = {(f.result(10).queue_id, f.result().queue_offset) for f in futures}
+    assert spy.calls == [6]
     assert stored == {(q, o) for q in (0, 1) for o in range(3)}
     producer.close()
 
@@ -327,42 +325,32 @@ class HeldCalls(CallSpy):
 
     def __init__(self, producer):
         super().__init__(producer)
-        self.waiting = []
+        self._answer = threading.Semaphore(0)
 
-    def future(self, request, timeout=None):
-        self.calls.append(len(SendManyRequest.FromString(request).sends))
-        held = Held(self.real(request, timeout=timeout))
-        self.waiting.append(held)
-        return held
+    def __call__(self, request, timeout=None):
+        response = super().__call__(request, timeout)
+        assert self._answer.acquire(timeout=10), "the test did not answer the call"
+        return response
 
-    def answer_all(self):
-        waiting, self.waiting = self.waiting, []
-        for held in waiting:
-            held.answer()
-
-
-class Held(Answered):
-    def __init__(self, response):
-        super().__init__(response)
-        self.callbacks = []
-
-    def add_done_callback(self, fn):
-        self.callbacks.append(fn)
-
-    def answer(self):
-        for fn in self.callbacks:
-            fn(self)
+    def answer(self, calls: int):
+        for _ in range(calls):
+            self._answer.release()
 
 
 def test_batches_ready_while_max_in_flight_calls_are_out_go_together_later(endpoint, clock, topic):
     producer = stepped(endpoint, clock, batch_max_bytes=100, max_in_flight_requests=1)
     spy = HeldCalls(producer)
     futures = [producer.send_async(Message(topic, b"x" * 100, queue_id=0, tags=t)) for t in "ABCD"]
-    assert spy.calls == [1]  # the first filled batch went; the other three wait for the call's answer
-    spy.answer_all()
-    assert producer.timer.tick() == 3 and spy.calls == [1, 3]
-    spy.answer_all()
-    assert [f.result(0).queue_offset for f in futures] == [0, 1, 2, 3]
+    assert spy.wait_calls(1) == [1]  # the first filled batch went; the other three wait for the call's answer
+    assert not futures[0].done() and producer.timer.tick() == 0
+    spy.answer(1)
+    futures[0].result(10)
+    deadline = time.monotonic() + 10  # the call's slot is freed right after its batches are answered
+    while not producer._sender.idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert producer.timer.tick() == 3 and spy.wait_calls(2) == [1, 3]
+    spy.answer(1)
+    assert [f.result(10).queue_offset for f in futures] == [0, 1, 2, 3]
     producer.close()
 
 
