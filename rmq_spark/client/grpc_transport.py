@@ -3,8 +3,8 @@
 The one module of the SDK that knows grpc and our protobuf messages: channel options,
 deadlines, retries with backoff for the retriable codes only, gRPC status -> a typed error of
 errors.py, and protobuf <-> the SDK's types. Two calls skip protobuf's copies on hot paths: a
-SendMany request is joined from sends serialized one by one (``join_sends``), and a pop answer's
-records are a view of the received bytes (``_parse_pop``)."""
+SendMany request is joined from sends serialized one by one (``join_sends``), and the records of
+a pop answer and of a ReadRanges answer are views of the received bytes (``_leading_records``)."""
 
 from __future__ import annotations
 
@@ -88,6 +88,9 @@ class GrpcTransport(Transport):
         self._send_many = self.channel.unary_unary(  # takes the request serialized: see join_sends
             "/rmq_spark.protocol.v1.Messaging/SendMany", request_serializer=None,
             response_deserializer=pb.SendManyResponse.FromString)
+        self._read_ranges = self.channel.unary_stream(  # as the stub's, but the records are not copied
+            "/rmq_spark.protocol.v1.Messaging/ReadRanges", request_serializer=pb.ReadRangesRequest.SerializeToString,
+            response_deserializer=_parse_read_ranges)
         self._caller_pool: ThreadPoolExecutor | None = None
         self._callers_lock = threading.Lock()
         self._pop_call = self.channel.unary_unary(  # as the stub's, but the records are not copied
@@ -192,8 +195,8 @@ class GrpcTransport(Transport):
                     for r in ranges], max_bytes=max_bytes, tag_filter=tag_filter)
         statuses = _READ_STATUSES
         try:
-            for r in self._messaging.ReadRanges(request, timeout=self._timeout_s(None)):
-                yield RangeChunk(r.range_index, r.records, r.record_count, r.done, statuses.get(r.status),
+            for r, records in self._read_ranges(request, timeout=self._timeout_s(None)):
+                yield RangeChunk(r.range_index, records, r.record_count, r.done, statuses.get(r.status),
                                  r.next_offset, r.min_offset, r.max_offset, r.corrupted_from, r.detail)
         except grpc.RpcError as err:
             raise self._error(err) from None
@@ -334,17 +337,27 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_POP_RECORDS_KEY = bytes([pop_pb2.PopResponse.DESCRIPTOR.fields_by_name["records"].number << 3 | 2])
+def _leading_records(message_type):
+    """A parser of ``message_type`` answers whose ``records`` bytes field the broker writes
+    first (broker_sim/server/serialized.py): (the answer without it, a view of the received
+    bytes). Protobuf would copy the records twice: parsing, then reading the field."""
+    key = bytes([message_type.DESCRIPTOR.fields_by_name["records"].number << 3 | 2])
+
+    def parse(data: bytes):
+        if data[:1] == key:
+            size, at = _read_varint(data, 1)
+            response = message_type.FromString(data[at + size:])
+            if not response.records:  # a field given twice: the last one counts, as in protobuf
+                return response, memoryview(data)[at:at + size]
+        else:
+            response = message_type.FromString(data)
+        return response, memoryview(response.records)
+
+    return parse
 
 
-def _parse_pop(data: bytes) -> tuple[pop_pb2.PopResponse, memoryview]:
-    """A PopResponse as received: the broker writes its records field first, which is taken as
-    a view of the received bytes (protobuf would copy it twice: parsing, then reading it)."""
-    if data[:1] == _POP_RECORDS_KEY:
-        size, at = _read_varint(data, 1)
-        return pop_pb2.PopResponse.FromString(data[at + size:]), memoryview(data)[at:at + size]
-    response = pop_pb2.PopResponse.FromString(data)
-    return response, memoryview(response.records)
+_parse_pop = _leading_records(pop_pb2.PopResponse)
+_parse_read_ranges = _leading_records(pb.ReadRangesResponse)
 
 
 def _read_varint(data: bytes, at: int) -> tuple[int, int]:

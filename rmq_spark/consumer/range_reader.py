@@ -232,12 +232,13 @@ class _Chunks:
         self.size = 0
 
     def add(self, response: RangeChunk, item: _Pending) -> bool:
-        """Keep a response's records; True when it is time to decode."""
+        """Keep a response's records; True when it is time to decode: enough is kept, or the
+        response is large on its own (decoded alone, it is not copied into a joined buffer)."""
         self.parts.append(response.records)
         self.bounds.append((item.start, _OPEN_END if item.end is None else item.end, response.record_count))
         self.items.append(item)
         self.size += len(response.records)
-        return self.size >= self.decode_bytes
+        return self.size >= self.decode_bytes or len(response.records) >= self.decode_bytes // 2
 
     def decode(self) -> Iterator[pa.RecordBatch]:
         if not self.parts:
