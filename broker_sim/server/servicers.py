@@ -156,14 +156,11 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         ranges = [OffsetRange(r.topic, r.queue_id, r.start_offset, r.end_offset or None) for r in request.ranges]
         cursors = self._core.open_ranges(ranges, request.tag_filter, request.max_bytes or DEFAULT_READ_BUDGET)
         loop = asyncio.get_running_loop()
+        position = _Position(cursors)
         try:
-            for index, cursor in enumerate(cursors):
-                chunks = _Chunks(index, cursor)
-                done = False
-                while not done:  # each step in the broker's thread pool: the loop never waits for the disk
-                    responses, done = await loop.run_in_executor(None, cursor.step, CHUNK_BYTES, chunks.take)
-                    for response in responses:
-                        yield response
+            while not position.finished:  # steps in the broker's thread pool: the loop never waits for the disk
+                for response in await loop.run_in_executor(None, position.step):
+                    yield response
         finally:  # a cancelled or failed call counts what it read too
             if cursors:
                 self._core.counters.add(read=cursors[0].budget.messages)
@@ -179,6 +176,34 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             return False
         finally:
             self._core.counters.add(waiting=-1)
+
+
+class _Position:
+    """Where a ReadRanges call is: its cursors, read in order. A step is one store step of a
+    range, and of the ranges after it while each ends within its step and less than a chunk is
+    answered: many small or empty ranges share a hand-off to the thread pool, and a large one
+    is answered a chunk at a time, as it is read."""
+
+    def __init__(self, cursors: list):
+        self.cursors = cursors
+        self.index = 0
+        self.chunks = _Chunks(0, cursors[0]) if cursors else None
+
+    @property
+    def finished(self) -> bool:
+        return self.index >= len(self.cursors)
+
+    def step(self) -> list:
+        out, size = [], 0
+        while not self.finished and size < CHUNK_BYTES:
+            responses, done = self.cursors[self.index].step(CHUNK_BYTES, self.chunks.take)
+            out += responses
+            size += sum(map(len, responses))
+            if not done:
+                return out
+            self.index += 1
+            self.chunks = _Chunks(self.index, self.cursors[self.index]) if not self.finished else None
+        return out
 
 
 class _Chunks:

@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES_PER_FETCH = 64 << 20
 DECODE_BYTES = 4 << 20  # small chunks of many ranges are decoded together, up to this many stored bytes
+# Ranges per ReadRanges call: the broker answers every range of a call, those its byte budget did
+# not reach too, so a call names about as many as the last one finished (twice as many, to grow).
+_FIRST_WINDOW, _MIN_WINDOW, _MAX_WINDOW = 1024, 16, 16384
 _OPEN_END = np.iinfo(np.int64).max
 ON_DATA_LOSS = ("fail", "skip")
 
@@ -109,8 +112,9 @@ class RangeReader:
                    for r in ranges if _check_range(r)]
         ranges_read = list(pending)
         decode_bytes = min(DECODE_BYTES, self.max_bytes_per_fetch)
+        window = _FIRST_WINDOW
         while pending:
-            call = [p for p in pending]
+            call = pending[:window]
             progressed = False
             by_broker: dict[str, _Chunks] = {}  # rows are decoded a broker at a time: its name is a column
             for chunk in self._transport.read_ranges(call, self.max_bytes_per_fetch, self.tag_filter):
@@ -127,6 +131,7 @@ class RangeReader:
             for broker, chunks in by_broker.items():
                 yield from self._rows(chunks, broker)
             pending = [p for p in pending if p.start is not None]
+            window = _next_window(window, call)
             if pending and not progressed:
                 raise OffsetOutOfRangeError(f"no progress reading {pending[0]}: the broker returned nothing")
         failed = [r.failed for r in ranges_read if r.failed is not None]
@@ -217,6 +222,14 @@ class RangeReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _next_window(window: int, call: list) -> int:
+    """The ranges to name in the next call: twice what this one finished (all of them: grow)."""
+    finished = sum(1 for item in call if item.start is None)
+    if finished == len(call):
+        return min(window * 2, _MAX_WINDOW)
+    return min(max(2 * finished, _MIN_WINDOW), _MAX_WINDOW)
 
 
 class _Chunks:

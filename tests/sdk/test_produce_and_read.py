@@ -82,6 +82,29 @@ def test_many_ranges_in_one_call_and_a_small_budget(endpoint, topic_name):
     assert len(table) == 800 and table.column("queue_offset").to_pylist()[:100] == list(range(100))
 
 
+def test_a_read_of_many_ranges_names_about_what_a_call_can_read(endpoint, topic_name):
+    """The broker answers every range a call names, those its budget does not reach too: the
+    reader names about as many as the last call finished, not every pending range each time."""
+    queues = 2000
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, queues, "BatchCQ")
+    with Producer(endpoint) as producer:
+        for queue_id in range(queues):
+            producer.send_batch([Message(topic_name, b"x" * 1000, queue_id=queue_id)])
+    wait_indexed(endpoint, topic_name, queues)
+    with RangeReader(endpoint, max_bytes_per_fetch=50_000) as reader:  # some 40 records a call
+        named, real = [], reader._transport.read_ranges
+
+        def read_ranges(ranges, *args):
+            named.append(len(ranges))
+            return real(ranges, *args)
+
+        reader._transport.read_ranges = read_ranges
+        table = reader.read_table([OffsetRange(topic_name, q, 0, 1) for q in range(queues)])
+    assert sorted(table.column("queue_id").to_pylist()) == list(range(queues))
+    assert sum(named) < 4 * queues, f"{len(named)} calls named {sum(named):,} ranges for {queues} to read"
+
+
 def test_single_sends_and_queue_selection(endpoint, topic_name):
     with Admin(endpoint) as admin:
         admin.create_topic(topic_name, 4, "SimpleCQ")
