@@ -151,15 +151,9 @@ class ProducerBatch:
         with self._lock:
             self._finished.set()
             callbacks, indexes, self._callbacks, self._indexes = self._callbacks, self._indexes, [], []
-        if not callbacks:
-            return
-        error = self.error
-        if error is None and None not in indexes:  # the common case: a callback per message
+        if self.error is None and callbacks and None not in indexes:  # the common case: a callback per message
             for callback, result in zip(callbacks, self._results_of(indexes)):
-                try:
-                    callback(result, None)
-                except Exception:
-                    log.exception("a send callback failed")
+                _run(callback, result, None)
             return
         for callback, index in zip(callbacks, indexes):
             self._run(callback, index)
