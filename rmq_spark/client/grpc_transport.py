@@ -2,7 +2,7 @@
 
 The one module of the SDK that knows grpc and our protobuf messages: channel options,
 deadlines, retries with backoff for the retriable codes only, gRPC status -> a typed error of
-errors.py, and protobuf <-> the SDK's types. Two calls skip protobuf's copies on hot paths: a
+errors.py, and protobuf <-> the SDK's types. Three calls skip protobuf's copies on hot paths: a
 SendMany request is joined from sends serialized one by one (``join_sends``), and the records of
 a pop answer and of a ReadRanges answer are views of the received bytes (``_leading_records``)."""
 
@@ -93,6 +93,7 @@ class GrpcTransport(Transport):
             response_deserializer=_parse_read_ranges)
         self._caller_pool: ThreadPoolExecutor | None = None
         self._callers_lock = threading.Lock()
+        self._closed = False
         self._pop_call = self.channel.unary_unary(  # as the stub's, but the records are not copied
             f"/{pop_pb2.DESCRIPTOR.services_by_name['Pop'].full_name}/Pop",
             request_serializer=pop_pb2.PopRequest.SerializeToString, response_deserializer=_parse_pop)
@@ -170,6 +171,8 @@ class GrpcTransport(Transport):
         call's future() would cost a thread of its own whenever no other call is out (gRPC's
         channel spins one up per idle period): a producer's calls come one or two at a time."""
         with self._callers_lock:
+            if self._closed:
+                raise ClosedError(f"the connection to {self.endpoint} is closed: nothing more is sent on it")
             if self._caller_pool is None:
                 self._caller_pool = ThreadPoolExecutor(_CALLER_THREADS, thread_name_prefix="rmq-send")
             return self._caller_pool
@@ -249,7 +252,7 @@ class GrpcTransport(Transport):
 
     def close(self) -> None:
         with self._callers_lock:
-            pool, self._caller_pool = self._caller_pool, None
+            pool, self._caller_pool, self._closed = self._caller_pool, None, True
         if pool is not None:
             pool.shutdown(wait=False)  # calls still out end with the channel, answered as failed
         self.channel.close()
