@@ -31,6 +31,7 @@ from .serialized import with_bytes_field
 
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
 CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger record travels alone)
+_RESPONSES_PER_STEP = 256  # ranges answered in one hand-off to the pool, at most: steps stay short
 CORRUPTED_LISTED = 100  # damaged records BrokerStats lists (it counts all)
 STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
 
@@ -195,7 +196,7 @@ class _Position:
 
     def step(self) -> list:
         out, size = [], 0
-        while not self.finished and size < CHUNK_BYTES:
+        while not self.finished and size < CHUNK_BYTES and len(out) < _RESPONSES_PER_STEP:
             responses, done = self.cursors[self.index].step(CHUNK_BYTES, self.chunks.take)
             out += responses
             size += sum(map(len, responses))
