@@ -117,16 +117,16 @@ def produce(endpoint: str, topic: str, queues: int, auto_batch: bool, messages: 
     return total / elapsed_s, started
 
 
-def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: float, results, ready) -> None:
+def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: float, results, connected) -> None:
     """In a process of its own: read every message of ``topic`` as soon as it is readable;
-    ``ready`` is set once the reader is connected (before that, sends would wait for its
+    ``connected`` is set once the reader is connected (before that, sends would wait for its
     start-up, and their latency would be the process's start, not the broker's)."""
     next_offsets = np.zeros(queues, dtype=np.int64)
     latencies, since_stored, seen, last_ns = [], [], 0, 0
     deadline = time.monotonic() + timeout_s
     with Admin(endpoint) as admin, RangeReader(endpoint) as reader:
         admin.offsets([topic])
-        ready.set()
+        connected.set()
         while seen < expected and time.monotonic() < deadline:
             ends = np.array([q.max_offset for q in admin.offsets([topic])[topic]], dtype=np.int64)
             ready = np.flatnonzero(ends > next_offsets)
@@ -187,11 +187,11 @@ def run_row(endpoint: str, label: str, topic: str, queue_type: str, queues: int,
     with Admin(endpoint) as admin:
         admin.create_topic(topic, queues, queue_type)
     context = multiprocessing.get_context("spawn")
-    results, ready = context.Queue(), context.Event()
-    reader = context.Process(target=drain, args=(endpoint, topic, queues, messages, timeout_s, results, ready))
+    results, connected = context.Queue(), context.Event()
+    reader = context.Process(target=drain, args=(endpoint, topic, queues, messages, timeout_s, results, connected))
     reader.start()
     try:
-        if not ready.wait(120):
+        if not connected.wait(120):
             raise RuntimeError("the reader process did not connect within 120 s")
         with LagSampler(endpoint) as lag:
             produce_rate, started_ns = produce(endpoint, topic, queues, auto_batch, messages, rate)

@@ -58,9 +58,14 @@ class InnerBatchIds(Sequence):
     def __len__(self) -> int:
         return self.count
 
+    def at(self, indexes) -> list[str]:
+        """The ids of the messages at ``indexes`` (each within the batch), made together."""
+        record_id = self.record_id
+        return [f"{record_id}-{i}" for i in indexes]
+
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return [f"{self.record_id}-{i}" for i in range(*index.indices(self.count))]
+            return self.at(range(*index.indices(self.count)))
         if index < 0:
             index += self.count
         if not 0 <= index < self.count:

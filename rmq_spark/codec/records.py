@@ -434,11 +434,11 @@ def _put_rmq(columns: MessageColumns, buf: memoryview, headers: RecordHeaders, i
     """Decompress the payloads into one buffer (uncompressed ones are read where they lie)
     and scan all their entries at once."""
     try:
-        _buf, starts, lengths, compressions = _payloads(buf, headers, inner, kept)
+        source, starts, lengths, compressions = _payloads(buf, headers, inner, kept)
         if all(compression is Compression.NONE for compression in compressions):
-            joined, begins, ends = buf, starts, starts + lengths
+            joined, begins, ends = source, starts, starts + lengths
         else:
-            joined, offsets = decompress_all(buf, starts, lengths, compressions)
+            joined, offsets = decompress_all(source, starts, lengths, compressions)
             begins, ends = offsets[:-1], offsets[1:]
         entries = rmq.scan_payloads(joined, begins, ends)
     except (PayloadError, rmq.BatchFormatError) as err:

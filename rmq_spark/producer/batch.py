@@ -133,10 +133,9 @@ class ProducerBatch:
         if not ids:  # prepared under a transaction: offsets come at the commit
             return [_new_result((topic, queue_id, -1, "", stored_ms, broker)) for _ in indexes]
         base = response.base_offset
-        if isinstance(ids, InnerBatchIds):  # the record's id and the message's index, as InnerBatchIds makes them
-            record_id = ids.record_id
-            return [_new_result((topic, queue_id, base + i, f"{record_id}-{i}", stored_ms, broker)) for i in indexes]
-        return [_new_result((topic, queue_id, base + i, ids[i], stored_ms, broker)) for i in indexes]
+        named = ids.at(indexes) if isinstance(ids, InnerBatchIds) else [ids[i] for i in indexes]
+        return [_new_result((topic, queue_id, base + i, message_id, stored_ms, broker))
+                for i, message_id in zip(indexes, named)]
 
     def add_callback(self, callback: Callable[[], None]) -> None:
         """Run ``callback()`` once the batch is answered (now, if it is); in the order added."""

@@ -21,6 +21,7 @@ from rmq_spark import (
 )
 from rmq_spark.client.grpc_transport import join_sends
 from rmq_spark.protocol.v1.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
+from rmq_spark.structs import InnerBatchIds
 from sdk_helpers import wait_indexed
 
 
@@ -358,4 +359,24 @@ def test_a_body_that_is_not_bytes_is_refused_at_once(endpoint, clock, topic):
     producer = stepped(endpoint, clock)
     with pytest.raises(ConfigError, match="body is str: give bytes"):
         producer.send_async(Message(topic, "text"))
+    producer.close()
+
+
+def test_inner_batch_ids_made_one_or_many_at_a_time_agree():
+    ids = InnerBatchIds("AB12", 4)
+    assert ids.at(range(4)) == ids[:] == [ids[i] for i in range(4)] == ["AB12-0", "AB12-1", "AB12-2", "AB12-3"]
+    assert ids[-1] == "AB12-3" and ids[1:3] == ["AB12-1", "AB12-2"] and ids == ids.at([0, 1, 2, 3])
+    with pytest.raises(IndexError, match="message 4 of an inner batch of 4"):
+        ids[4]
+
+
+def test_callbacks_get_the_results_futures_give(endpoint, clock, topic):
+    producer = stepped(endpoint, clock)
+    called = []
+    futures = [producer.send_async(Message(topic, b"m%d" % i, queue_id=0), callback=lambda r, e: called.append(r))
+               for i in range(5)]
+    producer.flush()
+    assert called == [f.result(10) for f in futures]
+    assert [r.queue_offset for r in called] == list(range(5))
+    assert all(r.message_id.endswith(f"-{i}") for i, r in enumerate(called)) and len({*called}) == 5
     producer.close()
