@@ -172,7 +172,7 @@ class GrpcTransport(Transport):
         channel spins one up per idle period): a producer's calls come one or two at a time."""
         with self._callers_lock:
             if self._closed:
-                raise ClosedError(f"the connection to {self.endpoint} is closed: nothing more is sent on it")
+                raise self._closed_error()
             if self._caller_pool is None:
                 self._caller_pool = ThreadPoolExecutor(_CALLER_THREADS, thread_name_prefix="rmq-send")
             return self._caller_pool
@@ -184,7 +184,7 @@ class GrpcTransport(Transport):
             answer(None, self._error(err))
             return
         except ValueError:  # the transport was closed with this call still waiting for a thread
-            answer(None, ClosedError(f"the connection to {self.endpoint} was closed before this call went out"))
+            answer(None, self._closed_error())
             return
         answered = [_stored(o.response) if o.HasField("response") else error_for("", o.error, o.reason)
                     for o in outcomes]
@@ -197,6 +197,8 @@ class GrpcTransport(Transport):
             ranges=[pb.ReadRange(topic=r.topic, queue_id=r.queue_id, start_offset=r.start, end_offset=r.end or 0)
                     for r in ranges], max_bytes=max_bytes, tag_filter=tag_filter)
         statuses = _READ_STATUSES
+        if self._closed:
+            raise self._closed_error()
         try:
             for r, records in self._read_ranges(request, timeout=self._timeout_s(None)):
                 yield RangeChunk(r.range_index, records, r.record_count, r.done, statuses.get(r.status),
@@ -261,6 +263,8 @@ class GrpcTransport(Transport):
 
     def _call(self, method, request, *, timeout_ms: int | None = None, retry: bool = True):
         """A unary call; retried on retriable errors when ``retry`` (the call is safe to repeat)."""
+        if self._closed:
+            raise self._closed_error()
         attempts = 1 + (self.config.retries if retry else 0)
         for attempt in range(attempts):
             try:
@@ -271,6 +275,10 @@ class GrpcTransport(Transport):
                     raise error from None
                 self._sleep(self.backoff_s(attempt))
         raise AssertionError("unreachable")
+
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"the connection to {self.endpoint} is closed: close() was called on it, so nothing more "
+                           "is sent; create a new producer, reader or admin")
 
     def _error(self, err: grpc.RpcError) -> RmqError:
         code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN

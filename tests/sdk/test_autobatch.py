@@ -380,3 +380,18 @@ def test_callbacks_get_the_results_futures_give(endpoint, clock, topic):
     assert [r.queue_offset for r in called] == list(range(5))
     assert all(r.message_id.endswith(f"-{i}") for i, r in enumerate(called)) and len({*called}) == 5
     producer.close()
+
+
+def test_a_send_on_a_closed_transport_fails_at_once(endpoint, clock, topic):
+    """A batch sent after its transport closed is failed with ClosedError, never left unanswered."""
+    producer = stepped(endpoint, clock)
+    producer.send_batch([Message(topic, b"w", queue_id=0)])  # the topic's route is known
+    producer._transport.close()
+    with pytest.raises(ClosedError, match="is closed"):
+        producer.send_batch([Message(topic, b"x", queue_id=0)])
+    with pytest.raises(ClosedError, match="create a new"):
+        producer._transport.describe_topic(topic)  # any call, not only sends
+    future = producer.send_async(Message(topic, b"y", queue_id=0))
+    with pytest.raises(ClosedError):
+        producer.timer.tick(flush_all=True)
+    assert isinstance(future.exception(10), ClosedError)
