@@ -172,6 +172,16 @@ class TransactionIncompleteError(TransactionStateError):
     prepared batch damaged on disk; nothing was committed: roll back and write again."""
 
 
+class AuthenticationError(RmqError):
+    """The broker checks ACLs and could not tell the client's account: no credentials, an
+    unknown access key, a wrong secret key, or a signature dated too far from its clock."""
+
+
+class PermissionDeniedError(RmqError):
+    """The client's account may not do this (publish to a topic, subscribe with a group, manage
+    topics, end another account's transaction); the broker's ACL file grants permissions."""
+
+
 class BrokerError(RmqError):
     """Any other broker failure."""
 
@@ -197,6 +207,8 @@ _BY_REASON = {
     "SEND_IN_PROGRESS": SendInProgressError,
     "DISK_FULL": DiskFullError,
     "DISK_FAILED": DiskFailedError,
+    "UNAUTHENTICATED": AuthenticationError,
+    "PERMISSION_DENIED": PermissionDeniedError,
 }
 # gRPC status code names -> error classes, when the broker gave no reason.
 _BY_CODE = {
@@ -207,6 +219,8 @@ _BY_CODE = {
     "INVALID_ARGUMENT": InvalidRequestError,
     "OUT_OF_RANGE": OffsetOutOfRangeError,
     "FAILED_PRECONDITION": WrongQueueTypeError,
+    "UNAUTHENTICATED": AuthenticationError,
+    "PERMISSION_DENIED": PermissionDeniedError,
 }
 
 

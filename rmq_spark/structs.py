@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .errors import ConfigError
+
+SECRET_KEY_VARIABLE = "RMQ_SECRET_KEY"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """An account's keys, for brokers that check ACLs (RocketMQ's SessionCredentials): every
+    call is signed with them. The secret never shows in a ``repr``, so it stays out of logs and
+    query plans."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    security_token: str = field(default="", repr=False)
+
+    def __post_init__(self):
+        if not self.access_key or not self.secret_key:
+            raise ConfigError("credentials need both an access key and a secret key")
+
+    @classmethod
+    def from_environment(cls, access_key: str) -> "Credentials":
+        """``access_key`` with the secret of the environment variable RMQ_SECRET_KEY (kept out of
+        command lines, which other users of the machine can see, and of options)."""
+        secret_key = os.environ.get(SECRET_KEY_VARIABLE, "")
+        if not secret_key:
+            raise ConfigError(f"access key {access_key!r} needs its secret key: set the environment variable "
+                              f"{SECRET_KEY_VARIABLE}")
+        return cls(access_key, secret_key)
 
 
 class QueueType(str, enum.Enum):

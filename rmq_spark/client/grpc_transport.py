@@ -17,6 +17,7 @@ import grpc
 
 from ..codec import Codec, Compression
 from ..errors import ClosedError, RmqError, error_for
+from ..protocol import signing
 from ..protocol.v1 import broker_pb2 as pb
 from ..protocol.v1 import broker_pb2_grpc, pop_pb2, pop_pb2_grpc, txn_pb2, txn_pb2_grpc
 from ..structs import (
@@ -91,6 +92,7 @@ class GrpcTransport(Transport):
         self._read_ranges = self.channel.unary_stream(  # as the stub's, but the records are not copied
             "/rmq_spark.protocol.v1.Messaging/ReadRanges", request_serializer=pb.ReadRangesRequest.SerializeToString,
             response_deserializer=_parse_read_ranges)
+        self._signature = (0, ())  # (second, metadata): signed once a second, as the date changes
         self._caller_pool: ThreadPoolExecutor | None = None
         self._callers_lock = threading.Lock()
         self._closed = False
@@ -179,7 +181,7 @@ class GrpcTransport(Transport):
 
     def _send_call(self, request: bytes, timeout_s: float, answer: SendAnswer, refused: dict) -> None:
         try:
-            outcomes = self._send_many(request, timeout=timeout_s).outcomes
+            outcomes = self._send_many(request, timeout=timeout_s, metadata=self._signed()).outcomes
         except grpc.RpcError as err:
             answer(None, self._error(err))
             return
@@ -200,7 +202,7 @@ class GrpcTransport(Transport):
         if self._closed:
             raise self._closed_error()
         try:
-            for r, records in self._read_ranges(request, timeout=self._timeout_s(None)):
+            for r, records in self._read_ranges(request, timeout=self._timeout_s(None), metadata=self._signed()):
                 yield RangeChunk(r.range_index, records, r.record_count, r.done, statuses.get(r.status),
                                  r.next_offset, r.min_offset, r.max_offset, r.corrupted_from, r.detail)
         except grpc.RpcError as err:
@@ -268,7 +270,7 @@ class GrpcTransport(Transport):
         attempts = 1 + (self.config.retries if retry else 0)
         for attempt in range(attempts):
             try:
-                return method(request, timeout=self._timeout_s(timeout_ms))
+                return method(request, timeout=self._timeout_s(timeout_ms), metadata=self._signed())
             except grpc.RpcError as err:
                 error = self._error(err)
                 if not error.retriable or attempt + 1 == attempts:
@@ -293,6 +295,19 @@ class GrpcTransport(Transport):
 
     def _timeout_s(self, timeout_ms: int | None) -> float:
         return (timeout_ms or self.config.timeout_ms) / 1000
+
+    def _signed(self) -> tuple:
+        """A call's metadata: the signature of the config's credentials, if any (as RocketMQ's
+        gRPC clients sign: the date and time, to the second)."""
+        credentials = self.config.credentials
+        if credentials is None:
+            return ()
+        second = int(time.time())
+        signed_at, metadata = self._signature
+        if signed_at != second:
+            metadata = signing.grpc_metadata(credentials, second)
+            self._signature = (second, metadata)
+        return metadata
 
 
 def _topic(topic: pb.Topic) -> TopicInfo:

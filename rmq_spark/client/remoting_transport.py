@@ -36,6 +36,7 @@ from ..errors import (
     GroupNotFoundError,
     InvalidRequestError,
     MessageTooLargeError,
+    PermissionDeniedError,
     RequestTimeoutError,
     RmqError,
     TopicConflictError,
@@ -128,7 +129,8 @@ class RemotingTransport(Transport):
         if connection is not None and not connection.closed:
             return connection
         try:  # a connection is made or refused quickly; the config's timeout is for answers
-            connection = RemotingConnection(address, timeout_s=min(self.config.timeout_ms / 1000, _CONNECT_S))
+            connection = RemotingConnection(address, timeout_s=min(self.config.timeout_ms / 1000, _CONNECT_S),
+                                            credentials=self.config.credentials)
         except OSError as err:
             raise BrokerUnavailableError(f"cannot connect to {address}: {err.strerror or err}") from None
         with self._lock:
@@ -748,6 +750,7 @@ _ERRORS = {
     ResponseCode.SERVICE_NOT_AVAILABLE: BrokerUnavailableError,
     ResponseCode.SYSTEM_BUSY: BrokerUnavailableError,
     ResponseCode.TOPIC_EXIST_ALREADY: TopicConflictError,
+    ResponseCode.NO_PERMISSION: PermissionDeniedError,  # RocketMQ's answer to bad credentials too
 }
 
 

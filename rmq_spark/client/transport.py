@@ -27,6 +27,7 @@ from ..errors import ConfigError, RmqError
 from ..structs import (
     BrokerStats,
     CommitResult,
+    Credentials,
     GroupOffset,
     Message,
     OffsetRange,
@@ -41,11 +42,12 @@ from ..structs import (
 
 @dataclass(frozen=True)
 class TransportConfig:
-    """Deadlines and retries of the calls to the broker.
+    """Deadlines, retries and credentials of the calls to the broker.
 
     ``retries``: further attempts of a call that failed with a retriable code, when the call is
     safe to repeat; the wait before attempt n is ``retry_backoff_ms * 2**n`` (capped at
-    ``retry_backoff_max_ms``) with jitter.
+    ``retry_backoff_max_ms``) with jitter. ``credentials``: the account every call is signed
+    with, for brokers that check ACLs (RocketMQ's signatures on either protocol).
     """
 
     timeout_ms: int = 10_000
@@ -53,6 +55,7 @@ class TransportConfig:
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 2_000
     keepalive_ms: int = 30_000
+    credentials: Credentials | None = None
 
     def __post_init__(self):
         for name in ("timeout_ms", "retry_backoff_ms", "retry_backoff_max_ms", "keepalive_ms"):

@@ -9,20 +9,24 @@ import socket
 import threading
 from concurrent.futures import Future
 
+from ..signing import sign_remoting
 from .codes import SerializeType
 from .command import FLAG_ONEWAY, FrameError, FrameReader, RemotingCommand, decode, encode
 
 
 class RemotingConnection:
     """A TCP connection to ``address`` ("host:port"). ``request`` returns a Future of the
-    response; ``invoke`` waits for it. Closed by ``close`` or as a context manager."""
+    response; ``invoke`` waits for it. Closed by ``close`` or as a context manager. With
+    ``credentials`` (``rmq_spark.Credentials``), every request is signed as RocketMQ's
+    AclClientRPCHook signs it."""
 
     def __init__(self, address: str, timeout_s: float = 10.0, language: str = "PYTHON",
-                 serialize_type: SerializeType = SerializeType.JSON):
+                 serialize_type: SerializeType = SerializeType.JSON, credentials=None):
         host, _, port = address.rpartition(":")
         self.address = address
         self.language = language
         self.serialize_type = serialize_type
+        self.credentials = credentials
         self._socket = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
         self._socket.settimeout(None)
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -36,8 +40,8 @@ class RemotingConnection:
         self._reader.start()
 
     def request(self, code: int, ext_fields: dict | None = None, body: bytes = b"") -> Future:
-        command = RemotingCommand(code, next(self._opaques), 0, {k: str(v) for k, v in (ext_fields or {}).items()},
-                                  body, language=self.language, serialize_type=self.serialize_type)
+        command = RemotingCommand(code, next(self._opaques), 0, self._fields(ext_fields, body), body,
+                                  language=self.language, serialize_type=self.serialize_type)
         future: Future = Future()
         future.opaque = command.opaque
         with self._lock:
@@ -58,9 +62,13 @@ class RemotingConnection:
                 self._pending.pop(future.opaque, None)
 
     def oneway(self, code: int, ext_fields: dict | None = None, body: bytes = b"") -> None:
-        self.send(RemotingCommand(code, next(self._opaques), FLAG_ONEWAY,
-                                  {k: str(v) for k, v in (ext_fields or {}).items()}, body, language=self.language,
-                                  serialize_type=self.serialize_type))
+        self.send(RemotingCommand(code, next(self._opaques), FLAG_ONEWAY, self._fields(ext_fields, body), body,
+                                  language=self.language, serialize_type=self.serialize_type))
+
+    def _fields(self, ext_fields: dict | None, body: bytes) -> dict:
+        """The header's fields as the wire carries them (strings), signed if there are credentials."""
+        fields = {k: str(v) for k, v in (ext_fields or {}).items()}
+        return sign_remoting(fields, body, self.credentials) if self.credentials is not None else fields
 
     def send(self, command: RemotingCommand) -> None:
         self.send_raw(encode(command))
