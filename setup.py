@@ -28,6 +28,7 @@ setup(
         "lz4>=4.3.3,<5",
         "orjson>=3.10,<4",  # remoting headers and bodies are JSON: ~5x faster than json here
         "isal>=1.7,<2",  # CRC-32 of every stored body with SIMD: ~12x zlib's (broker_sim.store.format)
+        "pyyaml>=6.0,<7",  # the broker's ACL file: RocketMQ's plain_acl.yml
     ],
     extras_require={
         # grpcio-tools is pinned: the generated code must not change under the regeneration test.
@@ -35,7 +36,7 @@ setup(
         # kafka-python: the Kafka peer's admin calls and a Python producer beside ours (peers/).
         # rocketmq: Apache's C++ client (librocketmq in a manylinux x86-64 wheel), a conformance
         # client of the remoting door; its tests skip where it cannot install.
-        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "pyyaml>=6.0,<7", "ruff>=0.17,<0.18",
+        "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "ruff>=0.17,<0.18",
                  "kafka-python>=2.2,<4",
                  "rocketmq>=0.4.4,<0.5; platform_system == 'Linux' and platform_machine == 'x86_64'"],
         # The peer benchmark's Python clients: Kafka's librdkafka one, and RocketMQ 5's official one (gRPC).

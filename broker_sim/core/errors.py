@@ -50,6 +50,8 @@ class Reason(str, enum.Enum):
     STREAM_STALLED = "STREAM_STALLED"
     DISK_FULL = "DISK_FULL"
     DISK_FAILED = "DISK_FAILED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"  # no valid signature of a known account
+    PERMISSION_DENIED = "PERMISSION_DENIED"  # beyond the account's permissions, or another's transaction
     INTERNAL = "INTERNAL"
 
 
@@ -72,6 +74,7 @@ _REFUSAL_REASONS = {
     Refusal.NOT_FOUND: Reason.TRANSACTION_NOT_FOUND,
     Refusal.ENDED: Reason.TRANSACTION_ENDED,
     Refusal.INCOMPLETE: Reason.TRANSACTION_INCOMPLETE,
+    Refusal.FORBIDDEN: Reason.PERMISSION_DENIED,
 }
 
 _POP_REASONS = (

@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from broker_sim.acl import Guard
 from broker_sim.core import BrokerCore, TransactionChecks
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_spark.structs import Credentials
 
+from .acl import RemotingAdmission
 from .broker import BrokerRequests
 from .clients import ClientRegistry
 from .hold import PullHold
@@ -61,9 +64,10 @@ class RemotingDoor:
     """The door of ``core`` (given at ``start``; ``bind`` may come before the core opens, so
     that records name the remoting address as their store host, as RocketMQ's clients expect)."""
 
-    def __init__(self, host: str, advertised_ip: str, options: RemotingOptions):
+    def __init__(self, host: str, advertised_ip: str, options: RemotingOptions, guard: Guard | None = None):
         self.core: BrokerCore | None = None
         self.options = options
+        self.guard = guard
         self.clients = ClientRegistry()
         self.server = RemotingServer({}, host, options.port)
         self.hold = PullHold(self.server.loop)
@@ -96,6 +100,8 @@ class RemotingDoor:
         handlers.update({code: Handler(call, blocking) for code, (call, blocking) in
                          PopRequests(self.core).handlers().items()})
         self.server.handlers.update(handlers)
+        if self.guard is not None:
+            self.server.admit = RemotingAdmission(self.guard)
         self.server.close_listeners.append(self.clients.forget)
         port = self.server.start()
         self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))
@@ -132,7 +138,7 @@ class RemotingDoor:
             "topicConfigTable": topics,
             "dataVersion": {"timestamp": 0, "counter": 0}}, "filterServerList": []})
         try:
-            with RemotingConnection(address, timeout_s=3) as connection:
+            with RemotingConnection(address, timeout_s=3, credentials=self._credentials()) as connection:
                 answer = connection.invoke(RequestCode.REGISTER_BROKER, self._identity() | {
                     "haServerAddr": "", "heartbeatTimeoutMillis": self.options.broker_timeout_ms,
                     "enableActingMaster": "false", "compressed": "false", "bodyCrc32": 0}, body, timeout_s=3)
@@ -144,10 +150,16 @@ class RemotingDoor:
     def _unregister_all(self) -> None:
         for address in self.options.name_servers:
             try:
-                with RemotingConnection(address, timeout_s=2) as connection:
+                with RemotingConnection(address, timeout_s=2, credentials=self._credentials()) as connection:
                     connection.invoke(RequestCode.UNREGISTER_BROKER, self._identity(), timeout_s=2)
             except (OSError, TimeoutError) as err:
                 log.info("cannot unregister from name server %s: %s", address, err)
+
+    def _credentials(self) -> Credentials | None:
+        """With ACLs, registrations are signed by an admin account of this broker's ACL file (the
+        brokers of a cluster share theirs, as RocketMQ's do)."""
+        admin = self.guard.config.admin_account if self.guard is not None else None
+        return Credentials(admin.access_key, admin.secret_key) if admin is not None else None
 
     def _identity(self) -> dict:
         return {"brokerName": self.options.broker_name, "brokerAddr": self.address,

@@ -33,6 +33,8 @@ _CODES = {
     Reason.SEND_IN_PROGRESS: ResponseCode.SYSTEM_BUSY,
     Reason.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,  # RocketMQ: "service not available now ... disk full"
     Reason.DISK_FAILED: ResponseCode.SYSTEM_ERROR,
+    Reason.UNAUTHENTICATED: ResponseCode.NO_PERMISSION,  # RocketMQ answers both with NO_PERMISSION (16)
+    Reason.PERMISSION_DENIED: ResponseCode.NO_PERMISSION,
 }
 
 

@@ -107,6 +107,7 @@ class RemotingServer:
 
     def __init__(self, handlers: dict, host: str, port: int, pool_threads: int = 32, name: str = "rmq-remoting"):
         self.handlers = handlers
+        self.admit: Callable[[RemotingCommand], None] | None = None  # raises to refuse a request (ACLs)
         self.host, self.port = host, port
         self.connections: set[Connection] = set()
         self.close_listeners: list[Callable] = []
@@ -189,6 +190,8 @@ class RemotingServer:
                       len(request.body), request.serialize_type.name)
         if request.is_response:
             return  # answers to the broker's oneway requests: nothing waits for them
+        if self.admit is not None and not self._admitted(connection, request):
+            return
         handler = self.handlers.get(request.code)
         if handler is None:
             if not request.is_oneway:
@@ -199,6 +202,17 @@ class RemotingServer:
             future.add_done_callback(lambda done: self._respond(connection, request, done.result()))
             return
         self._respond(connection, request, _answer(handler.call, request, connection))
+
+    def _admitted(self, connection: Connection, request: RemotingCommand) -> bool:
+        try:
+            self.admit(request)
+            return True
+        except Exception as err:
+            refused = refusal(request, err)
+            log.debug("refused request code %d from %s: %s", request.code, connection.remote, refused.remark)
+            if not request.is_oneway:
+                connection.send(refused)
+            return False
 
     def _respond(self, connection: Connection, request: RemotingCommand, answer) -> None:
         if asyncio.iscoroutine(answer):

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import DecodeError
 
+from broker_sim.acl import Guard
 from broker_sim.core import BrokerCore, CoreOptions
 from broker_sim.pop import PopConfig
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2_pb2
@@ -27,10 +28,12 @@ from broker_sim.remoting import RemotingDoor, RemotingOptions
 from broker_sim.store import DEFAULT_FLUSH_INTERVAL_MS, FlushMode, StoreConfig, wall_clock_ms
 from broker_sim.txn import TransactionConfig
 from broker_sim.v2 import MessagingService, V2Options
+from broker_sim.v2.acl import DEMANDS as V2_DEMANDS
 from rmq_spark.codec import check_batch
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 
+from .acl import DEMANDS, GrpcAdmission
 from .errors import MalformedRequest
 from .pop_servicer import PopServicer
 from .serialized import serializer
@@ -64,7 +67,8 @@ class Broker:
     port. ``stop(grace)`` stops serving (calls in flight get ``grace`` seconds), then closes
     the offsets and the store cleanly (no ``abort`` marker is left). ``transaction_config``
     and ``transaction_clock_ms`` (tests inject a clock) set up the transaction service;
-    ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service.
+    ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service. With ``acl`` (the
+    accounts of an ACL file), every door checks each request's signature and permissions.
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
@@ -72,7 +76,7 @@ class Broker:
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
-                 v2: V2Options | None = None):
+                 v2: V2Options | None = None, acl: Guard | None = None):
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -91,6 +95,7 @@ class Broker:
         self.stream_write_timeout_s = stream_write_timeout_s
         self.pop_now_ms = pop_now_ms
         self.remoting_options = remoting
+        self.acl = acl
         self.remoting: RemotingDoor | None = None
         self.v2_options = v2 or _v2_like(remoting)
         self.v2: MessagingService | None = None
@@ -155,17 +160,19 @@ class Broker:
         """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""
         admin, messaging = make_servicers(core, self.stream_write_timeout_s)
         self.v2 = MessagingService(core, (_store_ip(self.host), port), self.v2_options, loop.loop)
-        server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin),
-                                         _service_handler(pb, "Messaging", messaging),
-                                         _service_handler(txn_pb2, "Transactions", TransactionsServicer(core)),
-                                         _service_handler(pop_pb2, "Pop", PopServicer(core)),
-                                         _service_handler(v2_pb2, "MessagingService", self.v2)))
+        ours = GrpcAdmission(self.acl, DEMANDS) if self.acl is not None else None
+        v2s = GrpcAdmission(self.acl, V2_DEMANDS) if self.acl is not None else None
+        server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin, ours),
+                                         _service_handler(pb, "Messaging", messaging, ours),
+                                         _service_handler(txn_pb2, "Transactions", TransactionsServicer(core), ours),
+                                         _service_handler(pop_pb2, "Pop", PopServicer(core), ours),
+                                         _service_handler(v2_pb2, "MessagingService", self.v2, v2s)))
 
     def _bind_remoting(self) -> RemotingDoor | None:
         """RocketMQ's remoting door (broker and name server) when asked for, its port taken."""
         if self.remoting_options is None:
             return None
-        door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options)
+        door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options, self.acl)
         try:
             door.bind()
         except OSError as err:
@@ -249,18 +256,22 @@ async def _new_server(pool: ThreadPoolExecutor, options: list) -> grpc.aio.Serve
     return grpc.aio.server(migration_thread_pool=pool, options=options)  # made on the loop it is to run on
 
 
-def _service_handler(pb_module, name: str, servicer) -> grpc.GenericRpcHandler:
+def _service_handler(pb_module, name: str, servicer, admission: GrpcAdmission | None = None) -> grpc.GenericRpcHandler:
     """The service's handlers, as the generated add_*Servicer_to_server makes them, except that
     a request that does not parse reaches the servicer as a MalformedRequest (refused with
-    INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL, and that a handler may answer
-    with bytes it serialized itself (serialized.py)."""
+    INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL, that a handler may answer
+    with bytes it serialized itself (serialized.py), and that with ``admission`` (ACLs) each
+    call is checked before its handler runs."""
     service = pb_module.DESCRIPTOR.services_by_name[name]
     handlers = {}
     for method in service.methods:
         request_type = getattr(pb_module, method.input_type.name)
         response_type = getattr(pb_module, method.output_type.name)
         make = _HANDLER_MAKERS[method.client_streaming, method.server_streaming]
-        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_parser(request_type),
+        behavior = getattr(servicer, method.name)
+        if admission is not None:
+            behavior = admission.guarded(method.name, behavior, method.client_streaming)
+        handlers[method.name] = make(behavior, request_deserializer=_parser(request_type),
                                      response_serializer=serializer(response_type))
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 

@@ -3,6 +3,7 @@
     rmq-broker-sim --data-dir ./rmq-data --host 127.0.0.1 --port 10911 [--flush async|sync]
                    [--dispatch serial|concurrent] [--remoting-port 9876 [--broker-name broker-a]
                    [--cluster-name DefaultCluster] [--namesrv HOST:PORT[;HOST:PORT]]]
+                   [--acl-file plain_acl.yml]
 
 It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
 (``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
@@ -24,6 +25,7 @@ from pathlib import Path
 # quiet unless asked for (GRPC_VERBOSITY=ERROR), before grpc is first imported.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
+from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.store import DataDirInUseError, StoreConfig, StoreError  # noqa: E402
 from broker_sim.txn.service import TransactionConfig  # noqa: E402
 
@@ -90,6 +92,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--transaction-check-interval-ms", type=int, default=30_000,
                    help="remoting: check a transactional message left unknown this long with its producer, again "
                         "every interval; rolled back after 15 checks (default: 30000, RocketMQ's)")
+    p.add_argument("--acl-file", type=Path, default=None,
+                   help="RocketMQ's plain_acl.yml: accounts (accessKey, secretKey), their permissions per topic and "
+                        "group, admin accounts. Every request on every port must then be signed by an account; the "
+                        "file is read again when it changes (default: off, anyone who reaches the ports may do "
+                        "anything)")
+    p.add_argument("--acl-clock-skew-s", type=int, default=MAX_CLOCK_SKEW_S,
+                   help="a gRPC call's signed date may be this far from the broker's clock: older ones are refused "
+                        f"as replays (default: {MAX_CLOCK_SKEW_S})")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     return p
@@ -102,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch,
                              disk_reserve_bytes=args.disk_reserve)
         transaction_config = TransactionConfig(timeout_ms=args.transaction_timeout_ms)
+        acl = Guard(args.acl_file, max_clock_skew_s=args.acl_clock_skew_s) if args.acl_file else None
+    except AclConfigError as err:
+        p.error(f"--acl-file: {err}")
     except ValueError as err:
         p.error(str(err))
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
@@ -130,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                                    transaction_check_interval_ms=args.transaction_check_interval_ms)
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
-    broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting)
+    broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
+                    acl=acl)
     try:
         broker.start()
     except (DataDirInUseError, BindError, StoreError) as err:

@@ -72,6 +72,13 @@ DISK_FULL                  RESOURCE_EXHAUSTED   the disk has less free space tha
 DISK_FAILED                UNAVAILABLE          the disk failed a flush or a write: the broker
                                                 accepts no write until it is restarted (reads
                                                 go on)
+UNAUTHENTICATED            UNAUTHENTICATED      the broker checks ACLs (--acl-file) and the call
+                                                proves no account: no authorization header, an
+                                                unknown access key, a wrong secret, or a date
+                                                too far from the broker's clock (a replay)
+PERMISSION_DENIED          PERMISSION_DENIED    the account may not do this: publish to or read
+                                                a topic, use a group, manage topics, or end
+                                                another account's transaction; nothing happened
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================
@@ -113,6 +120,8 @@ CODES = {
     Reason.STREAM_STALLED: grpc.StatusCode.DEADLINE_EXCEEDED,
     Reason.DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.DISK_FAILED: grpc.StatusCode.UNAVAILABLE,
+    Reason.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Reason.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     Reason.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -121,16 +130,23 @@ def code_of(error: BrokerError) -> grpc.StatusCode:
     return CODES[error.reason]
 
 
-class MalformedRequest:
-    """Stands for a request whose bytes do not parse as its message type."""
+class RefusedRequest:
+    """Stands for a request refused before its handler: each door answers ``refusal()`` as its
+    protocol does."""
 
-    def __init__(self, type_name: str, error: Exception):
-        self.type_name = type_name
+    def __init__(self, error: BrokerError):
         self.error = error
 
     def refusal(self) -> BrokerError:
-        return invalid(f"the request is not a valid {self.type_name} message ({self.error}); send it with "
-                       "the client of this protocol version")
+        return self.error
+
+
+class MalformedRequest(RefusedRequest):
+    """Stands for a request whose bytes do not parse as its message type."""
+
+    def __init__(self, type_name: str, error: Exception):
+        super().__init__(invalid(f"the request is not a valid {type_name} message ({error}); send it with the "
+                                 "client of this protocol version"))
 
 
 def abort(context: grpc.ServicerContext, error: BrokerError):
@@ -145,7 +161,7 @@ def translated(method):
     @functools.wraps(method)
     def handler(self, request, context):
         try:
-            if isinstance(request, MalformedRequest):
+            if isinstance(request, RefusedRequest):
                 raise request.refusal()
             return method(self, request, context)
         except Exception as err:  # context.abort raises too: only our own call is inside
@@ -161,7 +177,7 @@ def translated_async(method):
     @functools.wraps(method)
     async def handler(self, request, context):
         try:
-            if isinstance(request, MalformedRequest):
+            if isinstance(request, RefusedRequest):
                 raise request.refusal()
             return await method(self, request, context)
         except Exception as err:
@@ -181,7 +197,7 @@ def translated_stream(method):
 
     @functools.wraps(method)
     async def handler(self, request, context):
-        if isinstance(request, MalformedRequest):
+        if isinstance(request, RefusedRequest):
             await abort_stream(context, request.refusal())
         # Alone, first: an abort after a write that timed out must not send it again (gRPC refuses).
         await context.send_initial_metadata(())

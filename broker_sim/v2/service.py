@@ -28,7 +28,8 @@ from broker_sim.core.errors import from_exception
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 from broker_sim.remoting.hold import PullHold
-from broker_sim.server.errors import MalformedRequest
+from broker_sim.server.acl import caller
+from broker_sim.server.errors import RefusedRequest
 from broker_sim.server.servicers import peer_host
 from broker_sim.store import QueueType
 
@@ -76,6 +77,8 @@ _CODES = {
     Reason.STREAM_STALLED: v2.REQUEST_TIMEOUT,
     Reason.DISK_FULL: v2.INTERNAL_SERVER_ERROR,
     Reason.DISK_FAILED: v2.INTERNAL_SERVER_ERROR,
+    Reason.UNAUTHENTICATED: v2.UNAUTHORIZED,
+    Reason.PERMISSION_DENIED: v2.FORBIDDEN,
     Reason.INTERNAL: v2.INTERNAL_ERROR,
 }
 
@@ -119,7 +122,7 @@ def answered(response_type):
         @functools.wraps(method)
         def handler(self, request, context):
             try:
-                if isinstance(request, MalformedRequest):
+                if isinstance(request, RefusedRequest):
                     raise request.refusal()
                 return method(self, request, context)
             except Exception as err:
@@ -243,8 +246,8 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     async def _read_telemetry(self, request_iterator, session: Session) -> None:
         try:
             async for command in request_iterator:
-                if isinstance(command, MalformedRequest):
-                    session.send(v2.TelemetryCommand(status=status(v2.BAD_REQUEST, command.refusal().message)))
+                if isinstance(command, RefusedRequest):
+                    session.send(v2.TelemetryCommand(status=refusal_status(command.refusal())))
                 elif command.HasField("settings"):
                     self.clients.set_settings(session.client_id, command.settings)
                     fifo = self.core.group_orderly(command.settings.subscription.group.name)
@@ -286,7 +289,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     def _send_one(self, config, message, born_host: bytes, client_id: str):
         queue_id = self.queues.choose(config.queue_count, message.group)
         transaction_id = message.message_id if message.kind == v2.TRANSACTION else ""
-        outcome = self.core.send(single_request(config.name, queue_id, message, born_host, transaction_id))
+        outcome = self.core.send(single_request(config.name, queue_id, message, born_host, transaction_id, caller()))
         if transaction_id:
             immunity_s = int(message.properties.get("CHECK_IMMUNITY_TIME_IN_SECONDS", "0") or 0)
             self.checks.opened(transaction_id, client_id, config.name, immunity_s * 1000)
@@ -300,9 +303,9 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         if not transaction_id:
             raise V2Refusal(v2.INVALID_TRANSACTION_ID, "transaction_id is empty: give the id the send answered with")
         if request.resolution == v2.COMMIT:
-            self.core.commit_transactions([(transaction_id, 1)], None)
+            self.core.commit_transactions([(transaction_id, 1)], None, caller())
         elif request.resolution == v2.ROLLBACK:
-            self.core.rollback_transactions([(transaction_id, 1)])
+            self.core.rollback_transactions([(transaction_id, 1)], caller())
         else:  # unknown yet: checked again later
             return v2.EndTransactionResponse(status=OK)
         self.checks.ended(transaction_id)
@@ -316,7 +319,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
 
     def ReceiveMessage(self, request, context):
         try:
-            if isinstance(request, MalformedRequest):
+            if isinstance(request, RefusedRequest):
                 raise request.refusal()
             found = self._receive(request, context)
         except Exception as err:
@@ -458,7 +461,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         long-polling timeout for messages when there are none yet."""
         loop = asyncio.get_running_loop()
         try:
-            if isinstance(request, MalformedRequest):
+            if isinstance(request, RefusedRequest):
                 raise request.refusal()
             topic, queue_id = self._queue(request.message_queue)
             if request.batch_size <= 0:

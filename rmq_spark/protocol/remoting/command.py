@@ -43,7 +43,8 @@ class HeaderError(ValueError):
 
 @dataclass(slots=True)
 class RemotingCommand:
-    """One request or response. ``ext_fields`` values are strings, as on the wire."""
+    """One request or response. ``ext_fields`` values are strings, as on the wire. ``account``
+    is not on the wire: a broker that checks ACLs sets it to the access key that signed the request."""
 
     code: int
     opaque: int = 0
@@ -54,6 +55,7 @@ class RemotingCommand:
     language: str = "JAVA"
     version: int = 0
     serialize_type: SerializeType = SerializeType.JSON
+    account: str | None = None
 
     @property
     def is_response(self) -> bool:
