@@ -319,7 +319,8 @@ class BrokerCore:
         stored = self._delayed(request) if sends.asks_delay(request) else request
         with self.gate:
             # A prepared send is checked as a plain one, then kept aside by the transaction service.
-            target = self.transactions.prepared(stored.transaction_id) if stored.transaction_id else self.store
+            target = self.transactions.prepared(stored.transaction_id, stored.owner) if stored.transaction_id \
+                else self.store
             result = sends.put(target, stored)
         if not result.ok:
             raise from_put(result)
@@ -549,18 +550,20 @@ class BrokerCore:
 
     # --- transactions ----------------------------------------------------------------------
 
-    def commit_transactions(self, refs: list[tuple[str, int]], sink: tuple[str, int] | None) -> EndResult:
+    def commit_transactions(self, refs: list[tuple[str, int]], sink: tuple[str, int] | None,
+                            owner: str | None = None) -> EndResult:
         """Commit (transaction id, messages sent under it: 0 not to check)s, recording the sink
-        batch (sink id, batch id) with them when given."""
+        batch (sink id, batch id) with them when given. ``owner``: with ACLs, the caller's access
+        key, which must be the one that opened each transaction."""
         _check_message_counts(refs)
         with self.gate:
-            return self.transactions.commit(refs, sink)
+            return self.transactions.commit(refs, sink, owner)
 
-    def rollback_transactions(self, refs: list[tuple[str, int]]) -> EndResult:
+    def rollback_transactions(self, refs: list[tuple[str, int]], owner: str | None = None) -> EndResult:
         """Roll back transactions, (id, messages sent under it) each as a commit names them."""
         _check_message_counts(refs)
         with self.gate:
-            return self.transactions.rollback([txn_id for txn_id, _count in refs])
+            return self.transactions.rollback([txn_id for txn_id, _count in refs], owner)
 
     def prepared_message(self, transaction_id: str) -> bytes | None:
         """The first message prepared under an open transaction, in the record layout as
@@ -581,10 +584,11 @@ class BrokerCore:
         with self.gate:
             return self.transactions.sink_batch(sink_id, batch_id)
 
-    def transaction_infos(self, ids: list[str]) -> list:
-        """(transaction or None, its expiry in ms) per id (none given: every one known)."""
+    def transaction_infos(self, ids: list[str], owner: str | None = None) -> list:
+        """(transaction or None, its expiry in ms) per id (none given: every one known); with
+        ``owner``, only that account's."""
         with self.gate:
-            found = self.transactions.transactions(ids)
+            found = self.transactions.transactions(ids, owner)
             return [(txn, self.transactions.expires_ms(txn) if txn is not None else 0) for txn in found]
 
     # --- stats -----------------------------------------------------------------------------

@@ -63,7 +63,8 @@ class InnerBatchSend:
 class SendRequest:
     """A send to ``queue_id`` of ``topic``. ``born_timestamp_ms`` 0: the broker's time;
     ``producer_id`` and ``sequence`` make it idempotent; ``transaction_id``: prepared under that
-    transaction, visible at its commit."""
+    transaction, visible at its commit; ``owner``: with ACLs, the sender's access key (the
+    transaction is its own)."""
 
     topic: str
     queue_id: int
@@ -74,6 +75,7 @@ class SendRequest:
     sequence: int = 0
     transaction_id: str = ""
     reconsume_times: int = 0
+    owner: str | None = None
 
     def context(self) -> PutContext:
         producer = (self.producer_id, self.sequence) if self.producer_id else None

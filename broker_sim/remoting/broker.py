@@ -146,7 +146,8 @@ class BrokerRequests:
         else:
             content = SingleSend(request.body, properties, tags, keys, fields.integer("flag", 0), sys_flag)
         send = SendRequest(topic, queue_id, content, fields.integer("bornTimestamp", 0), born_host(connection),
-                           transaction_id=transaction_id, reconsume_times=fields.integer("reconsumeTimes", 0))
+                           transaction_id=transaction_id, reconsume_times=fields.integer("reconsumeTimes", 0),
+                           owner=request.account)
         outcome = self.core.send(send)
         if transaction_id:  # offsets come at the commit: the id only has to be one a client can decode
             self.checks.opened(transaction_id, fields.text("producerGroup", ""), topic)

@@ -46,9 +46,9 @@ class TransactionRequests:
                                                                "(rollback) or 0 (unknown)")
         try:
             if decision == COMMIT:
-                self.core.commit_transactions([(transaction_id, 1)], None)
+                self.core.commit_transactions([(transaction_id, 1)], None, request.account)
             else:
-                self.core.rollback_transactions([(transaction_id, 1)])
+                self.core.rollback_transactions([(transaction_id, 1)], request.account)
         except BrokerError as refused:
             if request.is_oneway:  # as the Java client ends them: nobody reads an answer
                 log.info("END_TRANSACTION of %s refused: %s", transaction_id, refused.message)

@@ -8,6 +8,7 @@ from broker_sim.txn import TxnState
 from rmq_spark.protocol.v1 import txn_pb2 as pb
 from rmq_spark.protocol.v1 import txn_pb2_grpc as pb_grpc
 
+from .acl import caller
 from .errors import invalid, translated
 
 _STATES = {TxnState.OPEN: pb.TXN_OPEN, TxnState.COMMITTING: pb.TXN_COMMITTING, TxnState.COMMITTED: pb.TXN_COMMITTED,
@@ -24,11 +25,11 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
         has_sink = request.HasField("sink_batch")
         if request.action == pb.TXN_COMMIT:
             sink = (request.sink_batch.sink_id, request.sink_batch.batch_id) if has_sink else None
-            result = self._core.commit_transactions(refs, sink)
+            result = self._core.commit_transactions(refs, sink, caller())
         elif request.action == pb.TXN_ROLLBACK:
             if has_sink:
                 raise invalid("a rollback records no sink batch: leave sink_batch unset")
-            result = self._core.rollback_transactions(refs)
+            result = self._core.rollback_transactions(refs, caller())
         else:
             raise invalid(f"action {_enum_name(request.action)}: set TXN_COMMIT or TXN_ROLLBACK")
         response = pb.EndTransactionResponse(transactions=[
@@ -51,7 +52,7 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
     @translated
     def ListTransactions(self, request, context):
         ids = list(request.ids)
-        found = self._core.transaction_infos(ids)
+        found = self._core.transaction_infos(ids, caller())
         infos = []
         for txn_id, (txn, expires_ms) in zip(ids or [t.id for t, _ in found], found):
             if txn is None:

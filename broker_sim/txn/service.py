@@ -105,6 +105,7 @@ class Refusal(enum.Enum):
     NOT_FOUND = "NOT_FOUND"  # no such transaction (never prepared, or forgotten after retention)
     ENDED = "ENDED"  # the transaction's state forbids the call (rolled back, committed)
     INCOMPLETE = "INCOMPLETE"  # fewer or more messages than the client sent, or a damaged batch
+    FORBIDDEN = "FORBIDDEN"  # another account's transaction (ACLs)
 
 
 class TransactionRefused(Exception):
@@ -172,22 +173,27 @@ class TransactionService:
 
     # --- prepare ---------------------------------------------------------------------------
 
-    def prepared(self, transaction_id: str) -> "PreparedPuts":
-        """The store's put calls, storing prepared under ``transaction_id``."""
+    def prepared(self, transaction_id: str, owner: str | None = None) -> "PreparedPuts":
+        """The store's put calls, storing prepared under ``transaction_id`` for ``owner``."""
         check_id(transaction_id, "transaction id")
-        return PreparedPuts(self, transaction_id)
+        return PreparedPuts(self, transaction_id, owner)
 
     def prepare(self, transaction_id: str, built: "QueueRecords | PutResult",
-                producer: tuple[str, int] | None = None) -> PutResult:
+                producer: tuple[str, int] | None = None, owner: str | None = None) -> PutResult:
         """Store checked records prepared; a failed check is returned as it is. A send stamped
         ``producer=(producer id, sequence)`` is stored once per transaction: a repeat gets the
-        first answer (``duplicate`` set), also after a restart."""
+        first answer (``duplicate`` set), also after a restart.
+
+        ``owner``, with ACLs, is the caller's access key: a transaction belongs to the account
+        that opened it, and no other may add to it, commit it or roll it back (None: no ACLs,
+        nothing checked)."""
         if isinstance(built, PutResult):
             return built
         if producer is not None and stamp_problem(*producer):
             return PutResult(PutStatus.MESSAGE_ILLEGAL, stamp_problem(*producer))
         txn = self._find(transaction_id)
         self._check_open(txn, transaction_id)  # early: before writing anything
+        _check_owner([txn] if txn is not None else [], owner)
         if txn is not None and producer in txn.stamps:
             return _duplicate(txn.stamps[producer])
         written = self._write_half(transaction_id, built)
@@ -200,9 +206,11 @@ class TransactionService:
             try:
                 if first:
                     self._check_open(self.state.get(transaction_id), transaction_id)
-                    txn = self._open[transaction_id] = Transaction(transaction_id, TxnState.OPEN, now, now)
+                    txn = self._open[transaction_id] = Transaction(transaction_id, TxnState.OPEN, now, now,
+                                                                   owner=owner or "")
                 else:
                     self._check_open(txn, transaction_id)
+                    _check_owner([txn], owner)
             except TransactionRefused:
                 self.half.release([position for position, _ in written])
                 raise
@@ -244,9 +252,10 @@ class TransactionService:
 
     # --- commit and rollback -------------------------------------------------------------
 
-    def commit(self, transactions: list[tuple[str, int]], sink: tuple[str, int] | None = None) -> EndResult:
+    def commit(self, transactions: list[tuple[str, int]], sink: tuple[str, int] | None = None,
+               owner: str | None = None) -> EndResult:
         """Commit ``(transaction id, messages expected or 0)`` in this order, and record the
-        sink batch ``(sink id, batch id)`` in the same step."""
+        sink batch ``(sink id, batch id)`` in the same step; all ``owner``'s (see ``prepare``)."""
         ids = self._check_ids([t for t, _ in transactions])
         if sink is not None:
             check_id(sink[0], "sink id")
@@ -258,6 +267,7 @@ class TransactionService:
         with self._end_lock:
             with self._lock:
                 txns = self._known(ids)
+                _check_owner(txns, owner)
                 recorded = self.state.sink_record(*sink) if sink is not None else None
                 if recorded is not None:
                     return self._replay(txns, recorded)
@@ -282,14 +292,16 @@ class TransactionService:
             outcomes = [Outcome(t.id, TxnState.COMMITTED, t in to_commit, t.batch_count, t.message_count) for t in txns]
             return EndResult(outcomes, record)
 
-    def rollback(self, transaction_ids: list[str]) -> EndResult:
-        """Roll back open transactions; rolled back ones stay so; committed ones refuse."""
+    def rollback(self, transaction_ids: list[str], owner: str | None = None) -> EndResult:
+        """Roll back open transactions, all ``owner``'s (see ``prepare``); rolled back ones stay
+        so; committed ones refuse."""
         ids = self._check_ids(transaction_ids)
         if not ids:
             raise TransactionRefused(Refusal.INVALID, "the rollback names no transaction: name the transactions")
         with self._end_lock:
             with self._lock:
                 txns = self._known(ids)
+                _check_owner(txns, owner)
                 for txn in txns:
                     if txn.state in (TxnState.COMMITTED, TxnState.COMMITTING):
                         raise TransactionRefused(Refusal.ENDED, f"transaction {txn.id!r} {_ended(txn)}; it cannot be "
@@ -323,12 +335,15 @@ class TransactionService:
             raise TransactionRefused(Refusal.INVALID, f"batch id {batch_id!r}: give the sink's batch id, 0 or more")
         return self.state.sink_record(sink_id, batch_id), self.state.latest_sink_batch(sink_id)
 
-    def transactions(self, ids: list[str] | None = None) -> list[Transaction | None]:
-        """The open and committing transactions, or those named (None for an unknown one)."""
+    def transactions(self, ids: list[str] | None = None, owner: str | None = None) -> list[Transaction | None]:
+        """The open and committing transactions, or those named (None for an unknown one); with
+        ``owner``, only its own (another account's shows as unknown)."""
         if not ids:
             with self._lock:
-                return sorted(self._open.values(), key=lambda t: (t.created_ms, t.id))
-        return [self._find(check_id(i, "transaction id")) for i in ids]
+                found = sorted(self._open.values(), key=lambda t: (t.created_ms, t.id))
+            return [t for t in found if owner is None or t.owner == owner]
+        found = [self._find(check_id(i, "transaction id")) for i in ids]
+        return [t if t is None or owner is None or t.owner == owner else None for t in found]
 
     def first_prepared(self, transaction_id: str) -> HalfRecord | None:
         """A copy of the first record prepared under an open transaction (RocketMQ's check of a
@@ -494,21 +509,33 @@ class PreparedPuts:
     """``put_message``, ``put_early_batch`` and ``put_inner_batch`` as the store has them,
     storing the records prepared under one transaction."""
 
-    def __init__(self, service: TransactionService, transaction_id: str):
+    def __init__(self, service: TransactionService, transaction_id: str, owner: str | None = None):
         self._service = service
         self._id = transaction_id
+        self._owner = owner
 
     def put_message(self, topic, queue_id, body, *, context: PutContext = DEFAULT_PUT, **options) -> PutResult:
         built = self._service.store.build_message(topic, queue_id, body, context=context, **options)
-        return self._service.prepare(self._id, built, context.producer)
+        return self._service.prepare(self._id, built, context.producer, self._owner)
 
     def put_early_batch(self, topic, queue_id, payload, *, context: PutContext = DEFAULT_PUT) -> PutResult:
         built = self._service.store.build_early_batch(topic, queue_id, payload, context=context)
-        return self._service.prepare(self._id, built, context.producer)
+        return self._service.prepare(self._id, built, context.producer, self._owner)
 
     def put_inner_batch(self, topic, queue_id, batch: InnerBatch, *, context: PutContext = DEFAULT_PUT) -> PutResult:
         built = self._service.store.build_inner_batch(topic, queue_id, batch, context=context)
-        return self._service.prepare(self._id, built, context.producer)
+        return self._service.prepare(self._id, built, context.producer, self._owner)
+
+
+def _check_owner(txns: list[Transaction], owner: str | None) -> None:
+    """FORBIDDEN unless every transaction is ``owner``'s (None: no ACLs, anyone's)."""
+    if owner is None:
+        return
+    for txn in txns:
+        if txn.owner != owner:
+            raise TransactionRefused(Refusal.FORBIDDEN, f"transaction {txn.id!r} belongs to another account: only "
+                                                        "the account that opened it may send under it, commit it or "
+                                                        "roll it back")
 
 
 def check_id(value: str, what: str) -> str:

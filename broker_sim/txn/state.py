@@ -2,7 +2,8 @@
 
 Keys (bytes; transaction and sink ids never hold a NUL)::
 
-    T{txn id}                           the transaction: state, times, counts, commit decision
+    T{txn id}                           the transaction: state, times, counts, commit decision, then
+                                        its owner (the access key that opened it; none without ACLs)
     O{txn id}                           present while the transaction is open or committing
     B{txn id}\\0{8-byte seq}             a prepared batch: half log position, size, messages, time,
                                         and the producer stamp of the send it began, if any
@@ -62,6 +63,7 @@ class Transaction:
     expired: bool = False  # rolled back by the timeout
     batches: list = field(default_factory=list)  # BatchRef, in prepare order (open transactions only)
     stamps: dict = field(default_factory=dict)  # (producer id, sequence) -> (queue id, messages) of its send
+    owner: str = ""  # the access key that opened it (ACLs); only it may add to, commit or roll back it
 
     def add(self, batch: BatchRef) -> None:
         self.batches.append(batch)
@@ -113,8 +115,9 @@ class StateStore:
         value = self.db.get(b"T" + txn_id.encode())
         if value is None:
             return None
-        state, created, last, ended, position, rank, batches, messages, expired = _TXN.unpack(value)
-        return Transaction(txn_id, TxnState(state), created, last, ended, position, rank, batches, messages, expired)
+        state, created, last, ended, position, rank, batches, messages, expired = _TXN.unpack_from(value)
+        return Transaction(txn_id, TxnState(state), created, last, ended, position, rank, batches, messages, expired,
+                           owner=value[_TXN.size:].decode())
 
     def add_batch(self, txn: Transaction, batch: BatchRef, first: bool, stamp: bytes = b"") -> None:
         """Record a prepared batch (and the transaction, with its first batch); ``stamp`` from
@@ -206,7 +209,7 @@ def pack_stamp(producer: tuple[str, int], queue_id: int, messages: int) -> bytes
 
 def _pack(txn: Transaction) -> bytes:
     return _TXN.pack(txn.state, txn.created_ms, txn.last_ms, txn.ended_ms, txn.decision_position, txn.decision_rank,
-                     txn.batch_count, txn.message_count, txn.expired)
+                     txn.batch_count, txn.message_count, txn.expired) + txn.owner.encode()
 
 
 def _sink_key(sink_id: str, batch_id: int) -> bytes:

@@ -151,9 +151,11 @@ def _field_properties(message: Outgoing) -> dict:
     return out
 
 
-def single_request(topic: str, queue_id: int, message: Outgoing, born_host: bytes, transaction_id: str = ""):
+def single_request(topic: str, queue_id: int, message: Outgoing, born_host: bytes, transaction_id: str = "",
+                   owner: str | None = None):
     content = SingleSend(message.body, message.properties, message.tags, message.keys, 0, message.sys_flag)
-    return SendRequest(topic, queue_id, content, message.born_ms, born_host, transaction_id=transaction_id)
+    return SendRequest(topic, queue_id, content, message.born_ms, born_host, transaction_id=transaction_id,
+                       owner=owner)
 
 
 # --- stored records -> v2 messages -----------------------------------------------------------
