@@ -5,6 +5,7 @@
     rmq-admin topic list | topic describe orders | group offsets my-group [--json]
     rmq-admin broker stats | broker corrupted
     rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
+    RMQ_SECRET_KEY=... rmq-admin --access-key ops topic list            # a broker with ACLs
 """
 
 from __future__ import annotations
@@ -15,16 +16,24 @@ import json
 import sys
 
 from ..errors import RmqError
+from ..structs import SECRET_KEY_VARIABLE, Credentials
 from .admin import Admin
 from .transactions import Transactions
+from .transport import TransportConfig
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
+
+
+def _credentials(args) -> Credentials | None:
+    return Credentials.from_environment(args.access_key) if args.access_key else None
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        with Admin(args.endpoint if args.name_server is None else None, name_server=args.name_server) as admin:
+        args.transport = TransportConfig(credentials=_credentials(args))
+        with Admin(args.endpoint if args.name_server is None else None, args.transport,
+                   name_server=args.name_server) as admin:
             rows, columns = args.run(admin, args)
     except RmqError as err:
         print(f"rmq-admin: {err}", file=sys.stderr)
@@ -43,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
                         help=f"broker_sim's HOST:PORT (default {DEFAULT_ENDPOINT})")
     parser.add_argument("--name-server", help="instead: RocketMQ's name servers, HOST:PORT[;HOST:PORT]")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.add_argument("--access-key", help="for brokers with ACLs: the account that signs the calls; its secret "
+                                             f"comes from the environment variable {SECRET_KEY_VARIABLE} (kept out "
+                                             "of the command line, which other users of the machine can see)")
     # Every command takes --json after its own arguments too, as the usage line shows. SUPPRESS keeps a
     # command's parser from resetting a --json given before the command.
     after = argparse.ArgumentParser(add_help=False)
@@ -140,18 +152,18 @@ _TXN_COLUMNS = ["transaction_id", "state", "batch_count", "message_count", "crea
 
 
 def _transactions(admin: Admin, args):
-    with Transactions(args.endpoint) as txns:
+    with Transactions(args.endpoint, args.transport) as txns:
         return [_txn_row(t) for t in txns.list(args.ids)], _TXN_COLUMNS
 
 
 def _rollback(admin: Admin, args):
-    with Transactions(args.endpoint) as txns:
+    with Transactions(args.endpoint, args.transport) as txns:
         outcomes = txns.rollback(args.ids)
     return [_txn_row(o) for o in outcomes], ["transaction_id", "state", "changed", "message_count"]
 
 
 def _sink_batch(admin: Admin, args):
-    with Transactions(args.endpoint) as txns:
+    with Transactions(args.endpoint, args.transport) as txns:
         status = txns.sink_batch(args.sink_id, args.batch_id)
     row = {**dataclasses.asdict(status), "transaction_ids": " ".join(status.transaction_ids)}
     return [row], ["sink_id", "batch_id", "committed", "transaction_ids", "committed_ms", "latest_batch_id"]

@@ -106,6 +106,13 @@ class RocketMQBatchDataSource(DataSource):
         for the query itself. Through nameServer it also names the group of the pulls (RocketMQ
         brokers without autoCreateSubscriptionGroup need the group created); give the query a
         group of its own.
+    accessKey, secretKey : str
+        For brokers that check ACLs (broker_sim with ``--acl-file``, RocketMQ with ACLs on):
+        the account every call is signed with, by RocketMQ's own signatures. The account needs
+        SUB on the topics read (through nameServer also on the pulls' group, ``consumerGroup``
+        or ``rocketmq-batch-reader``). Spark redacts both options in plans and the UI
+        (``spark.redaction.regex``); to keep the secret out of the job's code as well, leave
+        secretKey out and set the driver's environment variable ``RMQ_SECRET_KEY``.
 
     Write options
     -------------
@@ -157,6 +164,8 @@ class RocketMQBatchDataSource(DataSource):
         ``atLeastOnce``: rows are visible as they are sent, and a retried task or a replayed
         micro-batch writes them again. Through nameServer atLeastOnce is the default and the
         only one: asking for exactlyOnce fails at ``load()``, saying why.
+    accessKey, secretKey : str
+        As for reads; the account needs PUB on the topics written.
     sinkId : str
         Streams with exactlyOnce: the name under which micro-batches are recorded as
         committed, the same on every restart of the query (through nameServer: what the rows'

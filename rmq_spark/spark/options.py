@@ -12,7 +12,15 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .. import ConfigError, ProducerConfig, check_endpoint, check_name_server, normalize_tag_filter
+from .. import (
+    ConfigError,
+    Credentials,
+    ProducerConfig,
+    TransportConfig,
+    check_endpoint,
+    check_name_server,
+    normalize_tag_filter,
+)
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
@@ -42,7 +50,7 @@ OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "topics", "topicPattern", "assign", "startingOffsets",
     "startingTimestamp", "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger",
     "maxTriggerDelay", "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch",
-    "fetchTimeout", "failOnDataLoss", "tagFilter", "includeProperties", "consumerGroup",
+    "fetchTimeout", "failOnDataLoss", "tagFilter", "includeProperties", "consumerGroup", "accessKey", "secretKey",
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
 # What users of Spark's Kafka source would type, and ours.
@@ -64,19 +72,26 @@ _SIZE_BYTES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 @dataclass(frozen=True)
 class BrokerAddress:
     """What a read or write reaches: broker_sim's own door (``endpoint``), or any RocketMQ
-    cluster through its name servers (``name_server``, RocketMQ's remoting protocol)."""
+    cluster through its name servers (``name_server``, RocketMQ's remoting protocol), and the
+    account that signs the calls (``credentials``: its secret never shows in a repr)."""
 
     endpoint: str | None = None
     name_server: str | None = None
+    credentials: Credentials | None = None
 
     @property
     def native(self) -> bool:
         """Through name servers: RocketMQ's own protocol and messages."""
         return self.name_server is not None
 
-    def sdk(self) -> dict:
-        """The SDK's keyword arguments naming it."""
-        return {"endpoint": self.endpoint} if self.endpoint is not None else {"name_server": self.name_server}
+    def transport(self, **settings) -> TransportConfig:
+        """The SDK's TransportConfig: ``settings`` and the credentials."""
+        return TransportConfig(credentials=self.credentials, **settings)
+
+    def sdk(self, **settings) -> dict:
+        """The SDK's keyword arguments naming it, with its transport (``settings`` and the credentials)."""
+        named = {"endpoint": self.endpoint} if self.endpoint is not None else {"name_server": self.name_server}
+        return {**named, "transport": self.transport(**settings)}
 
     def describe(self) -> str:
         return f"the broker {self.endpoint}" if self.endpoint is not None else f"the name servers {self.name_server}"
@@ -237,12 +252,29 @@ def _address(given: dict) -> BrokerAddress:
                           "'127.0.0.1:10911') and nameServer (any RocketMQ cluster through its name servers, "
                           f"HOST:PORT;HOST:PORT, e.g. '127.0.0.1:9876'): {which}")
     name, value = named[0], given[named[0]].strip()
+    credentials = _credentials(given)
     try:
         if name == "endpoint":
-            return BrokerAddress(endpoint=check_endpoint(value))
-        return BrokerAddress(name_server=check_name_server(value))
+            return BrokerAddress(endpoint=check_endpoint(value), credentials=credentials)
+        return BrokerAddress(name_server=check_name_server(value), credentials=credentials)
     except ConfigError as err:
         raise ConfigError(f"option {name}: {err}") from None
+
+
+def _credentials(given: dict) -> Credentials | None:
+    """accessKey with secretKey, or with the secret in the environment variable RMQ_SECRET_KEY
+    of the application (then it appears in no option: not in plans, not in logs)."""
+    access_key = given.get("accessKey", "").strip()
+    if not access_key:
+        if "secretKey" in given:
+            raise ConfigError("option secretKey needs accessKey, the account it is the secret of")
+        return None
+    if given.get("secretKey"):
+        return Credentials(access_key, given["secretKey"])
+    try:
+        return Credentials.from_environment(access_key)
+    except ConfigError as err:
+        raise ConfigError(f"option accessKey: {err}, or give the option secretKey") from None
 
 
 def _subscription(given: dict) -> Subscription:
@@ -380,7 +412,7 @@ def _name(given: dict, name: str) -> str | None:
 
 SINK_OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes",
-    "compression", "codec", "deliveryGuarantee", "sinkId",
+    "compression", "codec", "deliveryGuarantee", "sinkId", "accessKey", "secretKey",
 )
 # Set by Spark on streaming writes (checkpointLocation from .option(...), queryName from .queryName(...)).
 SPARK_WRITE_OPTIONS = ("checkpointLocation", "queryName")
