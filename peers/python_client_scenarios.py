@@ -29,8 +29,9 @@ from rocketmq import (
 )
 
 
-def config(endpoint: str) -> ClientConfiguration:
-    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+def config(args) -> ClientConfiguration:
+    """The client's configuration; with --access-key and --secret-key, its calls are signed."""
+    return ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key), request_timeout=10)
 
 
 def message(topic: str, body: bytes, args, index: int) -> Message:
@@ -55,7 +56,7 @@ def view(m) -> dict:
 
 
 def send(args) -> dict:
-    producer = Producer(config(args.endpoint), (args.topic,))
+    producer = Producer(config(args), (args.topic,))
     producer.startup()
     try:
         messages = [message(args.topic, f"{args.prefix}-{i}".encode().ljust(args.body_bytes, b"."), args, i)
@@ -78,7 +79,7 @@ def send(args) -> dict:
 
 
 def receive(args) -> dict:
-    consumer = SimpleConsumer(config(args.endpoint), args.group, {args.topic: FilterExpression(args.filter)},
+    consumer = SimpleConsumer(config(args), args.group, {args.topic: FilterExpression(args.filter)},
                               await_duration=5)
     consumer.startup()
     # startup() returns before the proxy has the client's settings, and the real proxy fails a
@@ -117,7 +118,7 @@ class Resolutions(TransactionChecker):
 def transactions(args) -> dict:
     """One transaction committed, one rolled back, one left open: the broker's check commits it."""
     checker = Resolutions()
-    producer = Producer(config(args.endpoint), (args.topic,), checker)
+    producer = Producer(config(args), (args.topic,), checker)
     producer.startup()
     try:
         ids = {}
@@ -155,7 +156,7 @@ class Counting(MessageListener):
 
 def push(args) -> dict:
     listener = Counting(args.fail_first)
-    consumer = PushConsumer(config(args.endpoint), args.group, listener, {args.topic: FilterExpression(args.filter)})
+    consumer = PushConsumer(config(args), args.group, listener, {args.topic: FilterExpression(args.filter)})
     consumer.startup()
     try:
         deadline = time.monotonic() + args.timeout_s
@@ -189,6 +190,8 @@ def main() -> None:
     p.add_argument("--no-ack", action="store_true")
     p.add_argument("--fail-first", action="store_true")
     p.add_argument("--timeout-s", type=float, default=30)
+    p.add_argument("--access-key", default="")
+    p.add_argument("--secret-key", default="")
     args = p.parse_args()
     print(json.dumps(SCENARIOS[args.scenario](args)), flush=True)
     os._exit(0)  # the client's threads may keep the interpreter alive after shutdown()

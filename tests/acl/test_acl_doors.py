@@ -1,0 +1,195 @@
+"""ACLs on every door of a real broker process: signatures checked (RocketMQ's schemes), permissions
+per topic and group, admin rights, replayed dates refused, transactions belonging to the account
+that opened them; a refused request changes nothing."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import grpc
+import pytest
+
+from acl_helpers import config
+from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
+from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
+from rmq_spark import (
+    Admin,
+    AuthenticationError,
+    Credentials,
+    Message,
+    OffsetRange,
+    PermissionDeniedError,
+    Producer,
+    RangeReader,
+    Transactions,
+    new_transaction_id,
+)
+from rmq_spark.protocol import signing
+from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+
+DOORS = ["endpoint", "name_server"]
+
+
+def connect(acl_broker, door: str) -> dict:
+    return {door: getattr(acl_broker, door)}
+
+
+def stored(acl_broker, topic: str = "orders") -> int:
+    with Admin(acl_broker.endpoint, config("ops")) as admin:
+        return sum(q.max_offset for q in admin.describe_topic(topic)[1])
+
+
+def send_one(acl_broker, door: str, transport, topic: str = "orders", **options) -> None:
+    with Producer(**connect(acl_broker, door), transport=transport, auto_batch=False, **options) as producer:
+        producer.send(Message(topic, b"hello", tags="T"))
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_unsigned_wrongly_signed_and_unknown_clients_are_refused_and_nothing_is_stored(acl_broker, door):
+    before = stored(acl_broker)
+    refused = (AuthenticationError, PermissionDeniedError)  # remoting answers both with NO_PERMISSION
+    for transport, says in ((None, "no"), (config("writer", "not-the-secret"), "does not match"),
+                            (config("nobody", "nobody-secret"), "is not an account")):
+        with pytest.raises(refused) as err:
+            send_one(acl_broker, door, transport)
+        assert says in str(err.value)
+    assert stored(acl_broker) == before
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_each_account_does_what_its_permissions_grant(acl_broker, door):
+    before = stored(acl_broker)
+    send_one(acl_broker, door, config("writer"))
+    send_one(acl_broker, door, config("writer"), topic="audit")
+    with pytest.raises(PermissionDeniedError, match="may not (use|publish to) topic 'audit'.*grant it PUB"):
+        send_one(acl_broker, door, config("writer2"), topic="audit")
+    with pytest.raises(PermissionDeniedError):
+        send_one(acl_broker, door, config("reader"))
+    assert stored(acl_broker) == before + 1
+
+    ranges = [OffsetRange("orders", q, 0, None) for q in range(4)]
+    with RangeReader(**connect(acl_broker, door), transport=config("reader")) as reader:
+        assert sum(b.num_rows for b in reader.read(ranges)) == before + 1
+    with pytest.raises(PermissionDeniedError, match="may not (use|subscribe to) topic 'orders'"):
+        with RangeReader(**connect(acl_broker, door), transport=config("writer")) as reader:
+            list(reader.read(ranges))
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_topics_are_managed_by_admin_accounts_only(acl_broker, door):
+    name = f"scratch-{uuid.uuid4().hex[:6]}"
+    with Admin(**connect(acl_broker, door), transport=config("writer")) as writer:
+        with pytest.raises(PermissionDeniedError, match="needs an admin account"):
+            writer.create_topic(name, 2, "SimpleCQ")
+        with pytest.raises(PermissionDeniedError, match="needs an admin account"):
+            writer.delete_topic("orders")
+    with Admin(**connect(acl_broker, door), transport=config("ops")) as ops:
+        assert ops.describe_topic("orders")[0].queue_count == 4  # still there
+        ops.create_topic(name, 2, "SimpleCQ")
+        assert ops.delete_topic(name)
+
+
+def test_group_offsets_need_the_groups_sub(acl_broker):
+    with Admin(acl_broker.endpoint, config("reader")) as reader:
+        reader.commit_group_offsets("billing", {("orders", 0): 0})
+        with pytest.raises(PermissionDeniedError, match="group 'payroll'"):
+            reader.commit_group_offsets("payroll", {("orders", 0): 0})
+    with Admin(acl_broker.endpoint, config("writer")) as writer:
+        with pytest.raises(PermissionDeniedError, match="group 'billing'"):
+            writer.commit_group_offsets("billing", {("orders", 0): 5})
+
+
+def test_a_call_signed_long_ago_is_refused_as_a_replay(acl_broker):
+    channel = grpc.insecure_channel(acl_broker.endpoint)
+    try:
+        admin = pb_grpc.AdminStub(channel)
+        old = signing.grpc_metadata(Credentials("ops", "ops-secret"), time.time() - 3600)
+        with pytest.raises(grpc.RpcError) as err:
+            admin.ListTopics(pb.ListTopicsRequest(), metadata=old, timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert re.search(r"36\d\d s before the broker's clock", err.value.details())
+        assert "replayed" in err.value.details()
+        fresh = signing.grpc_metadata(Credentials("ops", "ops-secret"))
+        assert admin.ListTopics(pb.ListTopicsRequest(), metadata=fresh, timeout=10).topics
+    finally:
+        channel.close()
+
+
+def test_a_transaction_belongs_to_the_account_that_opened_it(acl_broker):
+    before = stored(acl_broker)
+    txn = new_transaction_id()
+    with Producer(acl_broker.endpoint, transport=config("writer"), transaction_id=txn) as producer:
+        producer.send(Message("orders", b"prepared", tags="T"))
+        prepared = producer.prepared()
+    with Transactions(acl_broker.endpoint, config("writer2")) as other:
+        with pytest.raises(PermissionDeniedError, match="belongs to another account"):
+            other.commit([prepared])
+        with pytest.raises(PermissionDeniedError, match="belongs to another account"):
+            other.rollback([prepared])
+        assert [t.state.name for t in other.list([txn])] == ["UNKNOWN"]  # not shown to others
+        with pytest.raises(PermissionDeniedError, match="belongs to another account"):
+            with Producer(acl_broker.endpoint, transport=config("writer2"), transaction_id=txn) as intruder:
+                intruder.send(Message("orders", b"smuggled", tags="T"))
+    assert stored(acl_broker) == before
+    with Transactions(acl_broker.endpoint, config("writer")) as owner:
+        assert [t.state.name for t in owner.list([txn])] == ["OPEN"]
+        owner.commit([prepared])
+    assert stored(acl_broker) == before + 1
+
+
+def test_the_v2_door_answers_with_rocketmqs_codes(acl_broker):
+    channel = grpc.insecure_channel(acl_broker.endpoint)
+    try:
+        stub = v2_grpc.MessagingServiceStub(channel)
+
+        def route(topic: str, credentials: Credentials | None):
+            metadata = signing.grpc_metadata(credentials) if credentials else ()
+            request = v2.QueryRouteRequest(topic=v2.Resource(name=topic))
+            return stub.QueryRoute(request, metadata=metadata, timeout=10)
+
+        assert route("orders", None).status.code == v2.UNAUTHORIZED
+        assert route("audit", Credentials("reader", "reader-secret")).status.code == v2.FORBIDDEN
+        answer = route("orders", Credentials("reader", "reader-secret"))
+        assert answer.status.code == v2.OK and answer.message_queues
+    finally:
+        channel.close()
+
+
+def test_route_lookups_stay_open_as_rocketmqs_name_server_leaves_them(acl_broker):
+    with RemotingConnection(acl_broker.name_server, timeout_s=5) as connection:
+        answer = connection.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}, timeout_s=5)
+        assert answer.code == ResponseCode.SUCCESS
+        refused = connection.invoke(RequestCode.GET_MAX_OFFSET, {"topic": "orders", "queueId": 0}, timeout_s=5)
+        assert refused.code == ResponseCode.NO_PERMISSION and "AccessKey" in refused.remark
+
+
+def test_the_acl_file_is_read_again_when_it_changes(acl_broker):
+    original = acl_broker.acl_file.read_text()
+    added = original + "  - accessKey: newcomer\n    secretKey: newcomer-secret\n    topicPerms: [orders=PUB]\n"
+    try:
+        with pytest.raises(AuthenticationError):
+            send_one(acl_broker, "endpoint", config("newcomer", "newcomer-secret"))
+        acl_broker.acl_file.write_text(added)
+        _eventually(lambda: send_one(acl_broker, "endpoint", config("newcomer", "newcomer-secret")))
+        acl_broker.acl_file.write_text("accounts: [this is: not valid")  # kept out: the accounts stay
+        time.sleep(1.5)
+        send_one(acl_broker, "endpoint", config("newcomer", "newcomer-secret"))
+    finally:
+        acl_broker.acl_file.write_text(original)
+    _eventually(lambda: pytest.raises(AuthenticationError, send_one, acl_broker, "endpoint",
+                                      config("newcomer", "newcomer-secret")))
+
+
+def _eventually(attempt, timeout_s: float = 10):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return attempt()
+        except (AuthenticationError, pytest.fail.Exception):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
