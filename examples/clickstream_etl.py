@@ -3,6 +3,7 @@
     python examples/clickstream_etl.py                           # an embedded broker, local Spark
     python examples/clickstream_etl.py --endpoint HOST:PORT      # a running rmq-broker-sim
     python examples/clickstream_etl.py --name-server HOST:PORT   # any RocketMQ cluster
+    RMQ_SECRET_KEY=... python examples/clickstream_etl.py --endpoint HOST:PORT --access-key etl   # with ACLs
 
 1. Producers write JSON click events with AutoBatch into the BatchCQ topic ``clicks``.
 2. A streaming query reads them with ``format("rocketmq-batch")``, parses the JSON, counts
@@ -29,7 +30,16 @@ import time
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # quiet gRPC's note when Spark starts its JVM
 
 import broker_sim  # noqa: E402
-from rmq_spark import Admin, Message, PopConsumer, Producer, TopicConflictError  # noqa: E402
+from rmq_spark import (  # noqa: E402
+    Admin,
+    Credentials,
+    Message,
+    PermissionDeniedError,
+    PopConsumer,
+    Producer,
+    TopicConflictError,
+    TransportConfig,
+)
 
 PAGES = ["/", "/search", "/product", "/cart", "/checkout", "/help"]
 MINUTE_MS = 60_000
@@ -46,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-records-per-trigger", type=int, default=50_000)
     parser.add_argument("--checkpoint", help="checkpoint directory (default: a temporary one)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--access-key", help="for a broker with ACLs: the account to sign with; its secret comes "
+                                             "from the environment variable RMQ_SECRET_KEY")
     return parser.parse_args(argv)
 
 
@@ -54,10 +66,15 @@ def step(text: str) -> None:
 
 
 def create_topics(address: dict, queues: int) -> None:
+    """The topics, unless they exist (with ACLs an admin account makes them beforehand)."""
     with Admin(**address) as admin:
         for name, count in (("clicks", queues), ("page-minute-counts", 4)):
-            with contextlib.suppress(TopicConflictError):  # it exists: use it as it is
+            try:
                 admin.create_topic(name, count, "BatchCQ")
+            except TopicConflictError:  # it exists: use it as it is
+                pass
+            except PermissionDeniedError:  # not an admin account: the topic must exist
+                admin.describe_topic(name)
 
 
 def produce_clicks(address: dict, events: int, minutes: int, producers: int, start_ms: int) -> dict:
@@ -121,7 +138,7 @@ def run_query(spark, address: dict, checkpoint: str, max_records: int, minutes: 
     event = StructType().add("user", StringType()).add("page", StringType()).add("ts", LongType())
     option, where = _option(address)
     clicks = (spark.readStream.format("rocketmq-batch")
-              .option(option, where).option("topic", "clicks")
+              .option(option, where).options(**_signing(address)).option("topic", "clicks")
               .option("startingOffsets", "earliest")
               .option("maxRecordsPerTrigger", max_records)
               .load())
@@ -138,7 +155,7 @@ def run_query(spark, address: dict, checkpoint: str, max_records: int, minutes: 
                            "count")).alias("body"))
     started = time.perf_counter()
     query = (out.writeStream.format("rocketmq-batch")
-             .option(option, where).option("topic", "page-minute-counts")
+             .option(option, where).options(**_signing(address)).option("topic", "page-minute-counts")
              .option("checkpointLocation", checkpoint)
              .outputMode("append")
              .trigger(availableNow=True)
@@ -157,6 +174,14 @@ def run_query(spark, address: dict, checkpoint: str, max_records: int, minutes: 
 def _option(address: dict) -> tuple[str, str]:
     """The Spark option naming ``address``: endpoint or nameServer."""
     return ("endpoint", address["endpoint"]) if "endpoint" in address else ("nameServer", address["name_server"])
+
+
+def _signing(address: dict) -> dict:
+    """The Spark options of the account the SDK signs with, if any."""
+    credentials = address.get("transport", TransportConfig()).credentials
+    if credentials is None:
+        return {}
+    return {"accessKey": credentials.access_key, "secretKey": credentials.secret_key}
 
 
 def read_aggregates(address: dict, expected: int, timeout_s: float = 60) -> list[dict]:
@@ -206,12 +231,18 @@ def main(argv=None, spark=None) -> dict:
 
 @contextlib.contextmanager
 def _broker(args):
-    """The SDK's address: the name servers given, the endpoint given, or an embedded broker's."""
+    """The SDK's address: the name servers given, the endpoint given, or an embedded broker's;
+    with the account to sign with, if given."""
+    signed = {}
+    if args.access_key:
+        if not os.environ.get("RMQ_SECRET_KEY"):
+            sys.exit("--access-key needs its secret key in the environment variable RMQ_SECRET_KEY")
+        signed["transport"] = TransportConfig(credentials=Credentials(args.access_key, os.environ["RMQ_SECRET_KEY"]))
     if args.name_server:
-        yield {"name_server": args.name_server}
+        yield {"name_server": args.name_server, **signed}
         return
     with broker_sim.embedded_unless(args.endpoint) as endpoint:
-        yield {"endpoint": endpoint}
+        yield {"endpoint": endpoint, **signed}
 
 
 if __name__ == "__main__":

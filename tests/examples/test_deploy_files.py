@@ -60,7 +60,35 @@ def test_every_compose_command_exists_with_its_flags():
     check_command(health[1:])
     for _name, service in services.items():
         check_command(service["command"])
-    assert services["spark-job"]["depends_on"]["broker"]["condition"] == "service_healthy"
+    for name in services["spark-job"]["depends_on"]:  # the topics, made once the broker is healthy
+        assert services["spark-job"]["depends_on"][name]["condition"] == "service_completed_successfully"
+        assert services[name]["depends_on"]["broker"]["condition"] == "service_healthy"
+
+
+def test_compose_runs_the_broker_with_acls_and_every_client_signs_as_an_account_of_its_file():
+    """The mounted ACL file parses; each service's --access-key and RMQ_SECRET_KEY are an account
+    of it; the job's account may do what the example does, and no more."""
+    from broker_sim.acl import Demand, Guard, Perm, load
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    broker = services["broker"]
+    acl_path = broker["command"][broker["command"].index("--acl-file") + 1]
+    mounted = {volume.split(":")[1]: volume.split(":")[0] for volume in broker["volumes"]}
+    accounts = load(ROOT / mounted[acl_path]).accounts
+    for name, service in services.items():
+        command = service["command"] + broker["healthcheck"]["test"] * (name == "broker")
+        if "--access-key" not in command:
+            assert "rocketmq" in service.get("profiles", ()), f"{name} does not sign its calls"
+            continue
+        access_key = command[command.index("--access-key") + 1]
+        secret = dict(e.split("=", 1) for e in service["environment"])["RMQ_SECRET_KEY"].split()[0]
+        assert accounts[access_key].secret_key == secret, f"{name}'s secret is not {access_key}'s"
+    guard = Guard(ROOT / mounted[acl_path])
+    etl = accounts["etl"]
+    guard.authorize(etl, [Demand.topic("clicks", Perm.PUB), Demand.topic("clicks", Perm.SUB),
+                          Demand.topic("page-minute-counts", Perm.PUB), Demand.group("dashboard")])
+    with pytest.raises(Exception, match="admin"):
+        guard.authorize(etl, [Demand.admin("create topics")])
 
 
 def test_the_rocketmq_profile_runs_apache_rocketmq_and_the_example_through_its_name_server():

@@ -2,6 +2,7 @@
 prints what it did; the results it prints are checked."""
 
 import importlib.util
+import os
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -46,6 +47,27 @@ def test_clickstream_etl_through_a_name_server(spark, broker_sim_remoting, tmp_p
                                               "--minutes", "2", "--checkpoint", str(tmp_path / "cp")], spark=spark)
     assert result["exact"] and len(result["aggregates"]) == len(result["truth"]) >= 2 * 5
     assert f"broker at {broker_sim_remoting.namesrv}" in capsys.readouterr().out
+
+
+def test_clickstream_etl_as_docker_compose_runs_it_with_acls(spark, tmp_path, monkeypatch, capsys):
+    """docker-compose.yml's scenario without Docker: the broker with the ACL file of deploy/,
+    the topics made by its admin account, the job signing as its own account."""
+    import subprocess
+    import sys
+
+    from broker_sim.testing import broker_process
+
+    root = Path(__file__).resolve().parents[2]
+    with broker_process(tmp_path / "data", "--acl-file", str(root / "deploy/acl/plain_acl.yml")) as (endpoint, _p):
+        for name, queues in (("clicks", "8"), ("page-minute-counts", "4")):
+            subprocess.run([sys.executable, "-m", "rmq_spark.client.cli", "--endpoint", endpoint, "--access-key",
+                            "ops", "topic", "create", name, "--queues", queues, "--type", "BatchCQ"], check=True,
+                           env={**os.environ, "RMQ_SECRET_KEY": "ops-change-me"}, timeout=60)
+        monkeypatch.setenv("RMQ_SECRET_KEY", "etl-change-me")
+        result = example("clickstream_etl").main(["--endpoint", endpoint, "--access-key", "etl", "--events", "3000",
+                                                  "--minutes", "2", "--checkpoint", str(tmp_path / "cp")],
+                                                 spark=spark)
+    assert result["exact"] and len(result["aggregates"]) == len(result["truth"]) >= 2 * 5
 
 
 def test_backfill_batch(spark, tmp_path, capsys):
