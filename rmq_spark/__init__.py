@@ -31,11 +31,11 @@ _HOMES = {
     **{name: "errors" for name in (
         "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError", "CodecError", "ConfigError",
         "CorruptedRecordError", "DataLossError", "DiskFailedError", "DiskFullError", "GroupNotFoundError",
-        "InvalidReceiptHandleError", "InvalidRequestError", "MessageTooLargeError", "OffsetOutOfRangeError",
-        "PropertiesTooLargeError", "QueueNotFoundError", "ReceiptHandleError", "ReceiptHandleExpiredError",
-        "RequestTimeoutError", "ResultTimeoutError", "RmqError", "SendInProgressError", "TopicConflictError",
-        "TopicNotFoundError", "TransactionIncompleteError", "TransactionNotFoundError", "TransactionStateError",
-        "UndecodableBatchError", "WrongQueueTypeError")},
+        "InvalidReceiptHandleError", "InvalidRequestError", "LimitExceededError", "MessageTooLargeError",
+        "OffsetOutOfRangeError", "PropertiesTooLargeError", "QueueNotFoundError", "ReceiptHandleError",
+        "ReceiptHandleExpiredError", "RequestTimeoutError", "ResultTimeoutError", "RmqError", "SendInProgressError",
+        "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError", "TransactionNotFoundError",
+        "TransactionStateError", "UndecodableBatchError", "WrongQueueTypeError")},
 }
 
 __all__ = sorted(_HOMES)

@@ -48,10 +48,11 @@ class Reason(str, enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     STREAM_STALLED = "STREAM_STALLED"
+    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"  # a client past its requests in flight: retry later
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"  # a client or the broker past its topics or queues
     DISK_FULL = "DISK_FULL"
     DISK_FAILED = "DISK_FAILED"
     INTERNAL = "INTERNAL"
-
 
 
 _PUT_REASONS = {
