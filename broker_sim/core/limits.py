@@ -102,10 +102,10 @@ def too_many_requests(held: int, who: str, flag: str) -> BrokerError:
                        f"more), or raise --{flag}")
 
 
-def too_many_connections(held: int, who: str, flag: str) -> str:
-    """The remark answering a connection past a connection limit."""
-    return (f"{who} has {held} connections open to this broker, its limit (--{flag}): close connections "
-            f"it no longer uses (share one per process), or raise --{flag}")
+def too_many_connections(holding: str, flag: str) -> str:
+    """The remark answering a connection past a connection limit; ``holding`` says who holds how many."""
+    return (f"{holding}, the broker's limit (--{flag}): close connections no longer used (a process needs "
+            f"one per broker), or raise --{flag}")
 
 
 class TopicQuota:

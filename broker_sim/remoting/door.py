@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from broker_sim.core import BrokerCore, TransactionChecks
+from broker_sim.core.limits import ClientLimits
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 
 from .broker import BrokerRequests
@@ -61,11 +62,11 @@ class RemotingDoor:
     """The door of ``core`` (given at ``start``; ``bind`` may come before the core opens, so
     that records name the remoting address as their store host, as RocketMQ's clients expect)."""
 
-    def __init__(self, host: str, advertised_ip: str, options: RemotingOptions):
+    def __init__(self, host: str, advertised_ip: str, options: RemotingOptions, limits: ClientLimits | None = None):
         self.core: BrokerCore | None = None
         self.options = options
         self.clients = ClientRegistry()
-        self.server = RemotingServer({}, host, options.port)
+        self.server = RemotingServer({}, host, options.port, limits=limits)
         self.hold = PullHold(self.server.loop)
         self._advertised_ip = advertised_ip
         self._stop = threading.Event()
