@@ -152,13 +152,13 @@ class TopicQuota:
             return
         created = self._created.get(client, {})
         if len(created) >= limits.max_topics_created_per_client:
-            raise _limit(f"client {echo(client)} has created {len(created)} topics, its limit "
+            raise _limit(f"client {client} has created {len(created)} topics, its limit "
                          f"(--max-topics-created-per-client): topic {echo(name)} was not created. Delete topics it "
                          "no longer uses, or raise --max-topics-created-per-client")
         mine = sum(created.values())
         if mine + queue_count > limits.max_queues_created_per_client:
             raise _limit(f"topic {echo(name)} with {queue_count} queues would bring the queues created by client "
-                         f"{echo(client)} to {mine + queue_count}, over its limit of "
+                         f"{client} to {mine + queue_count}, over its limit of "
                          f"{limits.max_queues_created_per_client} (--max-queues-created-per-client): create fewer "
                          "queues, delete topics it no longer uses, or raise the limit")
 
