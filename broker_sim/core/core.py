@@ -149,7 +149,7 @@ class BrokerCore:
                  pop: PopService, revive: ReviveService, schedule: ScheduleService, groups: GroupTable,
                  limits: ClientLimits | None = None):
         self.store = store
-        self.quota = TopicQuota(limits or ClientLimits(), store.all_topics)
+        self.quota = TopicQuota(limits or ClientLimits(), store)
         self.groups = groups
         self.schedule = schedule
         self.offsets = offsets

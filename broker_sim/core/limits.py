@@ -110,11 +110,11 @@ def too_many_connections(holding: str, flag: str) -> str:
 
 class TopicQuota:
     """Topics and queues created, per client and on the whole broker, checked before each
-    creation. ``existing`` gives every topic of the store (its own included)."""
+    creation of a topic of ``store`` (a MessageStore: its topics, its own included)."""
 
-    def __init__(self, limits: ClientLimits, existing: Callable[[], list]):
+    def __init__(self, limits: ClientLimits, store):
         self.limits = limits
-        self._existing = existing
+        self._store = store
         self._lock = threading.Lock()  # a check and its creation are one step
         self._created: dict[str, dict[str, int]] = {}  # client -> {topic: queues} it created
 
@@ -123,9 +123,8 @@ class TopicQuota:
         topic; a topic that exists already, or settings the store refuses, are left to ``make``
         (it answers what was wrong). Raises LIMIT_EXCEEDED past a limit, creating nothing."""
         with self._lock:
-            topics = self._existing()
-            if all(t.name != name for t in topics) and creation_problem(name, queue_count, queue_type) is None:
-                self._check(client, name, queue_count, topics)
+            if self._store.find_topic(name) is None and creation_problem(name, queue_count, queue_type) is None:
+                self._check(client, name, queue_count, self._store.all_topics())
             status, detail = make()
             if status is CreateStatus.CREATED and client:
                 self._created.setdefault(client, {})[name] = queue_count

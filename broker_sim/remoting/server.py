@@ -134,6 +134,7 @@ class Connection(asyncio.Protocol):
         so that a slow client holds a bounded amount of the broker's memory; one that reads
         none of them for the slow reader timeout is disconnected."""
         self.transport.pause_reading()
+        self._stop_slow_reader_timer()
         timeout = self.server.limits.slow_reader_timeout_s
         self._slow_reader = self.server.loop.call_later(timeout, self._disconnect, (
             f"its answers waited over {self.server.limits.write_buffer_high_bytes} bytes for {timeout:g} s "
