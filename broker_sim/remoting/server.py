@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 _STOP_TIMEOUT_S = 10.0
 REFUSAL_WAIT_S = 2.0  # a refused connection waits this long for a request to answer with the refusal
 MAX_REFUSALS_WAITING = 64  # refused connections waiting so, at most; past it they are closed at once
+REFUSED_FRAME_BYTES = 64 << 10  # what a refused connection's first request may hold; a larger one closes it
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class Connection(asyncio.Protocol):
         limits = self.server.limits
         transport.set_write_buffer_limits(limits.write_buffer_high_bytes, limits.write_buffer_low_bytes)
         self.refusal = self.server.admit(self)
+        if self.refusal:
+            self.reader = FrameReader(REFUSED_FRAME_BYTES)
 
     def connection_lost(self, exc) -> None:
         self.closed = True

@@ -136,6 +136,16 @@ def test_a_connection_that_sends_nothing_is_closed_with_a_log_line(tmp_path, sto
         assert "without an answer: client 127.0.0.1 has 1 connections open" in caplog.text
 
 
+def test_a_refused_connection_may_not_send_a_large_first_request(tmp_path, stopped):
+    broker = start(tmp_path, max_connections_per_ip=1)
+    stopped.append(broker)
+    host, _, port = broker.remoting.address.rpartition(":")
+    with RemotingConnection(broker.remoting.address), socket.create_connection((host, int(port))) as refused:
+        refused.settimeout(TIMEOUT_S)
+        refused.sendall((1 << 20).to_bytes(4, "big") + bytes(1 << 16))  # a frame of 1 MiB announced
+        assert refused.recv(1) == b""  # closed before it is read whole
+
+
 # --- requests in flight ----------------------------------------------------------------------
 
 def test_requests_past_the_limit_of_a_connection_are_answered_busy_at_once(tmp_path, stopped):
