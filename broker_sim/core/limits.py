@@ -17,8 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from broker_sim.store import CreateStatus, echo
-from broker_sim.store.topics import creation_problem
+from broker_sim.store import CreateStatus, creation_problem, echo
 
 from .errors import BrokerError, Reason
 
