@@ -64,8 +64,11 @@ def served(address: str, topic: str) -> bool:
             "producerGroup": "p", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
             "queueId": 0, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
             "properties": "WAIT\x01true\x02", "reconsumeTimes": 0}, b"still served")
-        pulled = conn.invoke(RequestCode.PULL_MESSAGE, pull_fields(topic))
-    return sent.code == ResponseCode.SUCCESS and pulled.code == ResponseCode.SUCCESS and pulled.body
+        if sent.code != ResponseCode.SUCCESS:
+            return False
+        pulled = wait_until(lambda: (answer := conn.invoke(RequestCode.PULL_MESSAGE, pull_fields(topic))).code
+                            == ResponseCode.SUCCESS and answer, "the message is indexed")  # pulls until then
+    return bool(pulled.body)
 
 
 def wait_until(condition, what: str, timeout_s: float = TIMEOUT_S):
