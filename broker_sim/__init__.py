@@ -18,14 +18,15 @@ __all__ = ["embedded", "embedded_unless"]
 
 
 @contextlib.contextmanager
-def embedded(data_dir=None, *, pop=None, transactions=None, **store_options):
+def embedded(data_dir=None, *, pop=None, transactions=None, limits=None, **store_options):
     """Run a broker in this process on 127.0.0.1 and a free port; yields its endpoint
     "127.0.0.1:PORT" and stops it cleanly on exit.
 
     ``data_dir`` None: a temporary directory, removed afterwards. ``store_options`` are
     ``broker_sim.store.StoreConfig`` fields (``flush_mode="sync"``, ``segment_bytes=...``);
     ``pop`` a ``broker_sim.pop.PopConfig`` (``max_reconsume_times=...``), ``transactions`` a
-    ``broker_sim.txn.TransactionConfig`` (``timeout_ms=...``).
+    ``broker_sim.txn.TransactionConfig`` (``timeout_ms=...``), ``limits`` a
+    ``broker_sim.core.limits.ClientLimits`` (``max_requests_in_flight_per_ip=...``).
     """
     from broker_sim.server import Broker  # grpc only for those who run a broker
     from broker_sim.store import StoreConfig
@@ -33,7 +34,8 @@ def embedded(data_dir=None, *, pop=None, transactions=None, **store_options):
     config = StoreConfig(**store_options)
     temporary = tempfile.mkdtemp(prefix="rmq-broker-sim-") if data_dir is None else None
     try:
-        broker = Broker(temporary or data_dir, "127.0.0.1", 0, config, pop_config=pop, transaction_config=transactions)
+        broker = Broker(temporary or data_dir, "127.0.0.1", 0, config, pop_config=pop, transaction_config=transactions,
+                        limits=limits)
         broker.start()
         try:
             yield broker.endpoint

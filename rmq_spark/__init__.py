@@ -32,12 +32,11 @@ _HOMES = {
         "AuthenticationError", "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError",
         "CodecError", "ConfigError",
         "CorruptedRecordError", "DataLossError", "DiskFailedError", "DiskFullError", "GroupNotFoundError",
-        "InvalidReceiptHandleError", "InvalidRequestError", "MessageTooLargeError", "OffsetOutOfRangeError",
-        "PermissionDeniedError", "PropertiesTooLargeError", "QueueNotFoundError", "ReceiptHandleError",
-        "ReceiptHandleExpiredError",
-        "RequestTimeoutError", "ResultTimeoutError", "RmqError", "SendInProgressError", "TopicConflictError",
-        "TopicNotFoundError", "TransactionIncompleteError", "TransactionNotFoundError", "TransactionStateError",
-        "UndecodableBatchError", "WrongQueueTypeError")},
+        "InvalidReceiptHandleError", "InvalidRequestError", "LimitExceededError", "MessageTooLargeError",
+        "OffsetOutOfRangeError", "PermissionDeniedError", "PropertiesTooLargeError", "QueueNotFoundError",
+        "ReceiptHandleError", "ReceiptHandleExpiredError", "RequestTimeoutError", "ResultTimeoutError", "RmqError",
+        "SendInProgressError", "TopicConflictError", "TopicNotFoundError", "TransactionIncompleteError",
+        "TransactionNotFoundError", "TransactionStateError", "UndecodableBatchError", "WrongQueueTypeError")},
 }
 
 __all__ = sorted(_HOMES)

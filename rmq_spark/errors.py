@@ -143,6 +143,12 @@ class SendInProgressError(RmqError):
     retriable = True
 
 
+class LimitExceededError(RmqError):
+    """The broker refused a creation past the topics or queues one client may create, or the
+    broker may hold (its --max-topics-created-per-client, --max-topics, ...); nothing was
+    created: delete topics no longer used, or ask for a higher limit."""
+
+
 class DiskFullError(RmqError):
     """The broker's disk has no room (less free than its reserve); nothing was stored. The
     same send succeeds once space is freed on the broker's disk: the producer retries it with
@@ -205,6 +211,8 @@ _BY_REASON = {
     "RECEIPT_HANDLE_INVALID": InvalidReceiptHandleError,
     "RECEIPT_HANDLE_EXPIRED": ReceiptHandleExpiredError,
     "SEND_IN_PROGRESS": SendInProgressError,
+    "TOO_MANY_REQUESTS": BrokerUnavailableError,  # busy: retriable, the producer retries with backoff
+    "LIMIT_EXCEEDED": LimitExceededError,
     "DISK_FULL": DiskFullError,
     "DISK_FAILED": DiskFailedError,
     "UNAUTHENTICATED": AuthenticationError,

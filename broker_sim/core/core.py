@@ -46,6 +46,7 @@ from broker_sim.txn import EndResult, TransactionConfig, TransactionService
 from . import sends
 from .errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
 from .groups import GroupTable
+from .limits import ClientLimits, TopicQuota
 from .reads import OffsetRange, RangeCursor, ReadBudget
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class CoreOptions:
     pop_now_ms: Callable[[], int] = wall_clock_ms
     payload_check: Callable | None = None  # MessageStore's payload_check
     schedule_now_ms: Callable[[], int] = wall_clock_ms
+    limits: ClientLimits = dataclasses.field(default_factory=ClientLimits)  # topics and queues created
 
 
 class BrokerCore:
@@ -144,8 +146,10 @@ class BrokerCore:
     together by ``open`` (recovery runs there) and closed together by ``close``."""
 
     def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, transactions: TransactionService,
-                 pop: PopService, revive: ReviveService, schedule: ScheduleService, groups: GroupTable):
+                 pop: PopService, revive: ReviveService, schedule: ScheduleService, groups: GroupTable,
+                 limits: ClientLimits | None = None):
         self.store = store
+        self.quota = TopicQuota(limits or ClientLimits(), store)
         self.groups = groups
         self.schedule = schedule
         self.offsets = offsets
@@ -185,7 +189,7 @@ class BrokerCore:
             schedule.start()
             groups = GroupTable(store.paths.subscription_groups)
             opened.pop_all()
-        return cls(store, offsets, transactions, pop, revive, schedule, groups)
+        return cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits)
 
     def stop_waiting(self) -> None:
         """Long-polling pops answer now (the broker is stopping)."""
@@ -210,13 +214,16 @@ class BrokerCore:
 
     # --- topics ----------------------------------------------------------------------------
 
-    def create_topic(self, name: str, queue_count: int, queue_type: QueueType) -> tuple[TopicConfig, bool]:
-        """The topic, and whether this call created it (False: it existed, the same)."""
+    def create_topic(self, name: str, queue_count: int, queue_type: QueueType,
+                     client: str = "") -> tuple[TopicConfig, bool]:
+        """The topic, and whether this call created it (False: it existed, the same). ``client``
+        (limits.client_key) is who asks: its topics and queues created are limited."""
         if not name:
             raise invalid("the topic name is empty; name the topic")
         _check_not_system(name, "create")
         with self.gate:
-            status, detail = self.store.create_topic(name, queue_count, queue_type)
+            status, detail = self.quota.create(client, name, queue_count, queue_type,
+                                               lambda: self.store.create_topic(name, queue_count, queue_type))
             if status not in (CreateStatus.CREATED, CreateStatus.ALREADY_EXISTS):
                 raise from_create(status, detail)
             return self.topic(name), status is CreateStatus.CREATED
@@ -229,6 +236,7 @@ class BrokerCore:
         with self.gate:
             deleted = self.store.delete_topic(name)
             if deleted:
+                self.quota.forget(name)
                 self.offsets.remove_topic(name)
                 self.pop_service.forget_topic(name)
             return deleted
@@ -397,14 +405,16 @@ class BrokerCore:
                 self.counters.add(read=cursor.budget.messages)
             return consume(cursor, records)
 
-    def ensure_retry_topic(self, group: str) -> str:
+    def ensure_retry_topic(self, group: str, client: str = "") -> str:
         """The group's retry topic ``%RETRY%{group}`` (one SimpleCQ queue, as RocketMQ's), made
-        on first use: a consumer's failed messages come back through it."""
+        on first use: a consumer's failed messages come back through it. Counted as created by
+        ``client``, as ``create_topic``."""
         _check_group(group)
         name = fmt.RETRY_TOPIC_PREFIX + group
         with self.gate:
             if self.store.find_topic(name) is None:
-                status, detail = self.store.create_topic(name, 1, QueueType.SIMPLE_CQ)
+                status, detail = self.quota.create(client, name, 1, QueueType.SIMPLE_CQ,
+                                                   lambda: self.store.create_topic(name, 1, QueueType.SIMPLE_CQ))
                 if status not in (CreateStatus.CREATED, CreateStatus.ALREADY_EXISTS):
                     raise from_create(status, detail)
         return name

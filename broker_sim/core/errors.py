@@ -48,12 +48,13 @@ class Reason(str, enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     SEND_IN_PROGRESS = "SEND_IN_PROGRESS"
     STREAM_STALLED = "STREAM_STALLED"
+    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"  # a client past its requests in flight: retry later
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"  # a client or the broker past its topics or queues
     DISK_FULL = "DISK_FULL"
     DISK_FAILED = "DISK_FAILED"
     UNAUTHENTICATED = "UNAUTHENTICATED"  # no valid signature of a known account
     PERMISSION_DENIED = "PERMISSION_DENIED"  # beyond the account's permissions, or another's transaction
     INTERNAL = "INTERNAL"
-
 
 
 _PUT_REASONS = {

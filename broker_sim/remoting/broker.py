@@ -28,6 +28,7 @@ from broker_sim.core import (
     TransactionChecks,
     parse_tag_filter,
 )
+from broker_sim.core.limits import client_key
 from broker_sim.store import QueueType, TopicConfig
 from broker_sim.store import format as fmt
 from rmq_spark.protocol.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -286,7 +287,7 @@ class BrokerRequests:
         except orjson.JSONDecodeError as bad:
             return request.response(ResponseCode.SYSTEM_ERROR, f"the heartbeat's body is not HeartbeatData JSON: {bad}")
         for group in self.clients.heartbeat(connection, data):
-            self.core.ensure_retry_topic(group)
+            self.core.ensure_retry_topic(group, client_key(connection.client, request.account))
         return request.response(ResponseCode.SUCCESS)
 
     def unregister_client(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
@@ -314,13 +315,14 @@ class BrokerRequests:
 
     # --- admin -----------------------------------------------------------------------------
 
-    def create_topic(self, request: RemotingCommand, _connection) -> RemotingCommand:
+    def create_topic(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """mqadmin updateTopic: queue.type=BatchCQ in its attributes makes a BatchCQ topic."""
         fields = Fields(request)
         attributes = fields.text("attributes", "") or ""
         queue_type = QueueType.BATCH_CQ if "queue.type=BatchCQ" in attributes else QueueType.SIMPLE_CQ
         queues = max(fields.integer("writeQueueNums", 8), fields.integer("readQueueNums", 8))
-        config, _created = self.core.create_topic(fields.text("topic"), queues, queue_type)
+        config, _created = self.core.create_topic(fields.text("topic"), queues, queue_type,
+                                                  client_key(connection.client, request.account))
         if config.queue_count != queues or config.queue_type is not queue_type:
             return request.response(ResponseCode.SYSTEM_ERROR, f"topic {config.name} exists with "
                                     f"{config.queue_count} {config.queue_type.value} queues: broker_sim does not "

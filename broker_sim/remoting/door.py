@@ -12,6 +12,7 @@ import orjson
 
 from broker_sim.acl import Guard
 from broker_sim.core import BrokerCore, TransactionChecks
+from broker_sim.core.limits import ClientLimits
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 from rmq_spark.structs import Credentials
 
@@ -64,12 +65,13 @@ class RemotingDoor:
     """The door of ``core`` (given at ``start``; ``bind`` may come before the core opens, so
     that records name the remoting address as their store host, as RocketMQ's clients expect)."""
 
-    def __init__(self, host: str, advertised_ip: str, options: RemotingOptions, guard: Guard | None = None):
+    def __init__(self, host: str, advertised_ip: str, options: RemotingOptions, limits: ClientLimits | None = None,
+                 guard: Guard | None = None):
         self.core: BrokerCore | None = None
         self.options = options
         self.guard = guard
         self.clients = ClientRegistry()
-        self.server = RemotingServer({}, host, options.port)
+        self.server = RemotingServer({}, host, options.port, limits=limits)
         self.hold = PullHold(self.server.loop)
         self._advertised_ip = advertised_ip
         self._stop = threading.Event()
@@ -101,7 +103,7 @@ class RemotingDoor:
                          PopRequests(self.core).handlers().items()})
         self.server.handlers.update(handlers)
         if self.guard is not None:
-            self.server.admit = RemotingAdmission(self.guard)
+            self.server.check_request = RemotingAdmission(self.guard)
         self.server.close_listeners.append(self.clients.forget)
         port = self.server.start()
         self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))

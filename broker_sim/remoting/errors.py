@@ -31,6 +31,8 @@ _CODES = {
     Reason.RECEIPT_HANDLE_EXPIRED: ResponseCode.NO_MESSAGE,
     Reason.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     Reason.SEND_IN_PROGRESS: ResponseCode.SYSTEM_BUSY,
+    Reason.TOO_MANY_REQUESTS: ResponseCode.SYSTEM_BUSY,  # RocketMQ's flow control; its clients retry
+    Reason.LIMIT_EXCEEDED: ResponseCode.INVALID_PARAMETER,  # as RocketMQ refuses a topic creation
     Reason.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,  # RocketMQ: "service not available now ... disk full"
     Reason.DISK_FAILED: ResponseCode.SYSTEM_ERROR,
     Reason.UNAUTHENTICATED: ResponseCode.NO_PERMISSION,  # RocketMQ answers both with NO_PERMISSION (16)

@@ -7,6 +7,13 @@ later, or a oneway request), or a coroutine (waits: long polling); handlers mark
 (BrokerError, or a HeaderFieldError for a bad or missing header field) becomes the response's
 code and remark; the connection stays. A frame that cannot be cut (a length no frame may have)
 closes the connection: nothing after it can be read.
+
+Per-client limits (``ClientLimits``): a connection past the connections allowed (per address,
+in all) has its first request answered SYSTEM_BUSY with a remark saying so, then is closed; a
+request past the requests in flight allowed per connection is answered SYSTEM_BUSY at once;
+answers waiting for a client that does not read them stop the reading of its requests above
+the high water mark, and close its connection past ``max_buffered_bytes_per_connection`` or
+after ``slow_reader_timeout_s`` above the mark.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Callable
 
 from broker_sim.core import BrokerError
 from broker_sim.core.errors import from_exception
+from broker_sim.core.limits import ClientLimits, client_key, too_many_connections, too_many_requests
 from rmq_spark.protocol.remoting import (
     FrameError,
     FrameReader,
@@ -36,6 +44,9 @@ from .errors import HeaderFieldError, response_code
 
 log = logging.getLogger(__name__)
 _STOP_TIMEOUT_S = 10.0
+REFUSAL_WAIT_S = 2.0  # a refused connection waits this long for a request to answer with the refusal
+MAX_REFUSALS_WAITING = 64  # refused connections waiting so, at most; past it they are closed at once
+REFUSED_FRAME_BYTES = 64 << 10  # what a refused connection's first request may hold; a larger one closes it
 
 
 @dataclass(frozen=True)
@@ -54,19 +65,36 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.address = ("", 0)
         self.closed = False
+        self.admitted = False  # counted among the server's connections
+        self.refusal = ""  # why the connection is refused: its first request is answered so
+        self.in_flight = 0  # requests being served (touched on the loop only)
+        self._slow_reader: asyncio.TimerHandle | None = None
 
     @property
     def remote(self) -> str:
         return f"{self.address[0]}:{self.address[1]}"
 
+    @property
+    def client(self) -> str:
+        """Who this client is, for per-client limits (limits.client_key)."""
+        return client_key(self.address[0])
+
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.address = transport.get_extra_info("peername")[:2]
-        self.server.connections.add(self)
+        limits = self.server.limits
+        transport.set_write_buffer_limits(limits.write_buffer_high_bytes, limits.write_buffer_low_bytes)
+        self.refusal = self.server.admit(self)
+        if self.refusal:
+            self.reader = FrameReader(REFUSED_FRAME_BYTES)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        self.server.connections.discard(self)
+        self._stop_slow_reader_timer()
+        if not self.admitted:
+            self.server.refusing.discard(self)
+            return
+        self.server.release(self)
         if self.reader.pending_bytes:
             log.debug("connection from %s closed inside a frame (%d bytes unread)", self.remote,
                       self.reader.pending_bytes)
@@ -81,35 +109,88 @@ class Connection(asyncio.Protocol):
             self.transport.close()
             return
         for frame in frames:
+            if self.closed:  # disconnected while serving this read: the rest is not served
+                return
+            if self.refusal:
+                self._answer_refusal(frame)
+                return
             self.server.dispatch(self, frame)
+
+    def _answer_refusal(self, frame: bytes) -> None:
+        """Answer a refused connection's first request with the refusal, then close."""
+        try:
+            request = decode(frame)
+        except HeaderError:
+            request = None
+        if request is not None and not request.is_response and not request.is_oneway:
+            self.transport.write(encode(request.response(ResponseCode.SYSTEM_BUSY, self.refusal)))
+        self.transport.close()
+
+    def close_refused(self) -> None:
+        """A refused connection that sent no request in time: closed without an answer."""
+        if not self.closed:
+            log.warning("closing the connection from %s without an answer: %s", self.remote, self.refusal)
+            self.transport.abort()
 
     def pause_writing(self) -> None:
         """The client is not reading its answers: read no more of its requests until it does,
-        so that a slow client holds a bounded amount of the broker's memory."""
+        so that a slow client holds a bounded amount of the broker's memory; one that reads
+        none of them for the slow reader timeout is disconnected."""
         self.transport.pause_reading()
+        self._stop_slow_reader_timer()
+        timeout = self.server.limits.slow_reader_timeout_s
+        self._slow_reader = self.server.loop.call_later(timeout, self._disconnect, (
+            f"its answers waited over {self.server.limits.write_buffer_high_bytes} bytes for {timeout:g} s "
+            "(--slow-reader-timeout-s): the client does not read them"))
 
     def resume_writing(self) -> None:
+        self._stop_slow_reader_timer()
         if not self.closed:
             self.transport.resume_reading()
 
+    def _stop_slow_reader_timer(self) -> None:
+        if self._slow_reader is not None:
+            self._slow_reader.cancel()
+            self._slow_reader = None
+
     def send(self, command: RemotingCommand) -> None:
-        """Write a command, from the loop's thread; dropped when the connection is gone."""
-        if not self.closed:
-            self.transport.write(encode(command))
+        """Write a command, from the loop's thread; dropped when the connection is gone. A
+        client with more answers waiting than the broker keeps for one is disconnected."""
+        if self.closed:
+            return
+        waiting = self.transport.get_write_buffer_size()
+        if waiting > self.server.limits.max_buffered_bytes_per_connection:
+            self._disconnect(f"{waiting} bytes of answers wait for it, over the "
+                             f"{self.server.limits.max_buffered_bytes_per_connection} a connection may hold "
+                             "(--max-buffered-bytes-per-connection): the client does not read them")
+            return
+        self.transport.write(encode(command))
 
     def send_threadsafe(self, command: RemotingCommand) -> None:
         self.server.loop.call_soon_threadsafe(self.send, command)
 
+    def _disconnect(self, why: str) -> None:
+        """Close at once, dropping the answers waiting (their memory is what is freed)."""
+        if not self.closed:
+            log.warning("closing the connection from %s: %s", self.remote, why)
+            self.closed = True
+            self.transport.abort()
+
 
 class RemotingServer:
     """Serves ``handlers`` ({request code: Handler}) on ``host:port`` with an event loop of
-    its own thread. ``close_listeners`` are called with each connection that closes."""
+    its own thread, within ``limits``. ``close_listeners`` are called with each connection
+    that closes."""
 
-    def __init__(self, handlers: dict, host: str, port: int, pool_threads: int = 32, name: str = "rmq-remoting"):
+    def __init__(self, handlers: dict, host: str, port: int, pool_threads: int = 32, name: str = "rmq-remoting",
+                 limits: ClientLimits | None = None):
         self.handlers = handlers
-        self.admit: Callable[[RemotingCommand], None] | None = None  # raises to refuse a request (ACLs)
+        self.check_request: Callable[[RemotingCommand], None] | None = None  # raises to refuse one (ACLs)
         self.host, self.port = host, port
+        self.limits = limits or ClientLimits()
         self.connections: set[Connection] = set()
+        self.per_client: dict[str, int] = {}  # client -> connections admitted
+        self.refusing: set[Connection] = set()  # refused, waiting for a request to answer
         self.close_listeners: list[Callable] = []
         self.pool = ThreadPoolExecutor(max_workers=pool_threads, thread_name_prefix=f"{name}-pool")
         self.loop = asyncio.new_event_loop()
@@ -157,7 +238,7 @@ class RemotingServer:
 
     async def _close_all(self) -> None:
         self._server.close()
-        for connection in list(self.connections):
+        for connection in list(self.connections) + list(self.refusing):
             connection.transport.close()
         await asyncio.sleep(0)  # let connection_lost run
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -173,6 +254,38 @@ class RemotingServer:
         if not self._thread.is_alive():
             self.loop.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- connections -----------------------------------------------------------------------
+
+    def admit(self, connection: Connection) -> str:
+        """Count the connection in, or the reason it is refused ("" when admitted)."""
+        client = connection.client
+        held = self.per_client.get(client, 0)
+        if held >= self.limits.max_connections_per_ip:
+            refusal = too_many_connections(f"client {client} has {held} connections open to this broker",
+                                           "max-connections-per-ip")
+        elif len(self.connections) >= self.limits.max_connections:
+            refusal = too_many_connections(f"this broker has {len(self.connections)} connections open from all "
+                                           "clients", "max-connections")
+        else:
+            self.connections.add(connection)
+            self.per_client[client] = held + 1
+            connection.admitted = True
+            return ""
+        if len(self.refusing) >= MAX_REFUSALS_WAITING:
+            log.warning("closing the connection from %s at once: %s", connection.remote, refusal)
+            connection.transport.abort()
+        else:
+            self.refusing.add(connection)
+            self.loop.call_later(REFUSAL_WAIT_S, connection.close_refused)
+        return refusal
+
+    def release(self, connection: Connection) -> None:
+        """A connection admitted has closed: its room is free."""
+        self.connections.discard(connection)
+        held = self.per_client.pop(connection.client, 1) - 1
+        if held:
+            self.per_client[connection.client] = held
 
     # --- dispatch --------------------------------------------------------------------------
 
@@ -190,22 +303,29 @@ class RemotingServer:
                       len(request.body), request.serialize_type.name)
         if request.is_response:
             return  # answers to the broker's oneway requests: nothing waits for them
-        if self.admit is not None and not self._admitted(connection, request):
+        if self.check_request is not None and not self._checked(connection, request):
             return
         handler = self.handlers.get(request.code)
         if handler is None:
             if not request.is_oneway:
                 connection.send(request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, _unsupported(request.code)))
             return
+        limit = self.limits.max_requests_in_flight_per_connection
+        if connection.in_flight >= limit:  # answered at once, never queued
+            if not request.is_oneway:
+                connection.send(refusal(request, too_many_requests(
+                    connection.in_flight, f"connection {connection.remote}", "max-requests-in-flight-per-connection")))
+            return
+        connection.in_flight += 1
         if handler.blocking:
             future = self.loop.run_in_executor(self.pool, _answer, handler.call, request, connection)
             future.add_done_callback(lambda done: self._respond(connection, request, done.result()))
             return
         self._respond(connection, request, _answer(handler.call, request, connection))
 
-    def _admitted(self, connection: Connection, request: RemotingCommand) -> bool:
+    def _checked(self, connection: Connection, request: RemotingCommand) -> bool:
         try:
-            self.admit(request)
+            self.check_request(request)
             return True
         except Exception as err:
             refused = refusal(request, err)
@@ -219,6 +339,7 @@ class RemotingServer:
             task = self.loop.create_task(_answer_later(answer, request))
             task.add_done_callback(lambda done: self._respond(connection, request, done.result()))
             return
+        connection.in_flight -= 1
         if answer is not None and not request.is_oneway:
             connection.send(answer)
 

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from broker_sim.acl import Guard
 from broker_sim.core import BrokerCore, CoreOptions
+from broker_sim.core.limits import ClientLimits
 from broker_sim.pop import PopConfig
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2_pb2
 from broker_sim.remoting import RemotingDoor, RemotingOptions
@@ -35,6 +36,7 @@ from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
 
 from .acl import DEMANDS, GrpcAdmission
 from .errors import MalformedRequest
+from .limits import CallsInFlight, max_streams_per_connection
 from .pop_servicer import PopServicer
 from .serialized import serializer
 from .servicers import STREAM_WRITE_TIMEOUT_S, make_servicers
@@ -67,8 +69,11 @@ class Broker:
     port. ``stop(grace)`` stops serving (calls in flight get ``grace`` seconds), then closes
     the offsets and the store cleanly (no ``abort`` marker is left). ``transaction_config``
     and ``transaction_clock_ms`` (tests inject a clock) set up the transaction service;
-    ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service. With ``acl`` (the
-    accounts of an ACL file), every door checks each request's signature and permissions.
+    ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service. ``limits`` bounds
+    what one client may hold (core/limits.py): calls in flight per address on this port,
+    connections, requests and unread answers on the remoting port, topics and queues created.
+    With ``acl`` (the accounts of an ACL file), every door checks each request's signature and
+    permissions.
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
@@ -76,8 +81,9 @@ class Broker:
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
-                 v2: V2Options | None = None, acl: Guard | None = None):
+                 v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None):
         self.data_dir = Path(data_dir)
+        self.limits = limits or ClientLimits()
         self.host = host
         self.port = port
         self.store_config = store_config or StoreConfig()
@@ -100,6 +106,7 @@ class Broker:
         self.v2_options = v2 or _v2_like(remoting)
         self.v2: MessagingService | None = None
         self.core: BrokerCore | None = None
+        self.calls_in_flight: CallsInFlight | None = None  # the gRPC port's calls per client, once started
         self._server: grpc.aio.Server | None = None
         self._loop: _LoopThread | None = None
         self._lock = threading.Lock()
@@ -117,9 +124,11 @@ class Broker:
             with contextlib.ExitStack() as started:  # what started is stopped again when a later part fails
                 limit = max(MAX_GRPC_MESSAGE_BYTES, self.store_config.max_message_bytes + _ENVELOPE_BYTES)
                 loop = _LoopThread(ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rmq-rpc"))
+                calls = CallsInFlight(self.limits.max_requests_in_flight_per_ip, loop.pool)
                 server = loop.run(_new_server(loop.pool, [
                     ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                    ("grpc.so_reuseport", 0)]))
+                    ("grpc.so_reuseport", 0), ("grpc.max_concurrent_streams", max_streams_per_connection(self.limits))],
+                    [calls]))
                 started.callback(loop.close, server)
                 port = self._bind(server)
                 remoting = self._bind_remoting()
@@ -135,6 +144,7 @@ class Broker:
                 self.v2.start()
                 started.pop_all()
             self.core, self._server, self._loop, self.port, self.remoting = core, server, loop, port, remoting
+            self.calls_in_flight = calls
             log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
             return port
 
@@ -154,7 +164,8 @@ class Broker:
     def _core_options(self, port: int) -> CoreOptions:
         store = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
         return CoreOptions(store, self.offsets_flush_interval_ms, self.transaction_config,
-                           self.transaction_clock_ms, self.pop_config, self.pop_now_ms, payload_check=check_batch)
+                           self.transaction_clock_ms, self.pop_config, self.pop_now_ms, payload_check=check_batch,
+                           limits=self.limits)
 
     def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
         """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""
@@ -172,7 +183,7 @@ class Broker:
         """RocketMQ's remoting door (broker and name server) when asked for, its port taken."""
         if self.remoting_options is None:
             return None
-        door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options, self.acl)
+        door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options, self.limits, self.acl)
         try:
             door.bind()
         except OSError as err:
@@ -252,8 +263,9 @@ async def _finish_other_tasks() -> None:
             task.cancel()
 
 
-async def _new_server(pool: ThreadPoolExecutor, options: list) -> grpc.aio.Server:
-    return grpc.aio.server(migration_thread_pool=pool, options=options)  # made on the loop it is to run on
+async def _new_server(pool: ThreadPoolExecutor, options: list, interceptors: list) -> grpc.aio.Server:
+    # made on the loop it is to run on
+    return grpc.aio.server(migration_thread_pool=pool, options=options, interceptors=interceptors)
 
 
 def _service_handler(pb_module, name: str, servicer, admission: GrpcAdmission | None = None) -> grpc.GenericRpcHandler:

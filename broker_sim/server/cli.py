@@ -4,6 +4,7 @@
                    [--dispatch serial|concurrent] [--remoting-port 9876 [--broker-name broker-a]
                    [--cluster-name DefaultCluster] [--namesrv HOST:PORT[;HOST:PORT]]]
                    [--acl-file plain_acl.yml]
+                   [--max-connections-per-ip N ...: the per-client limits, --help lists them]
 
 It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
 (``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
@@ -13,6 +14,7 @@ bad flag, a data directory in use by another broker, or an address it cannot lis
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
@@ -26,6 +28,7 @@ from pathlib import Path
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
+from broker_sim.core.limits import ClientLimits  # noqa: E402
 from broker_sim.store import DataDirInUseError, StoreConfig, StoreError  # noqa: E402
 from broker_sim.txn.service import TransactionConfig  # noqa: E402
 
@@ -60,6 +63,57 @@ def name_servers(text: str) -> tuple:
             raise argparse.ArgumentTypeError(f"{address!r} is not a name server address: write HOST:PORT, several "
                                              "separated by ';'")
     return addresses
+
+
+# What each field of ClientLimits bounds, for its flag's help (ClientLimits documents them whole).
+_LIMIT_HELP = {
+    "max_connections_per_ip": "remoting connections one client address may hold open; past it a new connection's "
+                              "first request is answered SYSTEM_BUSY with a remark, then it is closed",
+    "max_connections": "remoting connections open from all clients, refused in the same way",
+    "max_requests_in_flight_per_connection": "remoting requests of one connection served at once (suspended pulls "
+                                             "included); past it a request is answered SYSTEM_BUSY at once",
+    "max_requests_in_flight_per_ip": "gRPC calls of one client address served at once (both contracts; Telemetry "
+                                     "and ReceiveMessage long polls not counted); past it a call is refused at once, "
+                                     "RESOURCE_EXHAUSTED, or TOO_MANY_REQUESTS on RocketMQ 5's",
+    "max_buffered_bytes_per_connection": "answers waiting for a remoting client that does not read them; past it "
+                                         "the connection is closed",
+    "write_buffer_high_bytes": "answers waiting above which a remoting connection's requests are not read",
+    "write_buffer_low_bytes": "answers waiting below which that connection's requests are read again",
+    "slow_reader_timeout_s": "a remoting client whose answers wait above the high mark this long is disconnected",
+    "max_topics_created_per_client": "topics one client address may create and hold",
+    "max_queues_created_per_client": "queues, in all its topics, one client address may create and hold",
+    "max_topics": "topics on this broker in all, its own included; past it creations are refused",
+    "max_queues": "queues on this broker in all, its own included",
+}
+
+
+def _limit_type(name: str):
+    return byte_size if "_bytes" in name else float if name.endswith("_s") else int
+
+
+def _shown(value) -> str:
+    """A default as the flag takes it: 64m for 67108864 bytes."""
+    for suffix, unit in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if isinstance(value, int) and value >= unit and value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return f"{value:g}"
+
+
+def _add_limit_flags(p: argparse.ArgumentParser) -> None:
+    """A flag per ClientLimits field, named after it (--max-connections-per-ip)."""
+    group = p.add_argument_group("per-client limits", "what one client may hold; past a limit the client gets an "
+                                 "error saying which, and the broker serves the others")
+    for field in dataclasses.fields(ClientLimits):
+        kind = _limit_type(field.name)
+        metavar = {byte_size: "BYTES", float: "SECONDS", int: "N"}[kind]
+        shown = _shown(field.default) if kind is byte_size else f"{field.default:g}"
+        group.add_argument("--" + field.name.replace("_", "-"), dest=field.name, type=kind, metavar=metavar,
+                           default=field.default, help=f"{_LIMIT_HELP[field.name]} (default: {shown})")
+
+
+def limits_of(args: argparse.Namespace) -> ClientLimits:
+    """The limits the flags give; ValueError saying which is wrong."""
+    return ClientLimits(**{field.name: getattr(args, field.name) for field in dataclasses.fields(ClientLimits)})
 
 
 def parser() -> argparse.ArgumentParser:
@@ -102,6 +156,7 @@ def parser() -> argparse.ArgumentParser:
                         f"as replays (default: {MAX_CLOCK_SKEW_S})")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
+    _add_limit_flags(p)
     return p
 
 
@@ -112,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch,
                              disk_reserve_bytes=args.disk_reserve)
         transaction_config = TransactionConfig(timeout_ms=args.transaction_timeout_ms)
+        limits = limits_of(args)
         acl = Guard(args.acl_file, max_clock_skew_s=args.acl_clock_skew_s) if args.acl_file else None
     except AclConfigError as err:
         p.error(f"--acl-file: {err}")
@@ -144,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
-                    acl=acl)
+                    limits=limits, acl=acl)
     try:
         broker.start()
     except (DataDirInUseError, BindError, StoreError) as err:

@@ -66,6 +66,14 @@ STREAM_STALLED             DEADLINE_EXCEEDED    a ReadRanges client took no resp
                                                 broker's stream write timeout (60 s): the
                                                 stream was ended; read again from the last
                                                 next_offset received
+TOO_MANY_REQUESTS          RESOURCE_EXHAUSTED   the client's address has as many calls being
+                                                served as the broker allows (limits.py,
+                                                --max-requests-in-flight-per-ip): nothing was
+                                                done; retry later or send fewer at once
+LIMIT_EXCEEDED             RESOURCE_EXHAUSTED   a topic creation past the topics or queues
+                                                one client may create, or the broker may hold
+                                                (--max-topics-created-per-client, --max-topics,
+                                                ...): nothing was created
 DISK_FULL                  RESOURCE_EXHAUSTED   the disk has less free space than the broker's
                                                 reserve, or a file could not grow; nothing was
                                                 stored: send again once space is freed
@@ -118,6 +126,8 @@ CODES = {
     Reason.SERVICE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.SEND_IN_PROGRESS: grpc.StatusCode.ABORTED,
     Reason.STREAM_STALLED: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Reason.TOO_MANY_REQUESTS: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Reason.LIMIT_EXCEEDED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.DISK_FAILED: grpc.StatusCode.UNAVAILABLE,
     Reason.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,

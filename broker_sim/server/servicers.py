@@ -28,6 +28,7 @@ from rmq_spark.structs import InnerBatchIds
 
 from .acl import caller
 from .errors import translated, translated_async, translated_stream
+from .limits import client_of
 from .serialized import with_bytes_field
 
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
@@ -59,7 +60,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         if topic.name and queue_type is None:
             raise invalid(f"queue_type {_enum_name(pb.QueueType, topic.queue_type)}: set SIMPLE_CQ (an index unit "
                           "per message) or BATCH_CQ (an index unit per batch)")
-        config, created = self._core.create_topic(topic.name, topic.queue_count, queue_type)
+        config, created = self._core.create_topic(topic.name, topic.queue_count, queue_type, client_of(context))
         return pb.CreateTopicResponse(topic=_topic_pb(config), created=created)
 
     @translated

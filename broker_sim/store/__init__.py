@@ -39,7 +39,7 @@ from .status import (
     QueueRecords,
     StoredBatch,
 )
-from .topics import QueueType, TopicConfig, system_topic_problem
+from .topics import QueueType, TopicConfig, creation_problem, system_topic_problem
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL_MS", "DEFAULT_PUT", "NAME_DIGITS", "ZERO_HOST", "Compression", "ConsumerOffsetTable",
@@ -47,6 +47,7 @@ __all__ = [
     "FlushMode", "GetResult", "GetStatus", "IndexUnit", "InnerBatch", "LogPositions", "MappedFile", "MessageStore",
     "PendingRecord", "PutContext", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
     "ServiceThread", "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
-    "TagFilter", "TopicConfig", "UnknownTopicError", "decode_record", "echo", "encode_message_batch", "file_name",
+    "TagFilter", "TopicConfig", "UnknownTopicError", "creation_problem", "decode_record", "echo",
+    "encode_message_batch", "file_name",
     "fsync_dir", "full_sentence", "stamp_problem", "system_topic_problem", "wall_clock_ms", "write_atomically",
 ]

@@ -60,6 +60,20 @@ class TopicConfig:
     created_at_offset: int = 0  # the commitlog's end when the topic was created
 
 
+def creation_problem(name: str, queue_count: int, queue_type) -> str | None:
+    """What makes a topic's settings invalid, as a sentence; None when they are valid."""
+    problem = topic_name_problem(name)
+    if problem:
+        return problem
+    if not isinstance(queue_count, int) or not 1 <= queue_count <= MAX_QUEUES:
+        return f"queue count {queue_count!r}: use 1 to {MAX_QUEUES}"
+    try:
+        QueueType.parse(queue_type)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def topic_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a topic name, or None when it can."""
     if not name:
@@ -104,15 +118,10 @@ class TopicTable:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
     def create(self, name: str, queue_count: int, queue_type, created_at_offset: int = 0) -> tuple[CreateStatus, str]:
-        problem = topic_name_problem(name)
+        problem = creation_problem(name, queue_count, queue_type)
         if problem:
             return CreateStatus.INVALID, problem
-        if not isinstance(queue_count, int) or not 1 <= queue_count <= MAX_QUEUES:
-            return CreateStatus.INVALID, f"queue count {queue_count!r}: use 1 to {MAX_QUEUES}"
-        try:
-            queue_type = QueueType.parse(queue_type)
-        except ValueError as err:
-            return CreateStatus.INVALID, str(err)
+        queue_type = QueueType.parse(queue_type)
         with self._lock:
             existing = self._topics.get(name)
             if existing:

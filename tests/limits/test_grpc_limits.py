@@ -1,0 +1,118 @@
+"""Calls in flight per client address on the gRPC port (our contract and RocketMQ 5's): a client
+past the limit is refused at once with a sentence naming the limit, while a client of another
+address is served; the room comes back as its calls end. Real broker, real channels; the other
+address is 127.0.0.2 through a forwarder."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from broker_sim.core.limits import ClientLimits
+from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
+from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
+from broker_sim.server import Broker
+from forwarder import OTHER_CLIENT_IP, Forwarder
+from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_spark.protocol.v1 import pop_pb2, pop_pb2_grpc
+
+LIMIT = 2
+TIMEOUT_S = 20.0
+
+
+class Client:
+    def __init__(self, endpoint: str):
+        self.channel = grpc.insecure_channel(endpoint)
+        self.admin = pb_grpc.AdminStub(self.channel)
+        self.messaging = pb_grpc.MessagingStub(self.channel)
+        self.pop = pop_pb2_grpc.PopStub(self.channel)
+        self.v2 = v2_grpc.MessagingServiceStub(self.channel)
+
+    def list_topics(self):
+        return self.admin.ListTopics(pb.ListTopicsRequest(), timeout=TIMEOUT_S)
+
+    def long_poll(self, topic: str):
+        """A pop that waits (nothing to pop): a call held in flight."""
+        return self.pop.Pop.future(pop_pb2.PopRequest(group="g", topic=topic, queue_id=-1, max_messages=1,
+                                                      invisible_time_ms=60_000, poll_time_ms=15_000),
+                                   timeout=TIMEOUT_S)
+
+    def close(self):
+        self.channel.close()
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with Broker(tmp_path / "data", limits=ClientLimits(max_requests_in_flight_per_ip=LIMIT)) as started:
+        yield started
+
+
+def refused(call):
+    try:
+        call()
+    except grpc.RpcError as err:
+        return err.code(), dict(err.trailing_metadata() or ()).get("rmq-reason"), err.details()
+    return None
+
+
+def wait_until(condition, what: str, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
+        time.sleep(0.02)
+    return result
+
+
+def test_a_client_past_its_calls_in_flight_is_refused_and_another_is_served(broker):
+    local = Client(broker.endpoint)
+    forwarder = Forwarder(broker.endpoint)
+    other = Client(forwarder.endpoint)
+    try:
+        for name in ("idle", "orders"):
+            local.admin.CreateTopic(pb.CreateTopicRequest(topic=pb.Topic(name=name, queue_count=1,
+                                                                         queue_type=pb.SIMPLE_CQ)), timeout=TIMEOUT_S)
+        polls = [local.long_poll("idle") for _ in range(LIMIT)]
+        code, reason, details = wait_until(lambda: refused(local.list_topics), "the third call is refused")
+        assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_REQUESTS")
+        assert "client 127.0.0.1 has 2 requests being served" in details
+        assert "--max-requests-in-flight-per-ip" in details and "retry later" in details
+
+        # RocketMQ 5's door answers in the response's status, as its proxy's flow control does
+        route = local.v2.QueryRoute(v2.QueryRouteRequest(topic=v2.Resource(name="orders")), timeout=TIMEOUT_S)
+        assert route.status.code == v2.TOO_MANY_REQUESTS and "max-requests-in-flight-per-ip" in route.status.message
+
+        # another address: served, sends and reads, on both contracts
+        sent = other.messaging.Send(pb.SendRequest(topic="orders", single=pb.SingleMessage(body=b"hello")),
+                                    timeout=TIMEOUT_S)
+        assert sent.count == 1
+        read = wait_until(lambda: [r for r in other.messaging.ReadRanges(pb.ReadRangesRequest(
+            ranges=[pb.ReadRange(topic="orders", queue_id=0, start_offset=0)]), timeout=TIMEOUT_S) if r.record_count],
+            "the message is readable")
+        assert read[0].record_count == 1
+        assert other.v2.QueryRoute(v2.QueryRouteRequest(topic=v2.Resource(name="orders")),
+                                   timeout=TIMEOUT_S).status.code == v2.OK
+        assert broker.calls_in_flight.calls == {"127.0.0.1": LIMIT}
+        assert OTHER_CLIENT_IP not in broker.calls_in_flight.calls
+
+        for poll in polls:  # the held calls end: their room comes back
+            poll.cancel()
+        wait_until(lambda: refused(local.list_topics) is None, "the client is served again")
+        assert broker.calls_in_flight.calls == {}
+    finally:
+        local.close()
+        other.close()
+        forwarder.close()
+
+
+def test_refusals_of_handlers_still_reach_the_client_through_the_limit(broker):
+    client = Client(broker.endpoint)
+    try:
+        code, reason, details = refused(lambda: client.admin.DescribeTopic(pb.DescribeTopicRequest(name="nowhere"),
+                                                                          timeout=TIMEOUT_S))
+        assert (code, reason) == (grpc.StatusCode.NOT_FOUND, "TOPIC_NOT_FOUND") and "nowhere" in details
+        wait_until(lambda: broker.calls_in_flight.calls == {}, "the refused call leaves the count")
+    finally:
+        client.close()
