@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import calendar
+import functools
 import hashlib
 import hmac
 import time
@@ -59,6 +60,7 @@ def date_time(now_s: float | None = None) -> str:
     return time.strftime(DATE_TIME_FORMAT, time.gmtime(time.time() if now_s is None else now_s))
 
 
+@functools.lru_cache(maxsize=1024)  # a client's signature changes once a second: a broker checks many alike
 def grpc_signature(date_time_text: str, secret_key: str) -> str:
     return hmac.new(secret_key.encode(), date_time_text.encode(), hashlib.sha1).hexdigest()
 
@@ -71,6 +73,7 @@ def grpc_metadata(credentials: Credentials, now_s: float | None = None) -> tuple
     return (DATE_TIME, stamp), (AUTHORIZATION, authorization)
 
 
+@functools.lru_cache(maxsize=1024)  # the same header for a second
 def parse_authorization(value: str) -> tuple[str, str]:
     """(access key, hex signature) of an ``authorization`` value; ValueError saying what is wrong."""
     scheme, _, rest = value.strip().partition(" ")
@@ -89,6 +92,7 @@ def parse_authorization(value: str) -> tuple[str, str]:
     return access_key, signature
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_date_time(text: str) -> float:
     """Seconds since the epoch of an ``x-mq-date-time`` (read as UTC); ValueError if malformed."""
     try:
