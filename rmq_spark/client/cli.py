@@ -5,6 +5,7 @@
     rmq-admin topic list | topic describe orders | group offsets my-group [--json]
     rmq-admin broker stats | broker corrupted
     rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
+    rmq-admin --tls [--tls-ca CA.pem] [--tls-cert CLIENT.pem --tls-key CLIENT-KEY.pem] ...   # a TLS broker
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ import sys
 from ..errors import RmqError
 from .admin import Admin
 from .transactions import Transactions
+from .transport import TransportConfig
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    args.transport = _transport(p, args)
     try:
-        with Admin(args.endpoint if args.name_server is None else None, name_server=args.name_server) as admin:
+        with Admin(args.endpoint if args.name_server is None else None, args.transport,
+                   name_server=args.name_server) as admin:
             rows, columns = args.run(admin, args)
     except RmqError as err:
         print(f"rmq-admin: {err}", file=sys.stderr)
@@ -43,6 +48,13 @@ def parser() -> argparse.ArgumentParser:
                         help=f"broker_sim's HOST:PORT (default {DEFAULT_ENDPOINT})")
     parser.add_argument("--name-server", help="instead: RocketMQ's name servers, HOST:PORT[;HOST:PORT]")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS (a broker started with --tls-cert)")
+    parser.add_argument("--tls-ca", metavar="FILE",
+                        help="with --tls: trust the broker's certificate when this PEM CA signed it (default: the "
+                             "system's CAs)")
+    parser.add_argument("--tls-cert", metavar="FILE",
+                        help="with --tls: this client's PEM certificate, for a broker that requires one (mutual TLS)")
+    parser.add_argument("--tls-key", metavar="FILE", help="with --tls-cert: its PEM private key, unencrypted")
     # Every command takes --json after its own arguments too, as the usage line shows. SUPPRESS keeps a
     # command's parser from resetting a --json given before the command.
     after = argparse.ArgumentParser(add_help=False)
@@ -140,18 +152,18 @@ _TXN_COLUMNS = ["transaction_id", "state", "batch_count", "message_count", "crea
 
 
 def _transactions(admin: Admin, args):
-    with Transactions(args.endpoint) as txns:
+    with Transactions(args.endpoint, args.transport) as txns:
         return [_txn_row(t) for t in txns.list(args.ids)], _TXN_COLUMNS
 
 
 def _rollback(admin: Admin, args):
-    with Transactions(args.endpoint) as txns:
+    with Transactions(args.endpoint, args.transport) as txns:
         outcomes = txns.rollback(args.ids)
     return [_txn_row(o) for o in outcomes], ["transaction_id", "state", "changed", "message_count"]
 
 
 def _sink_batch(admin: Admin, args):
-    with Transactions(args.endpoint) as txns:
+    with Transactions(args.endpoint, args.transport) as txns:
         status = txns.sink_batch(args.sink_id, args.batch_id)
     row = {**dataclasses.asdict(status), "transaction_ids": " ".join(status.transaction_ids)}
     return [row], ["sink_id", "batch_id", "committed", "transaction_ids", "committed_ms", "latest_batch_id"]
@@ -172,6 +184,17 @@ def _with_broker(rows: list[dict], columns: list[str], at: int = 0) -> list[str]
 
 def _topic_row(topic) -> dict:
     return {"name": topic.name, "queues": topic.queue_count, "type": topic.queue_type.value}
+
+
+def _transport(p: argparse.ArgumentParser, args) -> TransportConfig:
+    files = [flag for flag, value in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert),
+                                      ("--tls-key", args.tls_key)) if value]
+    if files and not args.tls:
+        p.error(f"{' and '.join(files)} apply to TLS connections: give --tls too")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error("a client certificate needs both --tls-cert and --tls-key")
+    return TransportConfig(tls=args.tls, tls_ca_file=args.tls_ca, tls_cert_file=args.tls_cert,
+                           tls_key_file=args.tls_key)
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence
 import grpc
 
 from ..codec import Codec, Compression
-from ..errors import ClosedError, RmqError, error_for
+from ..errors import ClosedError, ConfigError, RmqError, error_for
 from ..protocol.v1 import broker_pb2 as pb
 from ..protocol.v1 import broker_pb2_grpc, pop_pb2, pop_pb2_grpc, txn_pb2, txn_pb2_grpc
 from ..structs import (
@@ -36,6 +36,7 @@ from ..structs import (
     TransactionOutcome,
     TransactionState,
 )
+from .tls import read_pem, tls_mismatch
 from .transport import (
     AckFailure,
     EarlyBatch,
@@ -75,12 +76,15 @@ class GrpcTransport(Transport):
         self.endpoint = endpoint
         self.config = config
         self._sleep = sleep
-        self.channel = grpc.insecure_channel(endpoint, options=[
+        options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", config.keepalive_ms),
             ("grpc.keepalive_permit_without_calls", 1),
-        ])
+        ]
+        self.channel = (grpc.secure_channel(endpoint, _credentials(config), options=options) if config.tls
+                        else grpc.insecure_channel(endpoint, options=options))
+        self._tls_problem: str | None = None  # why TLS fails the calls, once found
         self._admin = broker_pb2_grpc.AdminStub(self.channel)
         self._messaging = broker_pb2_grpc.MessagingStub(self.channel)
         self._pop = pop_pb2_grpc.PopStub(self.channel)
@@ -288,11 +292,21 @@ class GrpcTransport(Transport):
             if key == "rmq-reason":
                 reason = value
         if code == grpc.StatusCode.UNAVAILABLE and reason is None:
+            if self._tls_problem is None:  # a failed connection: TLS, one side only, may be why
+                self._tls_problem = tls_mismatch(self.endpoint, self.config)
+            if self._tls_problem is not None:
+                return ConfigError(f"cannot call the broker at {self.endpoint}: {self._tls_problem} ({details})")
             details = f"broker at {self.endpoint} is unavailable: {details}"
         return error_for(code.name, details, reason, code)
 
     def _timeout_s(self, timeout_ms: int | None) -> float:
         return (timeout_ms or self.config.timeout_ms) / 1000
+
+
+def _credentials(config: TransportConfig) -> grpc.ChannelCredentials:
+    """TLS credentials of ``config``: its CA (else gRPC's roots) and client certificate, if any."""
+    return grpc.ssl_channel_credentials(read_pem(config, "tls_ca_file"), read_pem(config, "tls_key_file"),
+                                        read_pem(config, "tls_cert_file"))
 
 
 def _topic(topic: pb.Topic) -> TopicInfo:
