@@ -21,7 +21,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .. import Admin, ConfigError, DataLossError, OffsetRange, RangeReader, RmqError, TransportConfig
+from .. import Admin, ConfigError, DataLossError, OffsetRange, RangeReader, RmqError
 from . import compat
 from .offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
 from .options import SourceOptions, queue_text
@@ -63,10 +63,10 @@ def read_partition(options: SourceOptions, partition: QueueRangesPartition) -> I
     maxBytesPerFetch of fetched records at a time."""
     if not isinstance(partition, QueueRangesPartition):  # PySpark's stand-in when there is nothing to read
         return
-    reader = RangeReader(**options.address.sdk(), max_bytes_per_fetch=options.max_bytes_per_fetch,
-                         tag_filter=options.tag_filter, include_properties=options.include_properties,
+    reader = RangeReader(**options.address.sdk(timeout_ms=options.fetch_timeout_ms),
+                         max_bytes_per_fetch=options.max_bytes_per_fetch, tag_filter=options.tag_filter,
+                         include_properties=options.include_properties,
                          on_data_loss="fail" if options.fail_on_data_loss else "skip",
-                         transport=TransportConfig(timeout_ms=options.fetch_timeout_ms),
                          pull_group=options.consumer_group)
     try:
         yield from reader.read(partition.ranges)

@@ -5,30 +5,19 @@ on a TLS port, a TLS client on a plain port, a broker certificate the client doe
 
 from __future__ import annotations
 
-import itertools
 import json
-import time
 
 import pytest
 
-from rmq_spark import Admin, ConfigError, Message, OffsetRange, Producer, RangeReader, RmqError, TransportConfig
+from rmq_spark import Admin, ConfigError, OffsetRange, RangeReader, RmqError, TransportConfig
 from rmq_spark.client import cli as admin_cli
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
-
-_names = itertools.count()
+from tls_helpers import send
 
 
 def send_and_read(address: dict, config: TransportConfig, count: int = 20) -> list[bytes]:
     """Create a topic, send ``count`` messages and read them back, all over ``config``."""
-    topic = f"tls-{next(_names)}"
-    with Admin(**address, transport=config) as admin:
-        admin.create_topic(topic, 1)
-        with Producer(**address, transport=config) as producer:
-            producer.send_batch([Message(topic, f"m-{i}".encode()) for i in range(count)])
-        deadline = time.monotonic() + 10
-        while (queue := admin.offsets([topic])[topic][0]).max_offset < count:  # indexed after the send returns
-            assert time.monotonic() < deadline, f"{topic}: {count} messages not indexed in 10 s"
-            time.sleep(0.01)
+    topic, queue = send(address, config, count)
     with RangeReader(**address, transport=config) as reader:
         table = reader.read_table([OffsetRange(topic, 0, 0, queue.max_offset, queue.broker)])
     return table.column("body").to_pylist()
