@@ -55,7 +55,7 @@ def view(m) -> dict:
 
 
 def send(args) -> dict:
-    producer = Producer(config(args.endpoint), (args.topic,))
+    producer = Producer(config(args.endpoint), (args.topic,), tls_enable=args.tls)
     producer.startup()
     try:
         messages = [message(args.topic, f"{args.prefix}-{i}".encode().ljust(args.body_bytes, b"."), args, i)
@@ -79,7 +79,7 @@ def send(args) -> dict:
 
 def receive(args) -> dict:
     consumer = SimpleConsumer(config(args.endpoint), args.group, {args.topic: FilterExpression(args.filter)},
-                              await_duration=5)
+                              await_duration=5, tls_enable=args.tls)
     consumer.startup()
     # startup() returns before the proxy has the client's settings, and the real proxy fails a
     # receive of a client without settings (a NullPointerException): give the telemetry a moment
@@ -117,7 +117,7 @@ class Resolutions(TransactionChecker):
 def transactions(args) -> dict:
     """One transaction committed, one rolled back, one left open: the broker's check commits it."""
     checker = Resolutions()
-    producer = Producer(config(args.endpoint), (args.topic,), checker)
+    producer = Producer(config(args.endpoint), (args.topic,), checker, tls_enable=args.tls)
     producer.startup()
     try:
         ids = {}
@@ -155,7 +155,8 @@ class Counting(MessageListener):
 
 def push(args) -> dict:
     listener = Counting(args.fail_first)
-    consumer = PushConsumer(config(args.endpoint), args.group, listener, {args.topic: FilterExpression(args.filter)})
+    consumer = PushConsumer(config(args.endpoint), args.group, listener, {args.topic: FilterExpression(args.filter)},
+                            tls_enable=args.tls)
     consumer.startup()
     try:
         deadline = time.monotonic() + args.timeout_s
@@ -189,6 +190,8 @@ def main() -> None:
     p.add_argument("--no-ack", action="store_true")
     p.add_argument("--fail-first", action="store_true")
     p.add_argument("--timeout-s", type=float, default=30)
+    p.add_argument("--tls", action="store_true",
+                   help="over TLS, trusting gRPC's roots: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names a CA file")
     args = p.parse_args()
     print(json.dumps(SCENARIOS[args.scenario](args)), flush=True)
     os._exit(0)  # the client's threads may keep the interpreter alive after shutdown()
