@@ -80,6 +80,9 @@ class TlsListener:
         except (OSError, asyncio.TimeoutError) as err:  # ssl.SSLError is an OSError
             log.info("no TLS connection with %s: %s%s", remote, err, _hint(err))
             client.close()
+        except asyncio.CancelledError:  # the server stops
+            client.close()
+            raise
 
     async def _first_byte(self, client: socket.socket) -> bytes:
         """The connection's first byte, left unread; b"" when the client closed first."""

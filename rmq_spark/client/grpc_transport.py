@@ -84,7 +84,6 @@ class GrpcTransport(Transport):
         ]
         self.channel = (grpc.secure_channel(endpoint, _credentials(config), options=options) if config.tls
                         else grpc.insecure_channel(endpoint, options=options))
-        self._tls_problem: str | None = None  # why TLS fails the calls, once found
         self._admin = broker_pb2_grpc.AdminStub(self.channel)
         self._messaging = broker_pb2_grpc.MessagingStub(self.channel)
         self._pop = pop_pb2_grpc.PopStub(self.channel)
@@ -292,10 +291,9 @@ class GrpcTransport(Transport):
             if key == "rmq-reason":
                 reason = value
         if code == grpc.StatusCode.UNAVAILABLE and reason is None:
-            if self._tls_problem is None:  # a failed connection: TLS, one side only, may be why
-                self._tls_problem = tls_mismatch(self.endpoint, self.config)
-            if self._tls_problem is not None:
-                return ConfigError(f"cannot call the broker at {self.endpoint}: {self._tls_problem} ({details})")
+            tls_problem = tls_mismatch(self.endpoint, self.config)  # TLS on one side only: retries cannot help
+            if tls_problem is not None:
+                return ConfigError(f"{tls_problem} ({details})")
             details = f"broker at {self.endpoint} is unavailable: {details}"
         return error_for(code.name, details, reason, code)
 

@@ -170,7 +170,7 @@ class RemotingTransport(Transport):
         is why (tls.py asks the broker with one more connection): trying again would not help."""
         mismatch = tls_mismatch(address, self.config)
         if mismatch is not None:
-            return ConfigError(f"cannot connect to {address} with TLS: {mismatch}")
+            return ConfigError(f"{mismatch} ({failure})")
         return BrokerUnavailableError(failure)
 
     def _invoke(self, address: str, code: int, fields: dict, body: bytes = b"",
