@@ -2,14 +2,15 @@
 
 ``TlsOptions.load`` reads the PEM files and checks them (readable, PEM, the key belongs to the
 certificate) so that a mistake is one sentence at start, not a failed handshake later; the gRPC
-port gets ``grpc_credentials()`` and the remoting port ``ssl_context()`` from the same bytes.
+port gets ``grpc_credentials()`` (of the bytes read) and the remoting port ``ssl_context()``
+(Python's ssl loads a certificate and key from files only: the same files).
 With a client CA both ports require a client certificate signed by it (mutual TLS).
 """
 
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -35,9 +36,9 @@ class TlsOptions:
     cert_file: Path
     key_file: Path
     client_ca_file: Path | None
-    cert_chain: bytes
-    private_key: bytes
-    client_ca: bytes | None
+    cert_chain: bytes = field(repr=False)
+    private_key: bytes = field(repr=False)  # never in a log line or a traceback
+    client_ca: bytes | None = field(repr=False)
 
     @classmethod
     def load(cls, cert_file, key_file, client_ca_file=None) -> "TlsOptions":
@@ -64,8 +65,11 @@ class TlsOptions:
         try:
             context.load_cert_chain(self.cert_file, self.key_file, password=_no_password)
         except ssl.SSLError as err:
-            raise TlsConfigError(f"--tls-key {self.key_file} and --tls-cert {self.cert_file} do not make a pair "
-                                 f"({err.reason or err}): give the key the certificate was made for") from None
+            if err.reason == "KEY_VALUES_MISMATCH":
+                raise TlsConfigError(f"--tls-key {self.key_file} and --tls-cert {self.cert_file} do not make a "
+                                     "pair: give the key the certificate was made for") from None
+            raise TlsConfigError(f"--tls-cert {self.cert_file} or --tls-key {self.key_file} cannot be read as PEM "
+                                 f"({err.reason or err}): give a PEM certificate and its PEM key") from None
         if self.client_ca is not None:
             try:
                 context.load_verify_locations(cadata=self.client_ca.decode("ascii", "replace"))

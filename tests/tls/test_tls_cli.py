@@ -19,6 +19,7 @@ TIMEOUT_S = 60
 
 def bad_files(certs, tmp_path) -> list:
     (tmp_path / "hello.txt").write_text("hello")
+    (tmp_path / "broken.pem").write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
     cert, key = str(certs.server.cert), str(certs.server.key)
     return [
         (["--tls-cert", cert], "TLS needs both --tls-cert and --tls-key"),
@@ -27,6 +28,7 @@ def bad_files(certs, tmp_path) -> list:
         (["--tls-cert", str(tmp_path / "missing.pem"), "--tls-key", key], "missing.pem: cannot read it"),
         (["--tls-cert", str(tmp_path / "hello.txt"), "--tls-key", key], "hello.txt: no PEM certificate in it"),
         (["--tls-cert", cert, "--tls-key", cert], f"--tls-key {cert}: no PEM private key in it"),
+        (["--tls-cert", str(tmp_path / "broken.pem"), "--tls-key", key], "cannot be read as PEM"),
         (["--tls-cert", cert, "--tls-key", str(certs.client.key)], "do not make a pair"),
         (["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", key], "--tls-client-ca"),
     ]
