@@ -56,17 +56,16 @@ class TlsListener:
     async def _accept_forever(self) -> None:
         while True:
             try:
-                client, _address = await self.loop.sock_accept(self.socket)
+                client, address = await self.loop.sock_accept(self.socket)
             except OSError as err:
                 log.warning("the remoting port could not accept a connection: %s", err)
                 await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue
-            task = self.loop.create_task(self._serve(client))
+            task = self.loop.create_task(self._serve(client, "%s:%s" % address[:2]))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
 
-    async def _serve(self, client: socket.socket) -> None:
-        remote = "%s:%s" % client.getpeername()[:2]
+    async def _serve(self, client: socket.socket, remote: str) -> None:
         try:
             first = await asyncio.wait_for(self._first_byte(client), _FIRST_BYTE_TIMEOUT_S)
             if first and first[0] == TLS_HANDSHAKE_RECORD:
@@ -77,7 +76,10 @@ class TlsListener:
                 await self.loop.connect_accepted_socket(PlainRefusal, client)
             else:
                 client.close()
-        except (OSError, asyncio.TimeoutError) as err:  # ssl.SSLError is an OSError
+        except asyncio.TimeoutError:
+            log.info("closing the connection from %s: it sent nothing for %.0f s", remote, _FIRST_BYTE_TIMEOUT_S)
+            client.close()
+        except OSError as err:  # ssl.SSLError is one
             log.info("no TLS connection with %s: %s%s", remote, err, _hint(err))
             client.close()
         except asyncio.CancelledError:  # the server stops

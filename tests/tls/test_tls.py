@@ -6,6 +6,7 @@ on a TLS port, a TLS client on a plain port, a broker certificate the client doe
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -110,3 +111,10 @@ def test_rmq_admin_over_tls(mtls_broker, certs, capsys):
     with pytest.raises(SystemExit) as exited:
         admin_cli.main(["--endpoint", mtls_broker.endpoint, "--tls-ca", str(certs.ca), "topic", "list"])
     assert exited.value.code == 2 and "give --tls too" in capsys.readouterr().err
+
+
+def test_the_plain_remoting_port_says_why_it_closes_a_tls_connection(plain_broker, tls_config, caplog):
+    with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"), pytest.raises(ConfigError):
+        Admin(name_server=plain_broker.remoting.address, transport=tls_config).list_topics()
+    assert "it opened with a TLS handshake, and this port serves plain remoting: connect without TLS, or start " \
+           "the broker with --tls-cert and --tls-key" in caplog.text
