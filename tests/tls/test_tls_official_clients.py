@@ -45,7 +45,7 @@ def test_java_remoting_clients_over_mutual_tls(mtls_broker, tls_config, certs, r
 
 
 def test_a_plain_mqadmin_is_told_to_use_tls(tls_broker, require_java_peers):
-    """mqadmin shows the broker's answer (a producer says only "No route info", and logs it)."""
+    """mqadmin shows the broker's answer (a Java producer reports only "No route info of this topic")."""
     (output,) = peer.mqadmin(tls_broker.remoting.address, ("topicList",))
     assert "TLS only: connect with TLS (RocketMQ's Java clients: -Dtls.enable=true" in output, output
 
