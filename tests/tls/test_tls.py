@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from rmq_spark import Admin, ConfigError, OffsetRange, RangeReader, RmqError, TransportConfig
 from rmq_spark.client import cli as admin_cli
+from rmq_spark.client.tls import ssl_context
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 from tls_helpers import send
 
@@ -118,3 +120,15 @@ def test_the_plain_remoting_port_says_why_it_closes_a_tls_connection(plain_broke
         Admin(name_server=plain_broker.remoting.address, transport=tls_config).list_topics()
     assert "it opened with a TLS handshake, and this port serves plain remoting: connect without TLS, or start " \
            "the broker with --tls-cert and --tls-key" in caplog.text
+
+
+def test_one_tls_remoting_connection_carries_many_threads_requests(tls_broker, tls_config):
+    """Requests from 8 threads at once, answers read by the connection's own thread: TLS state is
+    shared by the two directions (tls_stream.py), and every answer comes back to its request."""
+    with RemotingConnection(tls_broker.remoting.address, tls=ssl_context(tls_config)) as connection:
+        def ask(i: int) -> bool:
+            answer = connection.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"none-{i}"}, timeout_s=10)
+            return answer.code == ResponseCode.TOPIC_NOT_EXIST and f"none-{i}" in answer.remark
+
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(ask, range(2000)))
