@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import ConfigError
 
 _PROBE_TIMEOUT_S = 2.0
-_ALERT_WAIT_S = 0.5  # TLS 1.3: a refused client certificate arrives as an alert after the handshake
+_ALERT_WAIT_S = 0.5  # TLS 1.3: a broker refuses a client certificate after the handshake, closing at once
 _FIELDS = {"tls_ca_file": "CERTIFICATE", "tls_cert_file": "CERTIFICATE", "tls_key_file": "PRIVATE KEY"}
 ENABLE_TLS = "connect with TLS (TransportConfig(tls=True); rmq-admin --tls; the Spark option tls=true)"
 
