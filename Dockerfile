@@ -17,4 +17,6 @@ RUN pip install --no-cache-dir .
 # PySpark's Python workers must run the driver's interpreter.
 ENV PYSPARK_PYTHON=/usr/local/bin/python PYTHONUNBUFFERED=1
 EXPOSE 10911
+# TLS: mount PEM files (never bake keys into the image) and add --tls-cert FILE --tls-key FILE
+# [--tls-client-ca FILE] to the command; docker-compose.yml shows where.
 CMD ["rmq-broker-sim", "--data-dir", "/data", "--host", "0.0.0.0", "--port", "10911"]

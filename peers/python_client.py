@@ -31,14 +31,16 @@ def interpreter() -> Path:
     return python
 
 
-def run(scenario: str, endpoint: str, topic: str, *options: str, timeout_s: float = 120) -> dict:
+def run(scenario: str, endpoint: str, topic: str, *options: str, timeout_s: float = 120,
+        env: dict | None = None) -> dict:
     """Run a scenario of python_client_scenarios.py; its JSON answer. The client writes its
-    logs below HOME: the cache directory, not the user's."""
+    logs below HOME: the cache directory, not the user's. ``env``: more environment (with
+    ``--tls``, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH: the CA the client trusts)."""
     python = interpreter()
     # -I: the script's directory (peers/, with its own rocketmq.py) stays off sys.path
     done = subprocess.run([str(python), "-I", str(SCENARIOS), scenario, endpoint, topic, *options],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s,
-                          env={**os.environ, "HOME": str(python.parent.parent)})
+                          env={**os.environ, **(env or {}), "HOME": str(python.parent.parent)})
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"the official Python client's {scenario} failed (exit {done.returncode}):\n"

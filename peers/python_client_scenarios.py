@@ -56,7 +56,7 @@ def view(m) -> dict:
 
 
 def send(args) -> dict:
-    producer = Producer(config(args), (args.topic,))
+    producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
     producer.startup()
     try:
         messages = [message(args.topic, f"{args.prefix}-{i}".encode().ljust(args.body_bytes, b"."), args, i)
@@ -80,7 +80,7 @@ def send(args) -> dict:
 
 def receive(args) -> dict:
     consumer = SimpleConsumer(config(args), args.group, {args.topic: FilterExpression(args.filter)},
-                              await_duration=5)
+                              await_duration=5, tls_enable=args.tls)
     consumer.startup()
     # startup() returns before the proxy has the client's settings, and the real proxy fails a
     # receive of a client without settings (a NullPointerException): give the telemetry a moment
@@ -118,7 +118,7 @@ class Resolutions(TransactionChecker):
 def transactions(args) -> dict:
     """One transaction committed, one rolled back, one left open: the broker's check commits it."""
     checker = Resolutions()
-    producer = Producer(config(args), (args.topic,), checker)
+    producer = Producer(config(args), (args.topic,), checker, tls_enable=args.tls)
     producer.startup()
     try:
         ids = {}
@@ -156,7 +156,8 @@ class Counting(MessageListener):
 
 def push(args) -> dict:
     listener = Counting(args.fail_first)
-    consumer = PushConsumer(config(args), args.group, listener, {args.topic: FilterExpression(args.filter)})
+    consumer = PushConsumer(config(args), args.group, listener, {args.topic: FilterExpression(args.filter)},
+                            tls_enable=args.tls)
     consumer.startup()
     try:
         deadline = time.monotonic() + args.timeout_s
@@ -192,6 +193,8 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=30)
     p.add_argument("--access-key", default="")
     p.add_argument("--secret-key", default="")
+    p.add_argument("--tls", action="store_true",
+                   help="over TLS, trusting gRPC's roots: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names a CA file")
     args = p.parse_args()
     print(json.dumps(SCENARIOS[args.scenario](args)), flush=True)
     os._exit(0)  # the client's threads may keep the interpreter alive after shutdown()

@@ -148,18 +148,32 @@ def _harness(*args: str, timeout_s: float = 600.0, jvm: tuple = ()) -> dict:
 
 
 def java_produce(namesrv: str, topic: str, messages: int, threads: int = 4, body_bytes: int = 1024,
-                 tag: str = "") -> dict:
+                 tag: str = "", jvm: tuple = ()) -> dict:
     """RocketMQ's Java producer (remoting) with autoBatch on, async sends from ``threads``
-    threads: {"sent", "failed", "seconds", "msgs_per_s", ...}."""
+    threads: {"sent", "failed", "seconds", "msgs_per_s", ...}. ``jvm``: more JVM options, as
+    ``remoting_tls``'s."""
     args = ["produce", "--namesrv", namesrv, "--topic", topic, "--messages", str(messages), "--threads",
             str(threads), "--body-bytes", str(body_bytes)]
-    return _harness(*args, *(["--tag", tag] if tag else []))
+    return _harness(*args, *(["--tag", tag] if tag else []), jvm=jvm)
 
 
-def java_pull(namesrv: str, topic: str, expect: int, timeout_s: float = 120) -> dict:
+def java_pull(namesrv: str, topic: str, expect: int, timeout_s: float = 120, jvm: tuple = ()) -> dict:
     """RocketMQ's lite pull consumer over every queue from its start: {"received", "digest"}."""
     return _harness("pull", "--namesrv", namesrv, "--topic", topic, "--expect", str(expect), "--timeout-s",
-                    str(timeout_s), timeout_s=timeout_s + 60)
+                    str(timeout_s), timeout_s=timeout_s + 60, jvm=jvm)
+
+
+def remoting_tls(ca: str | None = None, cert: str | None = None, key: str | None = None) -> tuple:
+    """JVM options that turn TLS on in RocketMQ's remoting clients (TlsSystemConfig). Without
+    ``ca`` the client trusts any server certificate (RocketMQ's test mode, its default); with
+    it the server's certificate must be signed by ``ca``; ``cert`` and ``key`` (PEM, the key
+    PKCS#8 unencrypted): the client's certificate, for mutual TLS."""
+    options = ["-Dtls.enable=true", "-Dtls.config.file=/nonexistent"]  # no /etc/rocketmq/tls.properties
+    if ca is not None:
+        options += ["-Dtls.test.mode.enable=false", "-Dtls.client.authServer=true", f"-Dtls.client.trustCertPath={ca}"]
+    if cert is not None:
+        options += [f"-Dtls.client.certPath={cert}", f"-Dtls.client.keyPath={key}"]
+    return tuple(options)
 
 
 def java_push(namesrv: str, topic: str, group: str, messages: int, orderly: bool = False,
@@ -184,16 +198,18 @@ def java_sends(namesrv: str, topic: str) -> dict:
     return _harness("sends", "--namesrv", namesrv, "--topic", topic, timeout_s=120)
 
 
-def grpc_produce(endpoint: str, topic: str, messages: int, body_bytes: int = 1024) -> dict:
-    """rocketmq-client-java's producer through the proxy (one send at a time)."""
+def grpc_produce(endpoint: str, topic: str, messages: int, body_bytes: int = 1024, tls: bool = False) -> dict:
+    """rocketmq-client-java's producer through the proxy (one send at a time); ``tls``: over TLS
+    (the client trusts any server certificate)."""
     return _harness("grpc-produce", "--endpoint", endpoint, "--topic", topic, "--messages", str(messages),
-                    "--body-bytes", str(body_bytes))
+                    "--body-bytes", str(body_bytes), "--tls", str(tls).lower())
 
 
-def grpc_consume(endpoint: str, topic: str, group: str, expect: int, timeout_s: float = 120) -> dict:
+def grpc_consume(endpoint: str, topic: str, group: str, expect: int, timeout_s: float = 120,
+                 tls: bool = False) -> dict:
     """rocketmq-client-java's SimpleConsumer through the proxy, acking each message."""
     return _harness("grpc-consume", "--endpoint", endpoint, "--topic", topic, "--group", group, "--expect",
-                    str(expect), "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60)
+                    str(expect), "--timeout-s", str(timeout_s), "--tls", str(tls).lower(), timeout_s=timeout_s + 60)
 
 
 def mqadmin(namesrv: str, *commands: tuple) -> list[str]:

@@ -4,6 +4,7 @@ one port, and the broker's registration with other name servers."""
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -63,15 +64,17 @@ class RemotingOptions:
 
 class RemotingDoor:
     """The door of ``core`` (given at ``start``; ``bind`` may come before the core opens, so
-    that records name the remoting address as their store host, as RocketMQ's clients expect)."""
+    that records name the remoting address as their store host, as RocketMQ's clients expect).
+    With ``tls`` (a server context) the port serves TLS only; registrations with other name
+    servers stay plain."""
 
     def __init__(self, host: str, advertised_ip: str, options: RemotingOptions, limits: ClientLimits | None = None,
-                 guard: Guard | None = None):
+                 guard: Guard | None = None, tls: ssl.SSLContext | None = None):
         self.core: BrokerCore | None = None
         self.options = options
         self.guard = guard
         self.clients = ClientRegistry()
-        self.server = RemotingServer({}, host, options.port, limits=limits)
+        self.server = RemotingServer({}, host, options.port, limits=limits, tls=tls)
         self.hold = PullHold(self.server.loop)
         self._advertised_ip = advertised_ip
         self._stop = threading.Event()

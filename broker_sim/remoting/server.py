@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import logging
 import socket
+import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from rmq_spark.protocol.remoting import (
 )
 
 from .errors import HeaderFieldError, response_code
+from .tls import TLS_HANDSHAKE_RECORD, TlsListener
 
 log = logging.getLogger(__name__)
 _STOP_TIMEOUT_S = 10.0
@@ -105,7 +107,11 @@ class Connection(asyncio.Protocol):
         try:
             frames = self.reader.feed(data)
         except FrameError as bad:
-            log.warning("closing the connection from %s: %s", self.remote, bad)
+            reason = bad
+            if self.server.tls is None and data[:1] == bytes([TLS_HANDSHAKE_RECORD]):
+                reason = ("it opened with a TLS handshake, and this port serves plain remoting: connect without TLS, "
+                          "or start the broker with --tls-cert and --tls-key")
+            log.warning("closing the connection from %s: %s", self.remote, reason)
             self.transport.close()
             return
         for frame in frames:
@@ -180,14 +186,15 @@ class Connection(asyncio.Protocol):
 class RemotingServer:
     """Serves ``handlers`` ({request code: Handler}) on ``host:port`` with an event loop of
     its own thread, within ``limits``. ``close_listeners`` are called with each connection
-    that closes."""
+    that closes. With ``tls`` (a server context) the port serves TLS only (tls.py)."""
 
     def __init__(self, handlers: dict, host: str, port: int, pool_threads: int = 32, name: str = "rmq-remoting",
-                 limits: ClientLimits | None = None):
+                 limits: ClientLimits | None = None, tls: ssl.SSLContext | None = None):
         self.handlers = handlers
         self.check_request: Callable[[RemotingCommand], None] | None = None  # raises to refuse one (ACLs)
         self.host, self.port = host, port
         self.limits = limits or ClientLimits()
+        self.tls = tls
         self.connections: set[Connection] = set()
         self.per_client: dict[str, int] = {}  # client -> connections admitted
         self.refusing: set[Connection] = set()  # refused, waiting for a request to answer
@@ -195,7 +202,7 @@ class RemotingServer:
         self.pool = ThreadPoolExecutor(max_workers=pool_threads, thread_name_prefix=f"{name}-pool")
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=f"{name}-loop", daemon=True)
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.AbstractServer | TlsListener | None = None
         self._socket: socket.socket | None = None
 
     def bind(self) -> int:
@@ -211,12 +218,19 @@ class RemotingServer:
             self.bind()
         self._thread.start()
         try:
-            self._server = self.run(self.loop.create_server(lambda: Connection(self), sock=self._socket))
+            self._server = self.run(self._listen())
         except BaseException:
             self._socket.close()
             self._stop_loop()
             raise
         return self.port
+
+    async def _listen(self) -> asyncio.AbstractServer | TlsListener:
+        if self.tls is None:
+            return await self.loop.create_server(lambda: Connection(self), sock=self._socket)
+        listener = TlsListener(self.loop, self._socket, self.tls, lambda: Connection(self))
+        listener.start()
+        return listener
 
     def run(self, coroutine, timeout: float | None = _STOP_TIMEOUT_S):
         """Run ``coroutine`` on the loop from another thread; its result."""

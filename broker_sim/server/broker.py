@@ -27,6 +27,7 @@ from broker_sim.pop import PopConfig
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2_pb2
 from broker_sim.remoting import RemotingDoor, RemotingOptions
 from broker_sim.store import DEFAULT_FLUSH_INTERVAL_MS, FlushMode, StoreConfig, wall_clock_ms
+from broker_sim.tls import TlsOptions
 from broker_sim.txn import TransactionConfig
 from broker_sim.v2 import MessagingService, V2Options
 from broker_sim.v2.acl import DEMANDS as V2_DEMANDS
@@ -73,7 +74,8 @@ class Broker:
     what one client may hold (core/limits.py): calls in flight per address on this port,
     connections, requests and unread answers on the remoting port, topics and queues created.
     With ``acl`` (the accounts of an ACL file), every door checks each request's signature and
-    permissions.
+    permissions. With ``tls`` both ports, gRPC and remoting, serve TLS only (mutual TLS when it
+    has a client CA).
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
@@ -81,7 +83,8 @@ class Broker:
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
-                 v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None):
+                 v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None,
+                 tls: TlsOptions | None = None):
         self.data_dir = Path(data_dir)
         self.limits = limits or ClientLimits()
         self.host = host
@@ -102,6 +105,7 @@ class Broker:
         self.pop_now_ms = pop_now_ms
         self.remoting_options = remoting
         self.acl = acl
+        self.tls = tls
         self.remoting: RemotingDoor | None = None
         self.v2_options = v2 or _v2_like(remoting)
         self.v2: MessagingService | None = None
@@ -145,13 +149,16 @@ class Broker:
                 started.pop_all()
             self.core, self._server, self._loop, self.port, self.remoting = core, server, loop, port, remoting
             self.calls_in_flight = calls
-            log.info("broker listening on %s, data in %s", self.endpoint, self.data_dir)
+            log.info("broker listening on %s%s, data in %s", self.endpoint,
+                     " (TLS only" + (", client certificates required)" if self.tls.mutual else ")") if self.tls else "",
+                     self.data_dir)
             return port
 
     def _bind(self, server: grpc.aio.Server) -> int:
         address = f"{_host_part(self.host)}:{self.port}"
         try:
-            port = server.add_insecure_port(address)
+            port = (server.add_secure_port(address, self.tls.grpc_credentials()) if self.tls is not None
+                    else server.add_insecure_port(address))
         except RuntimeError as err:
             port, cause = 0, err
         else:
@@ -183,7 +190,8 @@ class Broker:
         """RocketMQ's remoting door (broker and name server) when asked for, its port taken."""
         if self.remoting_options is None:
             return None
-        door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options, self.limits, self.acl)
+        door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options, self.limits, self.acl,
+                            self.tls.ssl_context() if self.tls is not None else None)
         try:
             door.bind()
         except OSError as err:

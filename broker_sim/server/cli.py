@@ -3,12 +3,13 @@
     rmq-broker-sim --data-dir ./rmq-data --host 127.0.0.1 --port 10911 [--flush async|sync]
                    [--dispatch serial|concurrent] [--remoting-port 9876 [--broker-name broker-a]
                    [--cluster-name DefaultCluster] [--namesrv HOST:PORT[;HOST:PORT]]]
-                   [--acl-file plain_acl.yml]
+                   [--acl-file plain_acl.yml] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
                    [--max-connections-per-ip N ...: the per-client limits, --help lists them]
 
 It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
 (``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
-bad flag, a data directory in use by another broker, or an address it cannot listen on.
+bad flag (a TLS file it cannot use too), a data directory in use by another broker, or an
+address it cannot listen on.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.core.limits import ClientLimits  # noqa: E402
 from broker_sim.store import DataDirInUseError, StoreConfig, StoreError  # noqa: E402
+from broker_sim.tls import TlsOptions  # noqa: E402
 from broker_sim.txn.service import TransactionConfig  # noqa: E402
 
 PROG = "rmq-broker-sim"
@@ -154,10 +156,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--acl-clock-skew-s", type=int, default=MAX_CLOCK_SKEW_S,
                    help="a gRPC call's signed date may be this far from the broker's clock: older ones are refused "
                         f"as replays (default: {MAX_CLOCK_SKEW_S})")
+    p.add_argument("--tls-cert", type=Path, default=None,
+                   help="serve TLS only, on the gRPC port and the remoting port, with this PEM certificate (chain); "
+                        "give --tls-key too")
+    p.add_argument("--tls-key", type=Path, default=None, help="the certificate's PEM private key, unencrypted")
+    p.add_argument("--tls-client-ca", type=Path, default=None,
+                   help="mutual TLS: clients must present a certificate signed by a CA of this PEM file")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     _add_limit_flags(p)
     return p
+
+
+def _tls(p: argparse.ArgumentParser, args) -> TlsOptions | None:
+    """The TLS files, read and checked; None without --tls-cert (a TlsConfigError is a ValueError)."""
+    if args.tls_cert is None and args.tls_key is None:
+        if args.tls_client_ca is not None:
+            p.error("--tls-client-ca asks clients for certificates over TLS: give --tls-cert and --tls-key too")
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        p.error("TLS needs both --tls-cert and --tls-key (the broker's PEM certificate and its key)")
+    return TlsOptions.load(args.tls_cert, args.tls_key, args.tls_client_ca)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         transaction_config = TransactionConfig(timeout_ms=args.transaction_timeout_ms)
         limits = limits_of(args)
         acl = Guard(args.acl_file, max_clock_skew_s=args.acl_clock_skew_s) if args.acl_file else None
+        tls = _tls(p, args)
     except AclConfigError as err:
         p.error(f"--acl-file: {err}")
     except ValueError as err:
@@ -200,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
-                    limits=limits, acl=acl)
+                    limits=limits, acl=acl, tls=tls)
     try:
         broker.start()
     except (DataDirInUseError, BindError, StoreError) as err:

@@ -19,7 +19,7 @@ class Admin:
         remoting door too). A topic may then be served by several brokers, whose queues are
         told apart by their broker's name (``QueueOffsets.broker``).
     transport : TransportConfig, optional
-        Deadlines and retries.
+        Deadlines, retries and TLS.
     """
 
     def __init__(self, endpoint: str | None = None, transport: TransportConfig | None = None, *,

@@ -6,6 +6,7 @@
     rmq-admin broker stats | broker corrupted
     rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
     RMQ_SECRET_KEY=... rmq-admin --access-key ops topic list            # a broker with ACLs
+    rmq-admin --tls [--tls-ca CA.pem] [--tls-cert CLIENT.pem --tls-key CLIENT-KEY.pem] ...   # a TLS broker
 """
 
 from __future__ import annotations
@@ -24,14 +25,11 @@ from .transport import TransportConfig
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
 
-def _credentials(args) -> Credentials | None:
-    return Credentials.from_environment(args.access_key) if args.access_key else None
-
-
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     try:
-        args.transport = TransportConfig(credentials=_credentials(args))
+        args.transport = _transport(p, args)
         with Admin(args.endpoint if args.name_server is None else None, args.transport,
                    name_server=args.name_server) as admin:
             rows, columns = args.run(admin, args)
@@ -55,6 +53,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--access-key", help="for brokers with ACLs: the account that signs the calls; its secret "
                                              f"comes from the environment variable {SECRET_KEY_VARIABLE} (kept out "
                                              "of the command line, which other users of the machine can see)")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS (a broker started with --tls-cert)")
+    parser.add_argument("--tls-ca", metavar="FILE",
+                        help="with --tls: trust the broker's certificate when this PEM CA signed it (default: the "
+                             "system's CAs)")
+    parser.add_argument("--tls-cert", metavar="FILE",
+                        help="with --tls: this client's PEM certificate, for a broker that requires one (mutual TLS)")
+    parser.add_argument("--tls-key", metavar="FILE", help="with --tls-cert: its PEM private key, unencrypted")
     # Every command takes --json after its own arguments too, as the usage line shows. SUPPRESS keeps a
     # command's parser from resetting a --json given before the command.
     after = argparse.ArgumentParser(add_help=False)
@@ -184,6 +189,19 @@ def _with_broker(rows: list[dict], columns: list[str], at: int = 0) -> list[str]
 
 def _topic_row(topic) -> dict:
     return {"name": topic.name, "queues": topic.queue_count, "type": topic.queue_type.value}
+
+
+def _transport(p: argparse.ArgumentParser, args) -> TransportConfig:
+    """TLS and credentials, from the flags (and RMQ_SECRET_KEY)."""
+    files = [flag for flag, value in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert),
+                                      ("--tls-key", args.tls_key)) if value]
+    if files and not args.tls:
+        p.error(f"{' and '.join(files)} apply to TLS connections: give --tls too")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error("a client certificate needs both --tls-cert and --tls-key")
+    credentials = Credentials.from_environment(args.access_key) if args.access_key else None
+    return TransportConfig(tls=args.tls, tls_ca_file=args.tls_ca, tls_cert_file=args.tls_cert,
+                           tls_key_file=args.tls_key, credentials=credentials)
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence
 import grpc
 
 from ..codec import Codec, Compression
-from ..errors import ClosedError, RmqError, error_for
+from ..errors import ClosedError, ConfigError, RmqError, error_for
 from ..protocol import signing
 from ..protocol.v1 import broker_pb2 as pb
 from ..protocol.v1 import broker_pb2_grpc, pop_pb2, pop_pb2_grpc, txn_pb2, txn_pb2_grpc
@@ -37,6 +37,7 @@ from ..structs import (
     TransactionOutcome,
     TransactionState,
 )
+from .tls import read_pem, tls_mismatch
 from .transport import (
     AckFailure,
     EarlyBatch,
@@ -76,12 +77,14 @@ class GrpcTransport(Transport):
         self.endpoint = endpoint
         self.config = config
         self._sleep = sleep
-        self.channel = grpc.insecure_channel(endpoint, options=[
+        options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", config.keepalive_ms),
             ("grpc.keepalive_permit_without_calls", 1),
-        ])
+        ]
+        self.channel = (grpc.secure_channel(endpoint, _credentials(config), options=options) if config.tls
+                        else grpc.insecure_channel(endpoint, options=options))
         self._admin = broker_pb2_grpc.AdminStub(self.channel)
         self._messaging = broker_pb2_grpc.MessagingStub(self.channel)
         self._pop = pop_pb2_grpc.PopStub(self.channel)
@@ -290,6 +293,9 @@ class GrpcTransport(Transport):
             if key == "rmq-reason":
                 reason = value
         if code == grpc.StatusCode.UNAVAILABLE and reason is None:
+            tls_problem = tls_mismatch(self.endpoint, self.config)  # TLS on one side only: retries cannot help
+            if tls_problem is not None:
+                return ConfigError(f"{tls_problem} ({details})")
             details = f"broker at {self.endpoint} is unavailable: {details}"
         return error_for(code.name, details, reason, code)
 
@@ -308,6 +314,12 @@ class GrpcTransport(Transport):
             metadata = signing.grpc_metadata(credentials, second)
             self._signature = (second, metadata)
         return metadata
+
+
+def _credentials(config: TransportConfig) -> grpc.ChannelCredentials:
+    """TLS credentials of ``config``: its CA (else gRPC's roots) and client certificate, if any."""
+    return grpc.ssl_channel_credentials(read_pem(config, "tls_ca_file"), read_pem(config, "tls_key_file"),
+                                        read_pem(config, "tls_cert_file"))
 
 
 def _topic(topic: pb.Topic) -> TopicInfo:

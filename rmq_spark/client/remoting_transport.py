@@ -59,6 +59,7 @@ from ..structs import (
 from .message_ids import UniqueKeys
 from .pulls import Pulls
 from .routes import NameServers, TopicRoute
+from .tls import ssl_context, tls_mismatch
 from .transport import (
     AckFailure,
     InnerBatch,
@@ -113,6 +114,7 @@ class RemotingTransport(Transport):
         self.pull_group = pull_group
         self.client_id = _client_id()
         self._sleep = sleep
+        self._tls = ssl_context(config) if config.tls else None
         self._connections: dict[str, RemotingConnection] = {}
         self._lock = threading.Lock()
         self._heartbeats: dict[tuple[str, str], float] = {}  # (broker address, group) -> when
@@ -130,9 +132,9 @@ class RemotingTransport(Transport):
             return connection
         try:  # a connection is made or refused quickly; the config's timeout is for answers
             connection = RemotingConnection(address, timeout_s=min(self.config.timeout_ms / 1000, _CONNECT_S),
-                                            credentials=self.config.credentials)
+                                            credentials=self.config.credentials, tls=self._tls)
         except OSError as err:
-            raise BrokerUnavailableError(f"cannot connect to {address}: {err.strerror or err}") from None
+            raise self._unavailable(address, f"cannot connect to {address}: {err.strerror or err}") from None
         with self._lock:
             current = self._connections.get(address)
             if current is not None and not current.closed:
@@ -148,7 +150,7 @@ class RemotingTransport(Transport):
         try:
             return connection.request(code, fields, body)
         except (OSError, ConnectionError) as err:
-            raise BrokerUnavailableError(f"the connection to {address} failed: {err}") from None
+            raise self._unavailable(address, f"the connection to {address} failed: {err}") from None
 
     def wait(self, future: Future, address: str, code: int, timeout_ms: int | None = None) -> RemotingCommand:
         """A request's answer, or RequestTimeoutError / BrokerUnavailableError."""
@@ -162,7 +164,15 @@ class RemotingTransport(Transport):
             raise RequestTimeoutError(f"{address} did not answer request {_name(code)} within {timeout_s:.0f} s") \
                 from None
         except (ConnectionError, OSError) as err:
-            raise BrokerUnavailableError(f"{address}: {err}") from None
+            raise self._unavailable(address, f"{address}: {err}") from None
+
+    def _unavailable(self, address: str, failure: str) -> RmqError:
+        """BrokerUnavailableError saying ``failure``; or a ConfigError when TLS, on one side only,
+        is why (tls.py asks the broker with one more connection): trying again would not help."""
+        mismatch = tls_mismatch(address, self.config)
+        if mismatch is not None:
+            return ConfigError(f"{mismatch} ({failure})")
+        return BrokerUnavailableError(failure)
 
     def _invoke(self, address: str, code: int, fields: dict, body: bytes = b"",
                 timeout_ms: int | None = None) -> RemotingCommand:

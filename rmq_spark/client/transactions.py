@@ -64,7 +64,7 @@ class Transactions:
     endpoint : str
         ``HOST:PORT`` of the broker.
     transport : TransportConfig, optional
-        Deadlines and retries of the calls (all of them are safe to repeat).
+        Deadlines, retries and TLS of the calls (all of them are safe to repeat).
     commit_timeout_ms : int
         Deadline of a commit or rollback, which copies every prepared batch (120 s).
     """

@@ -42,12 +42,17 @@ from ..structs import (
 
 @dataclass(frozen=True)
 class TransportConfig:
-    """Deadlines, retries and credentials of the calls to the broker.
+    """Deadlines, retries, credentials and TLS of the calls to the broker.
 
     ``retries``: further attempts of a call that failed with a retriable code, when the call is
     safe to repeat; the wait before attempt n is ``retry_backoff_ms * 2**n`` (capped at
     ``retry_backoff_max_ms``) with jitter. ``credentials``: the account every call is signed
     with, for brokers that check ACLs (RocketMQ's signatures on either protocol).
+
+    ``tls``: connect with TLS (a broker started with ``--tls-cert``), checking the broker's
+    certificate against the system's CAs, or ``tls_ca_file`` (PEM) for a private CA;
+    ``tls_cert_file`` and ``tls_key_file`` (PEM, the key unencrypted): the client's certificate,
+    for a broker that requires one (``--tls-client-ca``, mutual TLS). See tls.py.
     """
 
     timeout_ms: int = 10_000
@@ -56,6 +61,10 @@ class TransportConfig:
     retry_backoff_max_ms: int = 2_000
     keepalive_ms: int = 30_000
     credentials: Credentials | None = None
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
     def __post_init__(self):
         for name in ("timeout_ms", "retry_backoff_ms", "retry_backoff_max_ms", "keepalive_ms"):
@@ -63,6 +72,10 @@ class TransportConfig:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: must be a positive number of milliseconds")
         if self.retries < 0:
             raise ConfigError(f"retries={self.retries!r}: must be 0 or more")
+        if not self.tls and (self.tls_ca_file or self.tls_cert_file or self.tls_key_file):
+            raise ConfigError("tls_ca_file, tls_cert_file and tls_key_file are for TLS connections: set tls=True too")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("a client certificate needs both tls_cert_file and tls_key_file (PEM files)")
 
 
 def check_endpoint(endpoint: str) -> str:

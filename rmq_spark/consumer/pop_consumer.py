@@ -63,7 +63,7 @@ class PopConsumer:
         Add the ``properties`` column to ``Delivery.records`` (``Delivery.messages()`` always
         has them).
     transport : TransportConfig, optional
-        Deadlines and retries.
+        Deadlines, retries and TLS.
     name_server : str
         Instead of ``endpoint``: RocketMQ's name servers, ``HOST:PORT;HOST:PORT``, popping
         through RocketMQ 5's pop over remoting (its brokers in turn, for a topic served by

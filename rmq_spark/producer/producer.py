@@ -64,7 +64,7 @@ class Producer:
     auto_batch, batch_max_bytes, batch_max_delay_ms, total_batch_max_bytes, send_timeout_ms, request_max_bytes
         See ``ProducerConfig`` (256 KiB, where RocketMQ's is 32 KiB; then RocketMQ's: 10 ms, 32 MiB, 3 s).
     transport : TransportConfig, optional
-        Deadlines, retries and backoff of calls.
+        Deadlines, retries, backoff and TLS of calls.
     transaction_id : str, optional
         Prepare every send under this transaction (one id per writer attempt, e.g. from
         ``new_transaction_id()``): stored, invisible until ``Transactions.commit``; results

@@ -46,6 +46,19 @@ class RocketMQBatchDataSource(DataSource):
         works the same; brokers that join a topic are read from their first offset, a broker
         that leaves fails the query naming it (failOnDataLoss) and one that cannot be reached
         for a while is waited for.
+    tls : bool
+        ``true``: connect with TLS, to a broker that serves TLS (``rmq-broker-sim --tls-cert``,
+        or RocketMQ with TLS enabled); default ``false``. Reads and writes alike. The broker's
+        certificate must name the host of endpoint / nameServer and be signed by a CA of the
+        system's, or of tlsCaFile.
+    tlsCaFile : str
+        With tls: a PEM file of the CA that signed the broker's certificate (a private CA).
+    tlsCertFile : str
+        With tls: this client's PEM certificate, for a broker that requires one (mutual TLS,
+        ``--tls-client-ca``); with tlsKeyFile.
+    tlsKeyFile : str
+        The PEM private key of tlsCertFile, unencrypted. The files are read by the driver and
+        by every executor: give paths they can all read.
     topic, topics, topicPattern, assign : str
         Exactly one. ``topic``: one topic; ``topics``: a comma list; ``topicPattern``: a
         regular expression matching whole topic names (topics created later are read too);
@@ -132,6 +145,8 @@ class RocketMQBatchDataSource(DataSource):
         defaults there), written at least once; each carries a message id (UNIQ_KEY) made from
         the sink id, the micro-batch, the partition and the row's place, the same when a task
         or a micro-batch is written again, so readers can drop repeats.
+    tls, tlsCaFile, tlsCertFile, tlsKeyFile : str
+        As for reads.
     topic : str
         The topic to write to; required without a ``topic`` column, and when given it wins
         over the column (as in Spark's Kafka sink). Checked to exist before writing.

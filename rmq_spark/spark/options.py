@@ -7,10 +7,12 @@ accepted. Names follow Spark's Kafka source where the meaning is the same.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import (
     ConfigError,
@@ -43,14 +45,19 @@ DEFAULTS = {
     "compression": "lz4",
     "codec": "arrow",
     "deliveryGuarantee": "exactlyOnce",
+    "tls": False,
 }
 
+# How reads and writes connect: TLS, as TransportConfig's fields.
+_TLS_FILES = {"tlsCaFile": "tls_ca_file", "tlsCertFile": "tls_cert_file", "tlsKeyFile": "tls_key_file"}
+TLS_OPTION_NAMES = ("tls", *_TLS_FILES)
 # Spark's option names are case-insensitive: PySpark hands them over lower-cased.
 OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "topics", "topicPattern", "assign", "startingOffsets",
     "startingTimestamp", "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger",
     "maxTriggerDelay", "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch",
     "fetchTimeout", "failOnDataLoss", "tagFilter", "includeProperties", "consumerGroup", "accessKey", "secretKey",
+    *TLS_OPTION_NAMES,
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
 # What users of Spark's Kafka source would type, and ours.
@@ -72,26 +79,23 @@ _SIZE_BYTES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 @dataclass(frozen=True)
 class BrokerAddress:
     """What a read or write reaches: broker_sim's own door (``endpoint``), or any RocketMQ
-    cluster through its name servers (``name_server``, RocketMQ's remoting protocol), and the
-    account that signs the calls (``credentials``: its secret never shows in a repr)."""
+    cluster through its name servers (``name_server``, RocketMQ's remoting protocol), and how:
+    TLS, and the account that signs the calls (its secret never shows in a repr)."""
 
     endpoint: str | None = None
     name_server: str | None = None
-    credentials: Credentials | None = None
+    transport: TransportConfig = field(default_factory=TransportConfig)  # TLS and credentials (their options)
 
     @property
     def native(self) -> bool:
         """Through name servers: RocketMQ's own protocol and messages."""
         return self.name_server is not None
 
-    def transport(self, **settings) -> TransportConfig:
-        """The SDK's TransportConfig: ``settings`` and the credentials."""
-        return TransportConfig(credentials=self.credentials, **settings)
-
-    def sdk(self, **settings) -> dict:
-        """The SDK's keyword arguments naming it, with its transport (``settings`` and the credentials)."""
-        named = {"endpoint": self.endpoint} if self.endpoint is not None else {"name_server": self.name_server}
-        return {**named, "transport": self.transport(**settings)}
+    def sdk(self, **transport_changes) -> dict:
+        """The SDK's keyword arguments naming it and how to connect; ``transport_changes``:
+        TransportConfig fields of one use (a deadline)."""
+        where = {"endpoint": self.endpoint} if self.endpoint is not None else {"name_server": self.name_server}
+        return {**where, "transport": dataclasses.replace(self.transport, **transport_changes)}
 
     def describe(self) -> str:
         return f"the broker {self.endpoint}" if self.endpoint is not None else f"the name servers {self.name_server}"
@@ -252,13 +256,31 @@ def _address(given: dict) -> BrokerAddress:
                           "'127.0.0.1:10911') and nameServer (any RocketMQ cluster through its name servers, "
                           f"HOST:PORT;HOST:PORT, e.g. '127.0.0.1:9876'): {which}")
     name, value = named[0], given[named[0]].strip()
-    credentials = _credentials(given)
     try:
-        if name == "endpoint":
-            return BrokerAddress(endpoint=check_endpoint(value), credentials=credentials)
-        return BrokerAddress(name_server=check_name_server(value), credentials=credentials)
+        where = {"endpoint": check_endpoint(value)} if name == "endpoint" else {
+            "name_server": check_name_server(value)}
     except ConfigError as err:
         raise ConfigError(f"option {name}: {err}") from None
+    return BrokerAddress(**where, transport=_transport(given))
+
+
+def _transport(given: dict) -> TransportConfig:
+    """The options tls, tlsCaFile, tlsCertFile and tlsKeyFile, and accessKey and secretKey,
+    checked, as a TransportConfig."""
+    tls = _bool(given, "tls")
+    files = {option: given[option].strip() for option in _TLS_FILES if option in given}
+    if files and not tls:
+        raise ConfigError(f"option {', '.join(files)} applies to TLS connections: set the option tls=true too")
+    if ("tlsCertFile" in files) != ("tlsKeyFile" in files):
+        raise ConfigError("options tlsCertFile and tlsKeyFile go together: a client certificate (PEM) and its key")
+    for option, path in files.items():
+        try:
+            Path(path).read_bytes()
+        except OSError as err:
+            raise ConfigError(f"option {option}={path!r}: cannot read it ({err.strerror or err}); give a PEM file "
+                              "that the driver and every executor can read") from None
+    return TransportConfig(tls=tls, credentials=_credentials(given),
+                           **{_TLS_FILES[option]: path for option, path in files.items()})
 
 
 def _credentials(given: dict) -> Credentials | None:
@@ -412,7 +434,7 @@ def _name(given: dict, name: str) -> str | None:
 
 SINK_OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes",
-    "compression", "codec", "deliveryGuarantee", "sinkId", "accessKey", "secretKey",
+    "compression", "codec", "deliveryGuarantee", "sinkId", "accessKey", "secretKey", *TLS_OPTION_NAMES,
 )
 # Set by Spark on streaming writes (checkpointLocation from .option(...), queryName from .queryName(...)).
 SPARK_WRITE_OPTIONS = ("checkpointLocation", "queryName")

@@ -301,7 +301,7 @@ def _abandon(producer: Producer, options: SinkOptions, transaction_id: str | Non
     if transaction_id is None or not producer.prepared().batch_count:  # the broker never heard of it
         return
     try:
-        with Transactions(options.address.endpoint, options.address.transport()) as txns:
+        with Transactions(**options.address.sdk()) as txns:
             txns.rollback([transaction_id])
     except Exception as err:  # noqa: BLE001
         log.warning("rocketmq-batch: could not roll back transaction %s of a failed write task (%s); the broker's "
@@ -320,7 +320,7 @@ def roll_back(options: SinkOptions, messages, what: str) -> None:
     if not transactions:
         return
     try:
-        with Transactions(options.address.endpoint, options.address.transport()) as txns:
+        with Transactions(**options.address.sdk()) as txns:
             txns.rollback(transactions)
     except Exception as err:  # noqa: BLE001 - Spark reports the failure that caused the abort
         log.warning("rocketmq-batch: could not roll back the %d transactions of %s (%s); the broker's transaction "
@@ -343,7 +343,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
     def commit(self, messages) -> None:
         transactions = prepared_transactions(messages)
         if transactions:
-            with Transactions(self.options.address.endpoint, self.options.address.transport()) as txns:
+            with Transactions(**self.options.address.sdk()) as txns:
                 txns.commit(transactions)
 
     def abort(self, messages) -> None:
@@ -367,7 +367,7 @@ class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages, batchId: int) -> None:
         if self.sink_id is None:  # atLeastOnce: every row is visible once sent
             return
-        with Transactions(self.options.address.endpoint, self.options.address.transport()) as txns:
+        with Transactions(**self.options.address.sdk()) as txns:
             result = txns.commit(prepared_transactions(messages), sink_id=self.sink_id, batch_id=batchId)
         if result.sink_batch_replayed:
             log.warning("rocketmq-batch: micro-batch %d of sink %s was committed before (a replay after a restart); "

@@ -40,7 +40,7 @@ def test_the_secret_may_come_from_the_drivers_environment(monkeypatch):
     data source finds RMQ_SECRET_KEY, and the secret is in no option at all."""
     monkeypatch.setenv("RMQ_SECRET_KEY", "from-the-environment")
     options = parse_options({"endpoint": "127.0.0.1:10911", "topic": "orders", "accessKey": "reader"})
-    assert options.address.credentials == Credentials("reader", "from-the-environment")
+    assert options.address.transport.credentials == Credentials("reader", "from-the-environment")
     assert "from-the-environment" not in repr(options)
 
 

@@ -6,30 +6,41 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import threading
 from concurrent.futures import Future
 
 from ..signing import sign_remoting
 from .codes import SerializeType
 from .command import FLAG_ONEWAY, FrameError, FrameReader, RemotingCommand, decode, encode
+from .tls_stream import TlsStream
 
 
 class RemotingConnection:
-    """A TCP connection to ``address`` ("host:port"). ``request`` returns a Future of the
-    response; ``invoke`` waits for it. Closed by ``close`` or as a context manager. With
-    ``credentials`` (``rmq_spark.Credentials``), every request is signed as RocketMQ's
-    AclClientRPCHook signs it."""
+    """A TCP connection to ``address`` ("host:port"), over TLS with ``tls`` (a client context;
+    the handshake is done here, and its failure raised as an ssl.SSLError or OSError).
+    ``request`` returns a Future of the response; ``invoke`` waits for it. Closed by ``close``
+    or as a context manager. With ``credentials`` (``rmq_spark.Credentials``), every request is
+    signed as RocketMQ's AclClientRPCHook signs it."""
 
     def __init__(self, address: str, timeout_s: float = 10.0, language: str = "PYTHON",
-                 serialize_type: SerializeType = SerializeType.JSON, credentials=None):
+                 serialize_type: SerializeType = SerializeType.JSON, tls: ssl.SSLContext | None = None,
+                 credentials=None):
         host, _, port = address.rpartition(":")
         self.address = address
         self.language = language
         self.serialize_type = serialize_type
         self.credentials = credentials
         self._socket = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
-        self._socket.settimeout(None)
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._stream = self._socket  # what is read and written: the socket, or TLS over it
+        if tls is not None:
+            try:
+                self._stream = TlsStream(self._socket, tls, host.strip("[]"))
+            except OSError:
+                self._socket.close()
+                raise
+        self._socket.settimeout(None)
         self._opaques = itertools.count(1)
         self._pending: dict[int, Future] = {}
         self._lock = threading.Lock()
@@ -75,7 +86,7 @@ class RemotingConnection:
 
     def send_raw(self, data: bytes) -> None:
         with self._send_lock:
-            self._socket.sendall(data)
+            self._stream.sendall(data)
 
     def close(self) -> None:
         with self._lock:
@@ -102,7 +113,7 @@ class RemotingConnection:
         error: Exception = ConnectionError(f"the connection to {self.address} was closed")
         try:
             while True:
-                data = self._socket.recv(1 << 20)
+                data = self._stream.recv(1 << 20)
                 if not data:
                     break
                 for frame in reader.feed(data):

@@ -37,8 +37,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *              DefaultMQProducer (remoting) with autoBatch on, async sends, K threads.
  * pull         --namesrv H:P --topic T --expect N [--timeout-s S]
  *              DefaultLitePullConsumer: every queue from its beginning until N messages.
- * grpc-produce --endpoint H:P --topic T --messages N [--body-bytes B]   (rocketmq-client-java)
- * grpc-consume --endpoint H:P --topic T --group G --expect N [--timeout-s S]   (SimpleConsumer)
+ * grpc-produce --endpoint H:P --topic T --messages N [--body-bytes B] [--tls true]   (rocketmq-client-java)
+ * grpc-consume --endpoint H:P --topic T --group G --expect N [--timeout-s S] [--tls true]   (SimpleConsumer)
+ *              --tls true: enableSsl (the client trusts any certificate of the endpoint).
  * push         --namesrv H:P --topic T --group G --messages N [--orderly true] [--timeout-s S]
  *              DefaultMQProducer sends N, then DefaultMQPushConsumer (clustering) receives them;
  *              message 3 fails once (RECONSUME_LATER, concurrently: back through the retry topic).
@@ -366,7 +367,7 @@ public final class Harness {
         int size = Integer.parseInt(a.getOrDefault("body-bytes", "1024"));
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         ClientConfiguration config = ClientConfiguration.newBuilder().setEndpoints(a.get("endpoint"))
-                .enableSsl(false).setRequestTimeout(Duration.ofSeconds(30)).build();
+                .enableSsl(tls(a)).setRequestTimeout(Duration.ofSeconds(30)).build();
         long started = System.nanoTime();
         try (Producer producer = provider.newProducerBuilder().setClientConfiguration(config)
                 .setTopics(a.get("topic")).build()) {
@@ -384,7 +385,7 @@ public final class Harness {
         long timeoutMs = (long) (Double.parseDouble(a.getOrDefault("timeout-s", "60")) * 1000);
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         ClientConfiguration config = ClientConfiguration.newBuilder().setEndpoints(a.get("endpoint"))
-                .enableSsl(false).setRequestTimeout(Duration.ofSeconds(30)).build();
+                .enableSsl(tls(a)).setRequestTimeout(Duration.ofSeconds(30)).build();
         List<String> bodies = new ArrayList<>();
         try (SimpleConsumer consumer = provider.newSimpleConsumerBuilder().setClientConfiguration(config)
                 .setConsumerGroup(a.get("group")).setAwaitDuration(Duration.ofSeconds(2))
@@ -398,6 +399,10 @@ public final class Harness {
             }
         }
         System.out.printf("{\"received\": %d, \"digest\": \"%s\"}%n", bodies.size(), digest(bodies));
+    }
+
+    static boolean tls(Map<String, String> a) {
+        return Boolean.parseBoolean(a.getOrDefault("tls", "false"));
     }
 
     static String digest(List<String> bodies) throws Exception {
