@@ -5,13 +5,28 @@ on a TLS port, a TLS client on a plain port, a broker certificate the client doe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rmq_spark import Admin, ConfigError, OffsetRange, RangeReader, RmqError, TransportConfig
+from broker_sim.acl import Guard
+from broker_sim.remoting import RemotingOptions
+from broker_sim.server import Broker
+from broker_sim.tls import TlsOptions
+from rmq_spark import (
+    Admin,
+    AuthenticationError,
+    ConfigError,
+    Credentials,
+    OffsetRange,
+    PermissionDeniedError,
+    RangeReader,
+    RmqError,
+    TransportConfig,
+)
 from rmq_spark.client import cli as admin_cli
 from rmq_spark.client.tls import ssl_context
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
@@ -132,3 +147,16 @@ def test_one_tls_remoting_connection_carries_many_threads_requests(tls_broker, t
 
         with ThreadPoolExecutor(8) as pool:
             assert all(pool.map(ask, range(2000)))
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_tls_and_acls_together(tmp_path, certs, tls_config, door):
+    """A broker with both: the account's signature travels inside TLS on either port."""
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts:\n  - {accessKey: ops, secretKey: ops-secret, admin: true}\n")
+    tls = TlsOptions.load(certs.server.cert, certs.server.key)
+    with Broker(tmp_path / "data", "127.0.0.1", 0, tls=tls, acl=Guard(acl_file), remoting=RemotingOptions(0)) as b:
+        signed = dataclasses.replace(tls_config, credentials=Credentials("ops", "ops-secret"))
+        assert send_and_read(door(b), signed) == [f"m-{i}".encode() for i in range(20)]
+        with pytest.raises(AuthenticationError if door is grpc_door else PermissionDeniedError):
+            send_and_read(door(b), tls_config)
