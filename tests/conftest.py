@@ -97,3 +97,15 @@ def _spark_kafka_jars() -> list:
         return peers.spark_kafka_jars()
     except peers.PeersMissing:
         return []
+
+
+@pytest.fixture(scope="session")
+def run_official():
+    """Run a scenario of RocketMQ's official Python client (peers/python_client_scenarios.py)."""
+    from peers import python_client
+
+    try:
+        python_client.interpreter()
+    except RuntimeError as failed:
+        pytest.fail(str(failed))
+    return python_client.run

@@ -59,15 +59,6 @@ def test_cpp_client_with_session_credentials(acl_broker):
     assert refused.encode() not in bodies(acl_broker, "orders")
 
 
-@pytest.fixture(scope="module")
-def run_official():
-    try:
-        python_client.interpreter()
-    except RuntimeError as failed:
-        pytest.fail(str(failed))
-    return python_client.run
-
-
 def test_official_python_client_with_credentials(acl_broker, run_official):
     prefix = f"py-{uuid.uuid4().hex[:6]}"
     sent = run_official("send", acl_broker.endpoint, "orders", "--count", "3", "--prefix", prefix,

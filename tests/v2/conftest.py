@@ -42,15 +42,3 @@ def v2_target(request) -> V2Target:
         return V2Target("rocketmq", cluster.proxy_endpoint, RocketMQTarget(cluster))
     target = request.getfixturevalue("broker_sim_remoting")
     return V2Target("broker_sim", target.endpoint, target)
-
-
-@pytest.fixture(scope="session")
-def run_official():
-    """Run a scenario of RocketMQ's official Python client (peers/python_client_scenarios.py)."""
-    from peers import python_client
-
-    try:
-        python_client.interpreter()
-    except RuntimeError as failed:
-        pytest.fail(str(failed))
-    return python_client.run
