@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo lint peers test bench bench-store bench-read bench-model bench-pop check-java setup clean protos
+.PHONY: demo lint peers test bench bench-store bench-read bench-model bench-pop bench-trust check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
@@ -28,6 +28,9 @@ bench-model: $(STAMP)  ## the seed's model table: single sends, AutoBatch x seri
 
 bench-pop: $(STAMP)
 	$(PY) bench/pop_bench.py
+
+bench-trust: $(STAMP)  ## what ACLs and TLS cost: plain, ACL, TLS, both, through each door
+	$(PY) bench/trust_bench.py
 
 bench-store: $(STAMP)
 	$(PY) bench/store_bench.py
