@@ -220,8 +220,8 @@ class CallSpy:
         self._called = threading.Condition()
         producer._transport._send_many = self
 
-    def __call__(self, request, timeout=None):
-        response = self.real(request, timeout=timeout)
+    def __call__(self, request, **call):  # timeout, metadata
+        response = self.real(request, **call)
         with self._called:
             self.calls.append(len(SendManyRequest.FromString(request).sends))
             self._called.notify_all()
@@ -328,8 +328,8 @@ class HeldCalls(CallSpy):
         super().__init__(producer)
         self._answer = threading.Semaphore(0)
 
-    def __call__(self, request, timeout=None):
-        response = super().__call__(request, timeout)
+    def __call__(self, request, **call):
+        response = super().__call__(request, **call)
         assert self._answer.acquire(timeout=10), "the test did not answer the call"
         return response
 
