@@ -1,0 +1,140 @@
+"""Hostile inputs for every decoder a peer can reach, in one place: random bytes, valid
+inputs of each kind, and those valid inputs mutated (bytes flipped, lengths set to extremes,
+cut short, spliced). Mutating a valid input reaches past a decoder's first check, where random
+bytes seldom get."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+
+from hypothesis import strategies as st
+
+from broker_sim.store import format as fmt
+from rmq_spark.codec import encode_messages
+from rmq_spark.protocol.remoting import RemotingCommand, SerializeType, encode
+
+# Lengths and counts a hostile peer declares: zero, negative, one past, the largest.
+EXTREME_INTS = [0, 1, -1, 2, 3, 4, 7, 8, 22, 91, 127, 128, 255, 256, 0x7FFF, 0x8000, 0xFFFF, 0x10000,
+                0xFFFFFF, 0x1000000, 0x7FFFFFFF, -0x80000000]
+_INT32 = struct.Struct(">i")
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+_SHORT_TEXT = st.text("abcAZ09_-%@#:\x01\x02 ", max_size=8)
+
+
+@st.composite
+def mutated(draw, base: bytes, max_steps: int = 4) -> bytes:
+    """``base`` changed in 1 to ``max_steps`` places."""
+    data = bytearray(base)
+    for _ in range(draw(st.integers(1, max_steps))):
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        kind = draw(st.sampled_from(["flip", "byte", "int32", "cut", "insert", "delete", "repeat"]))
+        if kind == "cut":
+            del data[at:]
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=16))
+        elif kind == "delete":
+            del data[at:at + draw(st.integers(1, 16))]
+        elif kind == "repeat":
+            data[at:at] = data[at:at + draw(st.integers(1, 64))]
+        elif not data:
+            data += draw(st.binary(min_size=1, max_size=8))
+        elif kind == "flip":
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "byte":
+            data[at] = draw(st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, ord("{"), ord("["), ord('"')]))
+        else:  # a 4-byte length or count set to an extreme
+            value = draw(st.sampled_from(EXTREME_INTS + [len(data), len(data) - at, len(data) - at - 4]))
+            data[at:at + 4] = _INT32.pack(_int32(value))
+    return bytes(data)
+
+
+def _int32(value: int) -> int:
+    return ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def hostile(valid: st.SearchStrategy, max_random_bytes: int = 512) -> st.SearchStrategy:
+    """Random bytes, inputs of ``valid`` as they are, or mutated."""
+    return st.one_of(st.binary(max_size=max_random_bytes), valid, valid.flatmap(mutated))
+
+
+# --- remoting --------------------------------------------------------------------------------
+
+ext_fields = st.dictionaries(st.one_of(_SHORT_TEXT, st.sampled_from(["topic", "queueId", "b", "e", "consumerGroup",
+                                                                     "queueOffset", "maxMsgNums", "sysFlag"])),
+                             st.one_of(_SHORT_TEXT, st.integers(-2**40, 2**40).map(str),
+                                       st.sampled_from([str(v) for v in EXTREME_INTS])), max_size=6)
+
+
+@st.composite
+def remoting_commands(draw, codes: st.SearchStrategy = st.integers(-0x8000, 0x7FFF)) -> RemotingCommand:
+    return RemotingCommand(code=draw(codes), opaque=draw(st.integers(-2**31, 2**31 - 1)),
+                           flag=draw(st.sampled_from([0, 0, 0, 1, 2, 3])), ext_fields=draw(ext_fields),
+                           body=draw(st.binary(max_size=64)), remark=draw(st.none() | _TEXT),
+                           serialize_type=draw(st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ])))
+
+
+def frames(codes: st.SearchStrategy = st.integers(-0x8000, 0x7FFF)) -> st.SearchStrategy:
+    """Whole remoting frames (their total length first), valid or not."""
+    return hostile(remoting_commands(codes).map(encode))
+
+
+def frame_bodies(codes: st.SearchStrategy = st.integers(-0x8000, 0x7FFF)) -> st.SearchStrategy:
+    """What ``command.decode`` is given: a frame without its total length."""
+    return hostile(remoting_commands(codes).map(lambda command: encode(command)[4:]))
+
+
+# JSON and what fastjson writes: bare number keys, objects and arrays as keys.
+json_texts = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), _TEXT).map(json.dumps),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(lambda items: "[" + ",".join(items) + "]"),
+        st.lists(st.tuples(inner, inner), max_size=4).map(
+            lambda pairs: "{" + ",".join(f"{key}:{value}" for key, value in pairs) + "}")),
+    max_leaves=20)
+deep_nesting = st.tuples(st.sampled_from("[{"), st.integers(1, 200_000)).map(
+    lambda pair: (pair[0] if pair[0] == "[" else '{"a":') * pair[1])
+
+
+# --- batch payloads --------------------------------------------------------------------------
+
+CODECS = ["rmq", "arrow"]
+COMPRESSIONS = ["none", "lz4", "zstd", "zlib"]
+
+_properties = st.dictionaries(st.text("abcXYZ_", min_size=1, max_size=6), st.text("abc xyz", max_size=6), max_size=3)
+batch_messages = st.lists(st.tuples(st.binary(max_size=64), _properties, st.none() | st.text("k y", max_size=5),
+                                    st.none() | st.text("tag", max_size=4), st.none() | st.integers(0, 2**41)),
+                          min_size=1, max_size=6)
+
+
+@st.composite
+def batch_payloads(draw, codec: str, compression: str) -> tuple[bytes, int]:
+    """A valid payload of ``codec`` and ``compression``, and how many messages it holds."""
+    messages = draw(batch_messages)
+    return encode_messages(messages, codec, compression), len(messages)
+
+
+# --- stored records --------------------------------------------------------------------------
+
+@st.composite
+def stored_records(draw) -> bytes:
+    """A record as the commitlog writes it (both CRCs right), as recovery and reads meet it."""
+    body = draw(st.binary(max_size=96))
+    topic = draw(st.text("abcT_%", min_size=1, max_size=12)).encode()
+    properties = fmt.encode_properties(draw(st.dictionaries(
+        st.sampled_from(["TAGS", "KEYS", "INNER_NUM", "BATCH_CODEC", "x"]),
+        st.sampled_from(["1", "0", "-3", "rmq", "arrow", "a b", "99999999999"]), max_size=3)))
+    sys_flag = draw(st.sampled_from([0, fmt.SysFlag.INNER_BATCH, fmt.SysFlag.INNER_BATCH | 0x101, 0x1, 0x301]))
+    total = fmt.record_size(len(body), len(topic), len(properties))
+    header = fmt.HEADER.pack(total, fmt.MAGIC_V1, fmt.body_crc(body), draw(st.integers(0, 7)), 0,
+                             draw(st.integers(0, 2**40)), draw(st.integers(0, 2**40)), sys_flag,
+                             int(time.time() * 1000), bytes(8), 0, bytes(8), 0, 0, len(body))
+    after_body = bytes([len(topic)]) + topic + struct.pack(">h", len(properties) + fmt.CRC_RESERVED_BYTES) + properties
+    return header + body + after_body + fmt.crc_property(fmt.record_crc(header, after_body))
+
+
+# --- receipt handles -------------------------------------------------------------------------
+
+handle_texts = st.one_of(st.text(max_size=80), st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=#:",
+                                                         max_size=120))
