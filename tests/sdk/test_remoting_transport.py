@@ -261,3 +261,13 @@ def test_fastjson_bodies_are_read():
         fastjson.loads(b'{{"a":1}:')
     with pytest.raises(ValueError, match="expected ':' at character 9"):
         fastjson.loads(b'{{"a":1} 2}')
+
+
+def test_fastjson_refuses_what_it_cannot_hold_with_value_error():
+    """Found by tests/fuzz: a peer's body nested past Python's stack, and an object key holding an array."""
+    with pytest.raises(ValueError, match="deeper than 100 levels"):
+        fastjson.loads(b"[" * 5000)
+    with pytest.raises(ValueError, match="deeper than 100 levels"):
+        fastjson.loads(b'{{"a":1}:' * 5000)
+    key = next(iter(fastjson.loads(b'{{"a":[{"b":2}]}:1}')))
+    assert dict(key) == {"a": ((("b", 2),),)}
