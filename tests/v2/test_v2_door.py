@@ -14,6 +14,7 @@ import pytest
 
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
+from broker_sim.v2 import receipts
 from rmq_spark import Message, Producer
 
 
@@ -385,3 +386,14 @@ def test_an_ack_of_an_inner_batch_message_with_a_forged_or_altered_handle_is_ref
         assert ack(*(m.system_properties.receipt_handle for m in got)).status.code == v2.OK
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("handle, split", [
+    ("unit#1:3", ("unit", 1, 3)),
+    ("unit#\u00b2:3", ("unit#\u00b2:3", 0, 1)),  # found by tests/fuzz: ValueError from int() before
+    ("unit#0:" + "9" * 5000, ("unit#0:" + "9" * 5000, 0, 1)),  # more digits than int() reads
+    ("unit#0:0", ("unit#0:0", 0, 1)),
+    ("no-place", ("no-place", 0, 1)),
+])
+def test_a_handle_whose_place_is_not_two_numbers_is_a_unit_handle(handle, split):
+    assert receipts.split(handle) == split
