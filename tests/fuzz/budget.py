@@ -9,8 +9,11 @@ without a deadline; it saves failing examples in .hypothesis/ so that a rerun tr
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 PROFILE = os.environ.get("FUZZ_PROFILE", "ci")
 if PROFILE not in ("ci", "long"):
@@ -23,6 +26,8 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None, 
                           suppress_health_check=_QUIET)
 settings.register_profile("long", deadline=None, print_blob=True, suppress_health_check=_QUIET)
 settings.load_profile(PROFILE)
+if PROFILE == "ci":  # hypothesis caches the constants it finds in the code: not into the work tree
+    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "rmq-fuzz-hypothesis")
 
 # A decoder given one hostile input answers within this (generous on a loaded 2-core machine).
 DECODE_SECONDS = 2.0
