@@ -20,6 +20,7 @@ from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
 from watch import rss_mib
 
 KNOWN_TOPIC = "Known-Data-Z9"  # a name the generated requests do not make
+FUZZ_TOPIC = "fuzz"  # a BatchCQ topic that hostile sends may reach
 KNOWN_BODIES = [b"known-%03d-" % i + bytes(range(i % 256)) for i in range(40)]
 CALL_SECONDS = 10.0
 # The broker's (and this test process's) memory may grow this much while under fire: caches
@@ -80,6 +81,8 @@ class BrokerUnderFire:
     def _store_known_data(self) -> None:
         topic = pb.Topic(name=KNOWN_TOPIC, queue_count=1, queue_type=pb.SIMPLE_CQ)
         self.admin.CreateTopic(pb.CreateTopicRequest(topic=topic), timeout=CALL_SECONDS)
+        self.admin.CreateTopic(pb.CreateTopicRequest(topic=pb.Topic(name=FUZZ_TOPIC, queue_count=2,
+                                                                    queue_type=pb.BATCH_CQ)), timeout=CALL_SECONDS)
         for body in KNOWN_BODIES:
             self.messaging.Send(pb.SendRequest(topic=KNOWN_TOPIC, queue_id=0, single=pb.SingleMessage(body=body)),
                                 timeout=CALL_SECONDS)
@@ -88,17 +91,20 @@ class BrokerUnderFire:
             assert time.monotonic() < deadline, "the known messages never became readable"
             time.sleep(0.01)
 
+    def read(self, topic: str, queue_id: int, start: int = 0, end: int = 0) -> bytes:
+        """The stored records of offsets ``start`` .. ``end - 1`` (end 0: all), concatenated."""
+        request = pb.ReadRangesRequest(ranges=[pb.ReadRange(topic=topic, queue_id=queue_id, start_offset=start,
+                                                            end_offset=end)])
+        return b"".join(bytes(response.records) for response in self.messaging.ReadRanges(request,
+                                                                                             timeout=CALL_SECONDS))
+
     def read_known(self) -> list[bytes]:
-        request = pb.ReadRangesRequest(ranges=[pb.ReadRange(topic=KNOWN_TOPIC, queue_id=0, start_offset=0,
-                                                            end_offset=len(KNOWN_BODIES))])
-        bodies = []
-        for response in self.messaging.ReadRanges(request, timeout=CALL_SECONDS):
-            data, pos = bytes(response.records), 0
-            while pos < len(data):
-                check, size, reason = fmt.check_record(data, pos, len(data))
-                assert check is fmt.Check.OK, f"a known record at {pos} reads back damaged: {reason}"
-                bodies.append(bytes(fmt.decode_record(data, pos).body))
-                pos += size
+        data, pos, bodies = self.read(KNOWN_TOPIC, 0, 0, len(KNOWN_BODIES)), 0, []
+        while pos < len(data):
+            check, size, reason = fmt.check_record(data, pos, len(data))
+            assert check is fmt.Check.OK, f"a known record at {pos} reads back damaged: {reason}"
+            bodies.append(bytes(fmt.decode_record(data, pos).body))
+            pos += size
         return bodies
 
     def assert_answers(self) -> None:

@@ -14,17 +14,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2_pb2
-from broker_watch import CALL_SECONDS, BrokerUnderFire
+from broker_watch import CALL_SECONDS, FUZZ_TOPIC, BrokerUnderFire
 from budget import examples
+from rmq_spark.codec.records import decode_records
 from rmq_spark.protocol.remoting import FrameReader, RequestCode, decode, encode
 from rmq_spark.protocol.v1 import broker_pb2 as pb
 from rmq_spark.protocol.v1 import pop_pb2, txn_pb2
-from strategies import frames, mutated, remoting_commands, request_bytes
+from strategies import CODECS, COMPRESSIONS, batch_payloads, frames, mutated, remoting_commands, request_bytes
 
 SERVICES = [(pb, "Admin"), (pb, "Messaging"), (txn_pb2, "Transactions"), (pop_pb2, "Pop"),
             (v2_pb2, "MessagingService")]
 METHODS = [(service, method) for module, name in SERVICES
            for service in [module.DESCRIPTOR.services_by_name[name]] for method in service.methods]
+METHOD_BY_NAME = {f"{service.name}.{method.name}": method for service, method in METHODS}
 # Calls that may wait for messages by design (long polling) until their deadline.
 LONG_POLLING = {"Pop", "ReceiveMessage", "PullMessage", "Telemetry"}
 ESCAPED = {grpc.StatusCode.UNKNOWN}  # an exception a handler did not turn into a refusal
@@ -69,6 +71,30 @@ def _call(channel, path: str, method, request: bytes):
     except grpc.RpcError as err:
         return err.code()
     return grpc.StatusCode.OK
+
+
+_CODECS = {"rmq": pb.CODEC_RMQ, "arrow": pb.CODEC_ARROW}
+_COMPRESSIONS = {"none": pb.COMPRESSION_NONE, "lz4": pb.COMPRESSION_LZ4, "zstd": pb.COMPRESSION_ZSTD,
+                 "zlib": pb.COMPRESSION_ZLIB}
+
+
+@examples(60)
+@given(data=st.data())
+def test_a_valid_send_mutated_is_refused_or_stored_as_readers_read_it(target, data):
+    """What the broker's payload check lets in, the client's decoder reads: a stored batch that
+    readers cannot decode would be data lost for every consumer."""
+    codec, compression = data.draw(st.sampled_from(CODECS)), data.draw(st.sampled_from(COMPRESSIONS))
+    payload, count = data.draw(batch_payloads(codec, compression))
+    queue_id = data.draw(st.sampled_from([0, 1]))
+    request = pb.SendRequest(topic=FUZZ_TOPIC, queue_id=queue_id, inner_batch=pb.InnerBatch(
+        payload=payload, count=count, codec=_CODECS[codec], compression=_COMPRESSIONS[compression]))
+    sent = data.draw(mutated(request.SerializeToString()))
+    send = METHOD_BY_NAME["Messaging.Send"]
+    code = _call(target.channel, "/rmq_spark.protocol.v1.Messaging/Send", send, sent)
+    assert code not in ESCAPED
+    for queue in (0, 1):  # a mutated queue id may name the other queue
+        stored = target.read(FUZZ_TOPIC, queue)
+        assert decode_records(stored, 0).num_rows >= 0  # raises CodecError if the broker stored what readers refuse
 
 
 # --- the remoting door -----------------------------------------------------------------------
