@@ -38,7 +38,7 @@ class ClientRegistry:
         consumers = [(bodies.text(c, "groupName", "consumer data"),
                       [(bodies.text(s, "topic", "subscription data"), bodies.text(s, "subString", "subscription data"))
                        for s in bodies.objects(c, "subscriptionDataSet", "consumer data")],
-                      bodies.text(c, "messageModel", "consumer data", "CLUSTERING"))
+                      c.get("messageModel", "CLUSTERING"))  # Java's a name, the C++ client's a number
                      for c in bodies.objects(data, "consumerDataSet", "HeartbeatData")]
         clustering = []
         with self._lock:
