@@ -76,14 +76,14 @@ def decode(payload) -> pa.RecordBatch:
             pass
         else:
             raise ArrowPayloadError("arrow batch payload holds more than one record batch; the encoding has one")
-    except (pa.ArrowInvalid, OSError) as err:
+    except (pa.ArrowException, OSError) as err:  # ArrowInvalid, and ArrowNotImplementedError for a type it lacks
         raise ArrowPayloadError(f"arrow batch payload of {len(memoryview(payload))} bytes is not a readable "
                                 f"Arrow IPC stream: {err}") from None
     if schema is BATCH_SCHEMA:
         return batch
     try:
         return to_batch_columns(batch)
-    except ValueError as err:
+    except (ValueError, pa.ArrowException) as err:
         raise ArrowPayloadError(f"arrow batch payload: {err}") from None
 
 
