@@ -20,7 +20,7 @@ from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
 from watch import rss_mib
 
 KNOWN_TOPIC = "Known-Data-Z9"  # a name the generated requests do not make
-FUZZ_TOPIC = "fuzz"  # a BatchCQ topic that hostile sends may reach
+SENDS_TOPIC = "Mutated-Sends-Q7"  # a BatchCQ topic for mutated valid sends (a name the generated deletes do not make)
 KNOWN_BODIES = [b"known-%03d-" % i + bytes(range(i % 256)) for i in range(40)]
 CALL_SECONDS = 10.0
 # The broker's (and this test process's) memory may grow this much while under fire: caches
@@ -81,7 +81,7 @@ class BrokerUnderFire:
     def _store_known_data(self) -> None:
         topic = pb.Topic(name=KNOWN_TOPIC, queue_count=1, queue_type=pb.SIMPLE_CQ)
         self.admin.CreateTopic(pb.CreateTopicRequest(topic=topic), timeout=CALL_SECONDS)
-        self.admin.CreateTopic(pb.CreateTopicRequest(topic=pb.Topic(name=FUZZ_TOPIC, queue_count=2,
+        self.admin.CreateTopic(pb.CreateTopicRequest(topic=pb.Topic(name=SENDS_TOPIC, queue_count=2,
                                                                     queue_type=pb.BATCH_CQ)), timeout=CALL_SECONDS)
         for body in KNOWN_BODIES:
             self.messaging.Send(pb.SendRequest(topic=KNOWN_TOPIC, queue_id=0, single=pb.SingleMessage(body=body)),

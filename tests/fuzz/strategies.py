@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import struct
 import time
+import zlib
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message_factory import GetMessageClass
@@ -70,11 +71,28 @@ ext_fields = st.dictionaries(st.one_of(_SHORT_TEXT, st.sampled_from(["topic", "q
                                        st.sampled_from([str(v) for v in EXTREME_INTS])), max_size=6)
 
 
+# Request bodies are JSON objects (HeartbeatData, LockBatchRequestBody, ...) of these names: JSON
+# of their shape with values of any type reaches past "is it JSON".
+_BODY_NAMES = ["clientID", "clientId", "producerDataSet", "consumerDataSet", "groupName", "subscriptionDataSet",
+               "topic", "subString", "messageModel", "mqSet", "consumerGroup", "brokerName", "queueId",
+               "consumeMessageOrderly", "topicConfigSerializeWrapper", "topicConfigTable", "writeQueueNums"]
+_json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False), _SHORT_TEXT),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.one_of(st.sampled_from(_BODY_NAMES), _SHORT_TEXT), inner, max_size=4)),
+    max_leaves=16)
+json_bodies = _json_values.map(lambda value: json.dumps(value).encode())
+remoting_bodies = st.one_of(st.binary(max_size=64), json_bodies,
+                            st.lists(st.tuples(st.binary(max_size=24), st.just({}), st.just(0)), min_size=1,
+                                     max_size=3).map(fmt.encode_message_batch).flatmap(
+                                         lambda batch: st.sampled_from([batch, zlib.compress(batch)])))
+
+
 @st.composite
 def remoting_commands(draw, codes: st.SearchStrategy = ANY_CODE) -> RemotingCommand:
     return RemotingCommand(code=draw(codes), opaque=draw(st.integers(-2**31, 2**31 - 1)),
                            flag=draw(st.sampled_from([0, 0, 0, 1, 2, 3])), ext_fields=draw(ext_fields),
-                           body=draw(st.binary(max_size=64)), remark=draw(st.none() | _TEXT),
+                           body=draw(remoting_bodies), remark=draw(st.none() | _TEXT),
                            serialize_type=draw(st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ])))
 
 

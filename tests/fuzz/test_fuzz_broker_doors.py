@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2_pb2
-from broker_watch import CALL_SECONDS, FUZZ_TOPIC, BrokerUnderFire
+from broker_watch import CALL_SECONDS, SENDS_TOPIC, BrokerUnderFire
 from budget import examples
 from rmq_spark.codec.records import decode_records
 from rmq_spark.protocol.remoting import FrameReader, RequestCode, decode, encode
@@ -86,14 +86,14 @@ def test_a_valid_send_mutated_is_refused_or_stored_as_readers_read_it(target, da
     codec, compression = data.draw(st.sampled_from(CODECS)), data.draw(st.sampled_from(COMPRESSIONS))
     payload, count = data.draw(batch_payloads(codec, compression))
     queue_id = data.draw(st.sampled_from([0, 1]))
-    request = pb.SendRequest(topic=FUZZ_TOPIC, queue_id=queue_id, inner_batch=pb.InnerBatch(
+    request = pb.SendRequest(topic=SENDS_TOPIC, queue_id=queue_id, inner_batch=pb.InnerBatch(
         payload=payload, count=count, codec=_CODECS[codec], compression=_COMPRESSIONS[compression]))
     sent = data.draw(mutated(request.SerializeToString()))
     send = METHOD_BY_NAME["Messaging.Send"]
     code = _call(target.channel, "/rmq_spark.protocol.v1.Messaging/Send", send, sent)
     assert code not in ESCAPED
     for queue in (0, 1):  # a mutated queue id may name the other queue
-        stored = target.read(FUZZ_TOPIC, queue)
+        stored = target.read(SENDS_TOPIC, queue)
         assert decode_records(stored, 0).num_rows >= 0  # raises CodecError if the broker stored what readers refuse
 
 

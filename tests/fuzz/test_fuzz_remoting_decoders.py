@@ -86,7 +86,7 @@ def test_header_fields_refuse_with_header_field_error_only(fields, name, short_n
         except HeaderFieldError:
             pass
     assert isinstance(read.flag(name), bool)
-    assert isinstance(read.integer(name, -1) if _is_number(fields.get(name)) else 0, int)
+    assert isinstance(read.integer(name, -1) if _is_number(read.values.get(name)) else 0, int)
 
 
 def _is_number(text) -> bool:
