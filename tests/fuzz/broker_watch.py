@@ -60,7 +60,7 @@ class BrokerUnderFire:
         self.admin = pb_grpc.AdminStub(self.channel)
         self.messaging = pb_grpc.MessagingStub(self.channel)
         self._store_known_data()
-        self.threads = [t for t in threading.enumerate() if t.daemon or t is not threading.main_thread()]
+        self.threads = [t for t in threading.enumerate() if t is not threading.main_thread()]
         self.baseline_rss = rss_mib()
         return self
 

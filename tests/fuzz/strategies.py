@@ -244,8 +244,9 @@ def proto_messages(draw, descriptor, depth: int = 3):
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
-    return getattr(field, "is_repeated", None) if hasattr(field, "is_repeated") else \
-        field.label == FieldDescriptor.LABEL_REPEATED
+    if hasattr(field, "is_repeated"):  # protobuf 6.32+, where label is deprecated
+        return field.is_repeated
+    return field.label == FieldDescriptor.LABEL_REPEATED
 
 
 def request_bytes(descriptor) -> st.SearchStrategy:
