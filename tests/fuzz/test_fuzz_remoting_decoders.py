@@ -65,6 +65,7 @@ def test_header_decode_refuses_with_header_error_only(frame):
 @examples(300)
 @given(st.one_of(json_texts.map(str.encode), hostile(json_texts.map(str.encode)), deep_nesting.map(str.encode)))
 @example(b'{{"a":[{}]}:1}')  # an object key holding an array: not hashable as it was read
+@example(b"{{0:null,{}:null}:null}")  # an object key whose names mix a string and an object
 @example(b"[" * 5000)  # nesting deeper than Python's recursion
 def test_fastjson_refuses_with_value_error_only(body):
     with quick():

@@ -271,3 +271,9 @@ def test_fastjson_refuses_what_it_cannot_hold_with_value_error():
         fastjson.loads(b'{{"a":1}:' * 5000)
     key = next(iter(fastjson.loads(b'{{"a":[{"b":2}]}:1}')))
     assert dict(key) == {"a": ((("b", 2),),)}
+
+
+def test_fastjson_reads_an_object_key_whose_names_mix_strings_and_objects():
+    """Found by tests/fuzz: the names "0" and {} (a tuple) were compared while sorting (TypeError)."""
+    key = next(iter(fastjson.loads(b'{{0:null,{}:null}:null}')))
+    assert dict(key) == {"0": None, (): None}

@@ -99,12 +99,19 @@ def _expect(text: str, at: int, char: str) -> int:
 
 def _as_key(key):
     if isinstance(key, dict):
-        return tuple(sorted((name, _hashable(value)) for name, value in key.items()))
+        return tuple(sorted(((name, _hashable(value)) for name, value in key.items()), key=_by_name))
     if isinstance(key, (int, float)) and not isinstance(key, bool):
         return str(key)
     if isinstance(key, str):
         return key
     raise ValueError(f"a map key of type {type(key).__name__}")
+
+
+def _by_name(item) -> tuple:
+    """An object key's items in name order; a name that is itself an object key (a tuple) sorts
+    after the strings rather than being compared with them."""
+    name = item[0]
+    return isinstance(name, tuple), str(name)
 
 
 def _hashable(value):
