@@ -22,7 +22,7 @@ from watch import quick
 records = st.lists(stored_records(), min_size=1, max_size=4).map(b"".join)
 
 
-@examples(200)
+@examples(120)
 @given(hostile(records, 1024))
 def test_the_record_check_says_what_any_bytes_are(data):
     pos = 0
@@ -39,7 +39,7 @@ def test_the_record_check_says_what_any_bytes_are(data):
             pos += size
 
 
-@examples(200)
+@examples(120)
 @given(hostile(records, 1024), st.sampled_from([0, 1, 2**40]), st.booleans())
 def test_the_client_decodes_streamed_records_or_refuses_with_codec_error(data, start, properties):
     with quick():
@@ -72,7 +72,7 @@ CONFIG = StoreConfig(segment_bytes=64 << 10, simple_cq_units_per_file=16, batch_
 BODIES = [b"body-%02d-" % i + bytes([i]) * (i * 7 % 90) for i in range(24)]
 
 
-@examples(40)
+@examples(30)
 @given(st.data())
 def test_recovery_keeps_every_record_garbage_did_not_touch(data):
     with tempfile.TemporaryDirectory(prefix="fuzz-recovery-") as root:
