@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo lint peers test bench bench-store bench-read bench-model bench-pop bench-trust check-java setup clean protos
+.PHONY: demo lint peers test fuzz bench bench-store bench-read bench-model bench-pop bench-trust check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
@@ -14,6 +14,13 @@ lint: $(STAMP)  ## ruff, configured in pyproject.toml; `$(PY) -m ruff check --fi
 
 test: lint check-java peers
 	$(PY) -m pytest -q tests
+
+# FUZZ_SCALE times the CI examples of tests/fuzz, random each run (failures are kept in .hypothesis/
+# and tried first next time): the default 50 runs some 10 to 20 minutes on 2 cores.
+FUZZ_SCALE ?= 50
+
+fuzz: $(STAMP)  ## the long fuzz of every decoder a peer can reach; `make fuzz FUZZ_SCALE=10` for a shorter one
+	FUZZ_PROFILE=long FUZZ_SCALE=$(FUZZ_SCALE) $(PY) -m pytest -q tests/fuzz
 
 peers: $(STAMP)  ## the real RocketMQ, Kafka and Spark Kafka connector jars (Maven Central), into a cache outside git, once
 	$(PY) -m peers.fetch

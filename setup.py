@@ -34,11 +34,13 @@ setup(
         # grpcio-tools is pinned: the generated code must not change under the regeneration test.
         # ruff is pinned to a minor version: its rules change between minors.
         # kafka-python: the Kafka peer's admin calls and a Python producer beside ours (peers/).
+        # hypothesis: the fuzz tests of every decoder a peer can reach (tests/fuzz, `make fuzz`).
         # rocketmq: Apache's C++ client (librocketmq in a manylinux x86-64 wheel), a conformance
         # client of the remoting door; its tests skip where it cannot install.
         # cryptography: the TLS tests make their CA and certificates at run time (none is committed).
+        # hypothesis: the bounded fuzzing of tests/fuzz (make fuzz runs it long).
         "test": ["pytest>=8.0,<10", "grpcio-tools==1.76.0", "ruff>=0.17,<0.18",
-                 "kafka-python>=2.2,<4", "cryptography>=42,<51",
+                 "kafka-python>=2.2,<4", "cryptography>=42,<51", "hypothesis>=6.100,<7",
                  "rocketmq>=0.4.4,<0.5; platform_system == 'Linux' and platform_machine == 'x86_64'"],
         # The peer benchmark's Python clients: Kafka's librdkafka one, and RocketMQ 5's official one (gRPC).
         # RocketMQ's official Python client is not here: it shares the package name `rocketmq` with

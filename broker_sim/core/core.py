@@ -469,6 +469,11 @@ class BrokerCore:
         with self.gate:
             return self.pop_service.ack(group, receipt_handles)
 
+    def held_count(self, group: str, receipt_handle: str) -> int:
+        """How many messages the popped unit a handle names holds (PopService.held_count)."""
+        with self.gate:
+            return self.pop_service.held_count(group, receipt_handle)
+
     def receipt_at(self, group: str, topic: str, queue_id: int, offset: int, deadline_ms: int,
                    orderly: bool = False) -> str:
         """The receipt handle of a unit in flight, named as RocketMQ's remoting clients name it."""

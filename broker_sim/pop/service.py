@@ -466,6 +466,14 @@ class PopService:
             self._apply(changes)
         return failures
 
+    def held_count(self, group: str, handle: str) -> int:
+        """How many messages the unit ``handle`` names holds, the handle checked as ``ack``
+        checks it (signed by this broker, for ``group``, still in flight); raises
+        InvalidReceiptHandle or ReceiptHandleExpired."""
+        self._check_known_group(group)
+        with self._lock:
+            return self._held(group.encode(), handle)[1].count
+
     def change_invisible_duration(self, group: str, handle: str, invisible_time_ms: int) -> tuple[str, int]:
         """Make a popped unit invisible for ``invisible_time_ms`` from now; returns its new
         receipt handle and visibility deadline. The old handle stops working."""

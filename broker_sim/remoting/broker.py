@@ -33,7 +33,8 @@ from broker_sim.store import QueueType, TopicConfig
 from broker_sim.store import format as fmt
 from rmq_spark.protocol.remoting import RemotingCommand, RequestCode, ResponseCode
 
-from .clients import ClientRegistry
+from . import bodies
+from .clients import ClientRegistry, queues_of
 from .fields import SEND_V2_NAMES, Fields
 from .server import Connection, Handler
 
@@ -286,6 +287,8 @@ class BrokerRequests:
             data = orjson.loads(request.body or b"{}")
         except orjson.JSONDecodeError as bad:
             return request.response(ResponseCode.SYSTEM_ERROR, f"the heartbeat's body is not HeartbeatData JSON: {bad}")
+        if not isinstance(data, dict):
+            return request.response(ResponseCode.SYSTEM_ERROR, "the heartbeat's body is not a HeartbeatData object")
         for group in self.clients.heartbeat(connection, data):
             self.core.ensure_retry_topic(group, client_key(connection.client, request.account))
         return request.response(ResponseCode.SUCCESS)
@@ -305,12 +308,16 @@ class BrokerRequests:
 
     def lock_batch(self, request: RemotingCommand, _connection) -> RemotingCommand:
         body = _json_body(request, "LockBatchRequestBody")
-        locked = self.clients.lock(body.get("consumerGroup", ""), body.get("clientId", ""), body.get("mqSet") or [])
+        locked = self.clients.lock(bodies.text(body, "consumerGroup", "LockBatchRequestBody"),
+                                   bodies.text(body, "clientId", "LockBatchRequestBody"),
+                                   queues_of(body, "LockBatchRequestBody"))
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": locked}))
 
     def unlock_batch(self, request: RemotingCommand, _connection) -> RemotingCommand:
         body = _json_body(request, "UnlockBatchRequestBody")
-        self.clients.unlock(body.get("consumerGroup", ""), body.get("clientId", ""), body.get("mqSet") or [])
+        self.clients.unlock(bodies.text(body, "consumerGroup", "UnlockBatchRequestBody"),
+                            bodies.text(body, "clientId", "UnlockBatchRequestBody"),
+                            queues_of(body, "UnlockBatchRequestBody"))
         return request.response(ResponseCode.SUCCESS)
 
     # --- admin -----------------------------------------------------------------------------

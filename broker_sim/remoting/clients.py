@@ -8,6 +8,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from . import bodies
+
 LOCK_EXPIRY_MS = 60_000  # RebalanceLockManager's REBALANCE_LOCK_MAX_LIVE_TIME
 
 
@@ -28,20 +30,26 @@ class ClientRegistry:
         self._locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}  # (group, topic, broker, queue)
 
     def heartbeat(self, connection, data: dict) -> list[str]:
-        """Record a HeartbeatData; the clustering consumer groups in it (their retry topics are due)."""
-        client_id = str(data.get("clientID", ""))
+        """Record a HeartbeatData; the clustering consumer groups in it (their retry topics are
+        due). Raises BrokerError for a field of the wrong type, recording nothing."""
+        client_id = bodies.text(data, "clientID", "HeartbeatData")
+        producers = [bodies.text(p, "groupName", "producer data") for p in bodies.objects(data, "producerDataSet",
+                                                                                           "HeartbeatData")]
+        consumers = [(bodies.text(c, "groupName", "consumer data"),
+                      [(bodies.text(s, "topic", "subscription data"), bodies.text(s, "subString", "subscription data"))
+                       for s in bodies.objects(c, "subscriptionDataSet", "consumer data")],
+                      c.get("messageModel", "CLUSTERING"))  # Java's a name, the C++ client's a number
+                     for c in bodies.objects(data, "consumerDataSet", "HeartbeatData")]
         clustering = []
         with self._lock:
             client = self._clients.setdefault(id(connection), _Client(client_id, connection))
-            for producer in data.get("producerDataSet") or []:
-                client.producer_groups.add(producer.get("groupName", ""))
-            for consumer in data.get("consumerDataSet") or []:
-                group = consumer.get("groupName", "")
+            client.producer_groups.update(producers)
+            for group, subscribed, model in consumers:
                 client.consumer_groups.add(group)
                 subscriptions = self._subscriptions.setdefault(group, {})
-                for sub in consumer.get("subscriptionDataSet") or []:
-                    subscriptions[sub.get("topic", "")] = sub.get("subString") or "*"
-                if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
+                for topic, expression in subscribed:
+                    subscriptions[topic] = expression or "*"
+                if model == "CLUSTERING":
                     clustering.append(group)
         return clustering
 
@@ -97,5 +105,15 @@ class ClientRegistry:
                     del self._locks[key]
 
 
+def queues_of(body: dict, what: str) -> list[dict]:
+    """The message queues of a Lock/UnlockBatchRequestBody's mqSet, their fields checked."""
+    queues = bodies.objects(body, "mqSet", what)
+    for queue in queues:
+        bodies.text(queue, "topic", "message queue")
+        bodies.text(queue, "brokerName", "message queue")
+        bodies.integer(queue, "queueId", "message queue", -1)
+    return queues
+
+
 def _lock_key(group: str, queue: dict) -> tuple:
-    return group, str(queue.get("topic", "")), str(queue.get("brokerName", "")), int(queue.get("queueId", -1))
+    return group, queue.get("topic") or "", queue.get("brokerName") or "", queue.get("queueId", -1)

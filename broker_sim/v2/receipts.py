@@ -6,6 +6,7 @@ handles the other messages carry are followed to it."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 SEPARATOR = "#"  # not in a core handle (base64)
@@ -15,14 +16,19 @@ def join(unit: str, index: int, count: int) -> str:
     return f"{unit}{SEPARATOR}{index}:{count}"
 
 
+# index:count, ASCII digits of a size int() reads (str.isdigit also takes "\u00b2", which int() refuses)
+_PLACE = re.compile(r"(\d{1,9}):(\d{1,9})", re.ASCII)
+
+
 def split(handle: str) -> tuple[str, int, int]:
     """(the unit's handle, the message's index in it, the unit's count): (handle, 0, 1) for a
-    unit of one message."""
+    unit of one message, or for a handle whose place is not two numbers (the core then refuses
+    it as a handle it did not sign)."""
     unit, sep, place = handle.rpartition(SEPARATOR)
-    index, colon, count = place.partition(":")
-    if not sep or not colon or not index.isdigit() or not count.isdigit():
+    found = _PLACE.fullmatch(place) if sep else None
+    if found is None or int(found[2]) == 0:
         return handle, 0, 1
-    return unit, int(index), int(count)
+    return unit, int(found[1]), int(found[2])
 
 
 class InnerReceipts:

@@ -383,14 +383,26 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     def _ack_one(self, group: str, handle: str) -> None:
         unit, index, count = receipts.split(handle)
         unit = self.inner.current(unit)
-        if count > 1 and not self.inner.ack(unit, index, count):
-            return  # the unit is acked with its last message
+        if count > 1:
+            self._check_inner(group, unit, index, count)
+            if not self.inner.ack(unit, index, count):
+                return  # the unit is acked with its last message
         try:
             failures = self.core.ack(group, [unit])
         finally:
             self.inner.settled(unit)
         if failures:
             raise BrokerError(Reason.RECEIPT_HANDLE_EXPIRED, failures[0].detail)
+
+    def _check_inner(self, group: str, unit: str, index: int, count: int) -> None:
+        """A message's ack is kept until its unit is whole only for a unit this broker gave
+        ``group`` and still holds, and a message of it: a forged one would be answered OK and
+        kept for ever (memory without bound)."""
+        held = self.core.held_count(group, unit)
+        if count != held or index >= count:
+            raise BrokerError(Reason.RECEIPT_HANDLE_INVALID, f"the receipt handle names message {index} of {count} "
+                                                             f"of a batch of {held}: pass the handle a receive "
+                                                             "returned, unchanged")
 
     @answered(v2.ChangeInvisibleDurationResponse)
     def ChangeInvisibleDuration(self, request, context):

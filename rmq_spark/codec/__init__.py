@@ -186,7 +186,7 @@ def check_batch(payload, codec: "Codec | str", compression: "Compression | str |
         batch = arrow.decode(plain)
         try:
             batch.validate(full=True)  # offsets inside their buffers, valid UTF-8: what readers rely on
-        except pa.ArrowInvalid as err:
+        except pa.ArrowException as err:
             raise CodecError(f"arrow batch payload has invalid columns: {err}") from None
         found = batch.num_rows
     _check_count(codec, found, count)

@@ -8,6 +8,8 @@ Nulls mean "absent". The stream is not compressed by Arrow: the whole payload is
 
 from __future__ import annotations
 
+import struct
+
 import pyarrow as pa
 
 from ..errors import CodecError
@@ -67,21 +69,21 @@ def decode(payload) -> pa.RecordBatch:
             schema = BATCH_SCHEMA
         else:
             schema = pa.ipc.read_schema(first)
-        batch = pa.ipc.read_record_batch(_next_message(messages, "record batch"), schema)
+        batch = _read_record_batch(_next_message(messages, "record batch"), schema)
         try:
             messages.read_next_message()
         except StopIteration:
             pass
         else:
             raise ArrowPayloadError("arrow batch payload holds more than one record batch; the encoding has one")
-    except (pa.ArrowInvalid, OSError) as err:
+    except (pa.ArrowException, OSError) as err:  # ArrowInvalid, and ArrowNotImplementedError for a type it lacks
         raise ArrowPayloadError(f"arrow batch payload of {len(memoryview(payload))} bytes is not a readable "
                                 f"Arrow IPC stream: {err}") from None
     if schema is BATCH_SCHEMA:
         return batch
     try:
         return to_batch_columns(batch)
-    except ValueError as err:
+    except (ValueError, pa.ArrowException) as err:
         raise ArrowPayloadError(f"arrow batch payload: {err}") from None
 
 
@@ -126,8 +128,49 @@ def _read_as_encoded(payload: pa.Buffer) -> pa.RecordBatch | None:
     try:
         message = pa.ipc.read_message(payload.slice(len(_HEAD), rest))
         # continuation and length (8 bytes), metadata, body: the message must fill ``rest``
-        if message.type != "record batch" or 8 + message.metadata.size + message.body.size != rest:
+        if message.type != "record batch" or 8 + message.metadata.size + message.body.size != rest \
+                or _body_compressed(message.metadata):
             return None
         return pa.ipc.read_record_batch(message, BATCH_SCHEMA)
     except (pa.ArrowInvalid, OSError):
         return None
+
+
+def _read_record_batch(message: pa.ipc.Message, schema: pa.Schema) -> pa.RecordBatch:
+    """The record batch of ``message``, refused when Arrow's own IPC compression shrank its
+    buffers: each declares its inflated size (a few KiB can claim gigabytes, past the payload's
+    bounded decompression), and this encoding leaves compression to the payload."""
+    if _body_compressed(message.metadata):
+        raise ArrowPayloadError("arrow batch payload compresses its buffers with Arrow's own IPC compression, which "
+                                "this encoding does not use: write the stream without IpcWriteOptions(compression=...) "
+                                "and choose the batch's compression (lz4, zstd) instead")
+    return pa.ipc.read_record_batch(message, schema)
+
+
+# Slots of the flatbuffer tables of Arrow's Message.fbs: Message.header (after its union type)
+# and RecordBatch.compression (a BodyCompression, absent when the buffers are not compressed).
+_MESSAGE_HEADER_SLOT = 2
+_RECORD_BATCH_COMPRESSION_SLOT = 3
+
+
+def _body_compressed(metadata: pa.Buffer) -> bool:
+    """Whether a record batch message's metadata (a flatbuffer Arrow has verified) names a
+    body compression."""
+    buf = memoryview(metadata)
+    try:
+        (root,) = struct.unpack_from("<I", buf, 0)
+        header_at = root + _field_offset(buf, root, _MESSAGE_HEADER_SLOT)
+        record_batch = header_at + struct.unpack_from("<I", buf, header_at)[0]
+        return _field_offset(buf, record_batch, _RECORD_BATCH_COMPRESSION_SLOT) != 0
+    except struct.error:
+        return True  # not a flatbuffer we can read: never inflate it
+
+
+def _field_offset(buf: memoryview, table: int, slot: int) -> int:
+    """Where field ``slot`` of the flatbuffer table at ``table`` lies, relative to it; 0 when absent."""
+    vtable = table - struct.unpack_from("<i", buf, table)[0]
+    if vtable < 0:
+        raise struct.error("a vtable before the buffer")
+    (vtable_size,) = struct.unpack_from("<H", buf, vtable)
+    at = 4 + 2 * slot
+    return struct.unpack_from("<H", buf, vtable + at)[0] if at < vtable_size else 0

@@ -362,7 +362,10 @@ def _inner_batches(buf: memoryview, headers: RecordHeaders) -> _InnerBatches:
     fields = (headers.queue_offset, headers.sys_flag, headers.props_start, headers.props_length)
     for record, base, sys_flag, props_start, props_length in zip(records.tolist(),
                                                                   *(f[records].tolist() for f in fields)):
-        properties = decode_properties(buf[props_start:props_start + props_length])
+        try:
+            properties = decode_properties(buf[props_start:props_start + props_length])
+        except UnicodeDecodeError as err:
+            raise RecordFormatError(f"{_where(record, headers)}: its properties are not UTF-8 ({err.reason})") from None
         inner_base = properties.get(PROPERTY_INNER_BASE)
         if inner_base is not None and inner_base != str(base):
             raise RecordFormatError(f"{_where(record, headers)}: QUEUEOFFSET {base} but INNER_BASE {inner_base}")
@@ -496,7 +499,10 @@ def _topics(buf: memoryview, headers: RecordHeaders, record_rows: np.ndarray, nr
         return _repeated_string(name, nrows)
     column = RangeColumn()
     column.put(slice(0, nrows), buf, headers.topic_start[record_rows], headers.topic_length[record_rows])
-    return column.finish(nrows, pa.string())
+    try:
+        return column.finish(nrows, pa.string())
+    except pa.ArrowInvalid as err:
+        raise RecordFormatError(f"a record's topic is not UTF-8: {err}") from None
 
 
 def _repeated_string(value: bytes, count: int) -> pa.Array:

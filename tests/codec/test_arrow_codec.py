@@ -3,8 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from rmq_spark.codec import BATCH_SCHEMA, PROPERTIES_TYPE, decode_batch, encode_messages
-from rmq_spark.codec.arrow import ArrowPayloadError
+from rmq_spark.codec import BATCH_SCHEMA, PROPERTIES_TYPE, check_batch, decode_batch, encode_messages
+from rmq_spark.codec.arrow import ArrowPayloadError, decode_payloads
 
 
 def ipc(*batches, schema=None) -> bytes:
@@ -60,3 +60,18 @@ GOOD = ipc(pa.record_batch({"body": [b"a"]}))
 def test_bad_payloads(payload, match):
     with pytest.raises(ArrowPayloadError, match=match):
         decode_batch(payload, "arrow", "none", None)
+
+
+@pytest.mark.parametrize("compression", ["zstd", "lz4"])
+def test_a_stream_compressed_by_arrow_itself_is_refused_by_the_check_and_by_readers(compression):
+    """Found by tests/fuzz: Arrow's IPC buffer compression inflates past the payload's bounded
+    decompression (11 KiB became 300 MiB inside the broker's check)."""
+    sink = pa.BufferOutputStream()
+    batch = pa.record_batch({"body": [b"a" * 1000]})
+    with pa.ipc.new_stream(sink, batch.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+        writer.write_batch(batch)
+    payload = sink.getvalue().to_pybytes()
+    for refuse in (lambda: check_batch(payload, "arrow", "none", 1), lambda: decode_batch(payload, "arrow", "none", 1),
+                   lambda: decode_payloads([pa.py_buffer(payload)])):
+        with pytest.raises(ArrowPayloadError, match="Arrow's own IPC compression"):
+            refuse()

@@ -262,3 +262,14 @@ def test_a_record_without_the_crc_property_reads_too():
 
 def test_magic_is_v1():
     assert struct.unpack_from(">I", ONE, 4)[0] == MAGIC_V1
+
+
+def test_records_whose_topic_or_inner_batch_properties_are_not_utf8_are_refused():
+    """Found by the long fuzz: UnicodeDecodeError and ArrowInvalid escaped instead of RecordFormatError."""
+    good = record(queue_offset=0, body=b"a")
+    with pytest.raises(RecordFormatError, match="topic is not UTF-8"):
+        decode_records(good + record(queue_offset=1, body=b"b", topic=b"t\xff"), 0)
+    bad_properties = inner_record(base=0, count=1, payload=message_batch([(b"a", b"")]), extra=[("x", "y")])
+    bad_properties = bad_properties.replace(b"x\x01y", b"\x80\x01y")
+    with pytest.raises(RecordFormatError, match="properties are not UTF-8"):
+        decode_records(bad_properties, 0)

@@ -76,3 +76,10 @@ def test_a_binary_header_whose_strings_overrun_it_is_refused_with_its_opaque():
     with pytest.raises(HeaderError, match="remark is 1000 bytes long") as raised:
         decode(struct.pack(">I", 1 << 24 | len(header)) + header)
     assert raised.value.opaque == 42
+
+
+def test_a_binary_header_whose_remark_leaves_no_room_for_the_extfields_length_is_refused():
+    header = struct.pack(">hbhii", 10, 0, 0, 42, 0) + struct.pack(">i", 4) + b"abcd"  # found by tests/fuzz
+    with pytest.raises(HeaderError, match="inside the length of its extFields") as raised:
+        decode(struct.pack(">I", 1 << 24 | len(header)) + header)
+    assert raised.value.opaque == 42

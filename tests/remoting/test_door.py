@@ -309,6 +309,24 @@ def test_heartbeats_list_consumers_and_make_the_retry_topic(broker, conn):
     assert other["lockOKMQSet"] == []
 
 
+
+@pytest.mark.parametrize("code, body, says", [
+    (RequestCode.HEART_BEAT, [], "not a HeartbeatData object"),
+    (RequestCode.HEART_BEAT, {"producerDataSet": ["x"]}, "producerDataSet is not an array of objects"),
+    (RequestCode.HEART_BEAT, {"consumerDataSet": [{"groupName": ["g"]}]}, "groupName is an array, not a string"),
+    (RequestCode.HEART_BEAT, {"clientID": {"a": 1}}, "clientID is an object, not a string"),
+    (RequestCode.LOCK_BATCH_MQ, {"mqSet": [1]}, "mqSet is not an array of objects"),
+    (RequestCode.LOCK_BATCH_MQ, {"mqSet": [{"queueId": "0"}]}, "queueId is a string, not an integer"),
+    (RequestCode.UNLOCK_BATCH_MQ, {"consumerGroup": [1]}, "consumerGroup is an array, not a string"),
+])
+def test_a_body_field_of_the_wrong_type_is_refused_naming_it(conn, code, body, says):
+    """Found by tests/fuzz: these failed inside the door (AttributeError, TypeError), answered as
+    a broker bug."""
+    answer = conn.invoke(code, body=orjson.dumps(body))
+    assert answer.code != ResponseCode.SUCCESS and says in answer.remark
+    assert "broker bug" not in answer.remark
+
+
 # --- bad input -----------------------------------------------------------------------------
 
 def raw_frame(header: bytes, kind: int = 0, body: bytes = b"") -> bytes:

@@ -261,3 +261,19 @@ def test_fastjson_bodies_are_read():
         fastjson.loads(b'{{"a":1}:')
     with pytest.raises(ValueError, match="expected ':' at character 9"):
         fastjson.loads(b'{{"a":1} 2}')
+
+
+def test_fastjson_refuses_what_it_cannot_hold_with_value_error():
+    """Found by tests/fuzz: a peer's body nested past Python's stack, and an object key holding an array."""
+    with pytest.raises(ValueError, match="deeper than 100 levels"):
+        fastjson.loads(b"[" * 5000)
+    with pytest.raises(ValueError, match="deeper than 100 levels"):
+        fastjson.loads(b'{{"a":1}:' * 5000)
+    key = next(iter(fastjson.loads(b'{{"a":[{"b":2}]}:1}')))
+    assert dict(key) == {"a": ((("b", 2),),)}
+
+
+def test_fastjson_reads_an_object_key_whose_names_mix_strings_and_objects():
+    """Found by tests/fuzz: the names "0" and {} (a tuple) were compared while sorting (TypeError)."""
+    key = next(iter(fastjson.loads(b'{{0:null,{}:null}:null}')))
+    assert dict(key) == {"0": None, (): None}

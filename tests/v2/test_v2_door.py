@@ -14,6 +14,7 @@ import pytest
 
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
 from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
+from broker_sim.v2 import receipts
 from rmq_spark import Message, Producer
 
 
@@ -358,3 +359,41 @@ def test_a_fifo_group_is_assigned_each_queue_and_told_so(v2_target, client):
     settings = client.settle(v2.Settings(client_type=v2.SIMPLE_CONSUMER, subscription=v2.Subscription(
         group=v2.Resource(name=fifo))))
     assert settings.settings.subscription.fifo
+
+
+def test_an_ack_of_an_inner_batch_message_with_a_forged_or_altered_handle_is_refused(broker_sim_remoting):
+    """Found by tests/fuzz: "forged#0:2" was answered OK and kept for ever, waiting for its unit's
+    other message (memory without bound); an index past the count could complete a unit."""
+    topic, group = name("inner-forged"), name("g")
+    broker_sim_remoting.create_topic(topic, 1, batch_cq=True)
+    with Producer(broker_sim_remoting.endpoint, codec="rmq") as producer:
+        for i in range(2):
+            producer.send_async(Message(topic, b"f%d" % i))
+        producer.flush()
+    c = Client(broker_sim_remoting.endpoint)
+    try:
+        got = received_messages(c.receive(group, topic, invisible_s=30))
+        unit = got[0].system_properties.receipt_handle.rpartition("#")[0]
+
+        def ack(*handles):
+            return c.AckMessage(v2.AckMessageRequest(
+                group=v2.Resource(name=group), topic=v2.Resource(name=topic),
+                entries=[v2.AckMessageEntry(message_id="m", receipt_handle=handle) for handle in handles]))
+
+        for handle in ("forged#0:2", "AAAA" + unit[4:] + "#0:2", f"{unit}#5:2", f"{unit}#0:9"):
+            assert ack(handle).entries[0].status.code == v2.INVALID_RECEIPT_HANDLE, handle
+        # the unit is still whole and in flight: its two messages ack it
+        assert ack(*(m.system_properties.receipt_handle for m in got)).status.code == v2.OK
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("handle, split", [
+    ("unit#1:3", ("unit", 1, 3)),
+    ("unit#\u00b2:3", ("unit#\u00b2:3", 0, 1)),  # found by tests/fuzz: ValueError from int() before
+    ("unit#0:" + "9" * 5000, ("unit#0:" + "9" * 5000, 0, 1)),  # more digits than int() reads
+    ("unit#0:0", ("unit#0:0", 0, 1)),
+    ("no-place", ("no-place", 0, 1)),
+])
+def test_a_handle_whose_place_is_not_two_numbers_is_a_unit_handle(handle, split):
+    assert receipts.split(handle) == split

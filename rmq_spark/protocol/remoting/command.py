@@ -214,6 +214,9 @@ def _decode_binary(header: bytes) -> RemotingCommand:
     code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header, 0)
     pos = _BINARY_FIXED.size
     remark, pos = _binary_string(header, pos, _INT, "remark", opaque)
+    if len(header) - pos < _INT.size:
+        raise HeaderError(f"the header ends {len(header) - pos} bytes after its remark, inside the length of its "
+                          "extFields: write the extFields length (4 bytes, 0 for none) after the remark", opaque)
     (ext_len,) = _INT.unpack_from(header, pos)
     pos += 4
     if ext_len < 0 or ext_len > len(header) - pos:

@@ -1,0 +1,17 @@
+"""The fuzz tests' profile (budget.py) is loaded before any test module builds its settings,
+and a watchdog ends a run that hangs, printing every thread's stack (a hang is a finding)."""
+
+import faulthandler
+
+import pytest
+
+import budget  # noqa: F401  (loads the hypothesis profile)
+
+HANG_SECONDS = 600 if budget.PROFILE == "ci" else 6 * 3600
+
+
+@pytest.fixture(autouse=True)
+def hang_watchdog():
+    faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
