@@ -119,13 +119,15 @@ class RocketMQBatchDataSource(DataSource):
         for the query itself. Through nameServer it also names the group of the pulls (RocketMQ
         brokers without autoCreateSubscriptionGroup need the group created); give the query a
         group of its own.
-    accessKey, secretKey : str
+    accessKey : str
         For brokers that check ACLs (broker_sim with ``--acl-file``, RocketMQ with ACLs on):
         the account every call is signed with, by RocketMQ's own signatures. The account needs
         SUB on the topics read (through nameServer also on the pulls' group, ``consumerGroup``
-        or ``rocketmq-batch-reader``). Spark redacts both options in plans and the UI
+        or ``rocketmq-batch-reader``).
+    secretKey : str
+        The account's secret key. Spark redacts it (and accessKey) in plans and the UI
         (``spark.redaction.regex``); to keep the secret out of the job's code as well, leave
-        secretKey out and set the driver's environment variable ``RMQ_SECRET_KEY``.
+        it out and set the environment variable ``RMQ_SECRET_KEY`` of the application.
 
     Write options
     -------------
