@@ -107,15 +107,24 @@ def decode_payloads(payloads: list[pa.Buffer]) -> list[pa.RecordBatch]:
     """
     batches = []
     for index, payload in enumerate(payloads):
-        batch = _read_as_encoded(payload)
-        if batch is None:
-            try:
-                batch = decode(payload)
-            except ArrowPayloadError as err:
-                err.payload = index
-                raise
-        batches.append(batch)
+        try:
+            batch = _read_as_encoded(payload)
+            batches.append(_valid(batch if batch is not None else decode(payload)))
+        except ArrowPayloadError as err:
+            err.payload = index
+            raise
     return batches
+
+
+def _valid(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` once its offsets are known to lie inside their buffers, in order, and its
+    strings to be UTF-8 (~40 ns a row): the columns are gathered by those offsets, and a payload
+    from a broker is a peer's input like any other (the broker checks the same at its door)."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowException as err:
+        raise ArrowPayloadError(f"arrow batch payload has invalid columns: {err}") from None
+    return batch
 
 
 def _read_as_encoded(payload: pa.Buffer) -> pa.RecordBatch | None:

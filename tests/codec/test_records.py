@@ -273,3 +273,16 @@ def test_records_whose_topic_or_inner_batch_properties_are_not_utf8_are_refused(
     bad_properties = bad_properties.replace(b"x\x01y", b"\x80\x01y")
     with pytest.raises(RecordFormatError, match="properties are not UTF-8"):
         decode_records(bad_properties, 0)
+
+
+@pytest.mark.parametrize("offsets", [(0, 1, 304), (0, 2, 1)], ids=["past its buffer", "backwards"])
+def test_an_arrow_batch_whose_offsets_leave_their_buffer_is_refused(offsets):
+    """Found by the fuzz in CI: a tags column whose offsets point past its data (or back) reached
+    the column gatherer, which indexed out of bounds (IndexError, ArrowIndexError)."""
+    payload = encode_messages([(b"aaa", None, None, "T", None), (b"bbbbb", None, None, "T", None)], "arrow", "none")
+    tags_offsets = struct.pack("<3i", 0, 1, 2)  # the bodies' are 0, 3, 8; the keys' 0, 0, 0
+    assert payload.count(tags_offsets) == 1
+    bad = payload.replace(tags_offsets, struct.pack("<3i", *offsets))
+    buf = inner_record(base=0, count=2, payload=bad, codec="arrow")
+    with pytest.raises(RecordFormatError, match="an inner batch \\(arrow, none\\): arrow batch payload has invalid"):
+        decode_records(buf, 0, None)
