@@ -32,6 +32,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # quiet gRPC's note when Spark
 import broker_sim  # noqa: E402
 from rmq_spark import (  # noqa: E402
     Admin,
+    ConfigError,
     Credentials,
     Message,
     PermissionDeniedError,
@@ -235,9 +236,10 @@ def _broker(args):
     with the account to sign with, if given."""
     signed = {}
     if args.access_key:
-        if not os.environ.get("RMQ_SECRET_KEY"):
-            sys.exit("--access-key needs its secret key in the environment variable RMQ_SECRET_KEY")
-        signed["transport"] = TransportConfig(credentials=Credentials(args.access_key, os.environ["RMQ_SECRET_KEY"]))
+        try:
+            signed["transport"] = TransportConfig(credentials=Credentials.from_environment(args.access_key))
+        except ConfigError as err:
+            sys.exit(f"--access-key: {err}")
     if args.name_server:
         yield {"name_server": args.name_server, **signed}
         return

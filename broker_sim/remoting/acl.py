@@ -58,9 +58,9 @@ def demands(request: RemotingCommand) -> list[Demand]:
     if code in _TOPIC_SUB:
         return [Demand.topic(fields.text("topic"), Perm.SUB)]
     if code in _TOPIC_AND_GROUP_SUB:
-        return [Demand.topic(fields.text("topic"), Perm.SUB), Demand.group(_group(fields))]
+        return [Demand.topic(fields.text("topic"), Perm.SUB), Demand.group(fields.text("consumerGroup"))]
     if code in _GROUP_SUB:
-        group = _group(fields, "")
+        group = _group(fields)
         return [Demand.group(group)] if group else []
     if code == RequestCode.END_TRANSACTION:  # and the transaction must be this account's (the core checks)
         topic = fields.text("topic", "")
@@ -76,12 +76,10 @@ def _send(fields: Fields) -> list[Demand]:
     return [Demand.topic(fields.text("topic"), Perm.PUB)]  # a retry topic's: its group's SUB
 
 
-def _group(fields: Fields, default=None) -> str:
-    for name in ("consumerGroup", "group"):
-        value = fields.text(name, None)
-        if value:
-            return value
-    return fields.text("consumerGroup") if default is None else default
+def _group(fields: Fields) -> str:
+    """The request's consumer group ("" when it names none): consumerGroup, or group as
+    CONSUMER_SEND_MSG_BACK names it."""
+    return fields.text("consumerGroup", "") or fields.text("group", "")
 
 
 def _json(body: bytes) -> dict:

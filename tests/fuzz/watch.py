@@ -23,20 +23,18 @@ def quick(seconds: float = DECODE_SECONDS):
 
 def peak_rss_mib() -> int | None:
     """This process's peak resident memory since the last ``reset_peak_rss`` (None off Linux)."""
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) // 1024
-    except OSError:
-        return None
-    return None
+    return _status_mib("VmHWM:")
 
 
 def rss_mib() -> int | None:
     """This process's resident memory now (None off Linux)."""
+    return _status_mib("VmRSS:")
+
+
+def _status_mib(field: str) -> int | None:
     try:
         for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1]) // 1024
     except OSError:
         return None
