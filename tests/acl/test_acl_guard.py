@@ -1,0 +1,25 @@
+"""The guard's replay window, as --acl-clock-skew-s sets it (the broker's clock injected)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_sim.acl import Guard
+from broker_sim.core import BrokerError, Reason
+from broker_sim.server import cli
+from rmq_spark import Credentials
+from rmq_spark.protocol import signing
+
+NOW_S = 1_800_000_000.0
+
+
+def test_the_clock_skew_flag_sets_the_replay_window(tmp_path):
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts:\n  - {accessKey: ops, secretKey: ops-secret, admin: true}\n")
+    args = cli.parser().parse_args(["--acl-file", str(acl_file), "--acl-clock-skew-s", "60"])
+    guard = Guard(args.acl_file, max_clock_skew_s=args.acl_clock_skew_s, clock_s=lambda: NOW_S)
+    credentials = Credentials("ops", "ops-secret")
+    assert guard.grpc_account(signing.grpc_metadata(credentials, NOW_S - 30)).access_key == "ops"
+    with pytest.raises(BrokerError, match="120 s before the broker's clock; at most 60 s") as refused:
+        guard.grpc_account(signing.grpc_metadata(credentials, NOW_S - 120))
+    assert refused.value.reason is Reason.UNAUTHENTICATED
