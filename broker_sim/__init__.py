@@ -14,6 +14,8 @@ import contextlib
 import shutil
 import tempfile
 
+import rmq_spark  # noqa: F401  (before grpc loads: it sets how gRPC treats fork(), see rmq_spark/__init__.py)
+
 __all__ = ["embedded", "embedded_unless"]
 
 
