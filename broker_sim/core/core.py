@@ -595,9 +595,11 @@ class BrokerCore:
                                   store_timestamp=record.born_timestamp, store_host=self.store.config.store_host_bytes,
                                   reconsume_times=record.reconsume_times)
 
-    def sink_batch(self, sink_id: str, batch_id: int):
+    def sink_batch(self, sink_id: str, batch_id: int, owner: str | None = None):
+        """The sink batch's record (None: not committed) and the sink's latest batch id;
+        ``owner``: with ACLs, the caller's access key, which must own the sink."""
         with self.gate:
-            return self.transactions.sink_batch(sink_id, batch_id)
+            return self.transactions.sink_batch(sink_id, batch_id, owner)
 
     def transaction_infos(self, ids: list[str], owner: str | None = None) -> list:
         """(transaction or None, its expiry in ms) per id (none given: every one known); with

@@ -26,7 +26,9 @@ A commit of a committed transaction changes nothing and says so. A replayed sink
 batch id committed already) makes nothing visible: the call's open transactions are rolled
 back instead, in the same step. Transactions without a prepared batch for ``timeout_ms`` are
 rolled back by a background sweep (``expire``). Ended transactions are remembered for
-``ended_retention_ms``; sink batches for good.
+``ended_retention_ms``; sink batches for good. With ACLs, transactions belong to the account
+that opened them and a sink to the account that first committed under it: no other account
+may end, commit or look them up (FORBIDDEN).
 """
 
 from __future__ import annotations
@@ -268,6 +270,8 @@ class TransactionService:
             with self._lock:
                 txns = self._known(ids)
                 _check_owner(txns, owner)
+                if sink is not None:
+                    self._check_sink_owner(sink[0], owner)
                 recorded = self.state.sink_record(*sink) if sink is not None else None
                 if recorded is not None:
                     return self._replay(txns, recorded)
@@ -286,7 +290,7 @@ class TransactionService:
             position = self.store.log_positions().max_offset
             for rank, txn in enumerate(to_commit):
                 txn.decision_position, txn.decision_rank = position, rank
-            record = None if sink is None else SinkRecord(sink[0], sink[1], tuple(ids), self.now_ms())
+            record = None if sink is None else SinkRecord(sink[0], sink[1], tuple(ids), self.now_ms(), owner or "")
             self.state.decide_commit(to_commit, record)
             self._apply(to_commit, applied=set())
             outcomes = [Outcome(t.id, TxnState.COMMITTED, t in to_commit, t.batch_count, t.message_count) for t in txns]
@@ -327,13 +331,26 @@ class TransactionService:
 
     # --- queries ---------------------------------------------------------------------------
 
-    def sink_batch(self, sink_id: str, batch_id: int) -> tuple[SinkRecord | None, int]:
+    def sink_batch(self, sink_id: str, batch_id: int, owner: str | None = None) -> tuple[SinkRecord | None, int]:
         """The sink batch's record (None: not committed) and the sink's highest committed
-        batch id (-1: none)."""
+        batch id (-1: none); with ``owner`` (ACLs), only of a sink of that account's."""
         check_id(sink_id, "sink id")
         if not isinstance(batch_id, int) or batch_id < 0:
             raise TransactionRefused(Refusal.INVALID, f"batch id {batch_id!r}: give the sink's batch id, 0 or more")
+        self._check_sink_owner(sink_id, owner)
         return self.state.sink_record(sink_id, batch_id), self.state.latest_sink_batch(sink_id)
+
+    def _check_sink_owner(self, sink_id: str, owner: str | None) -> None:
+        """FORBIDDEN unless the sink is ``owner``'s: a sink belongs to the account that first
+        committed a batch under it (None: no ACLs, anyone's). A sink committed only without
+        ACLs so far is taken by the first account that commits under it."""
+        if owner is None:
+            return
+        recorded = self.state.sink_owner(sink_id)
+        if recorded and recorded != owner:
+            raise TransactionRefused(Refusal.FORBIDDEN, f"sink {sink_id!r} belongs to another account: only the "
+                                                        "account that first committed a batch under it may commit "
+                                                        "its batches or look them up; use a sink id of your own")
 
     def transactions(self, ids: list[str] | None = None, owner: str | None = None) -> list[Transaction | None]:
         """The open and committing transactions, or those named (None for an unknown one); with

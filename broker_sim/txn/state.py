@@ -7,7 +7,9 @@ Keys (bytes; transaction and sink ids never hold a NUL)::
     O{txn id}                           present while the transaction is open or committing
     B{txn id}\\0{8-byte seq}             a prepared batch: half log position, size, messages, time,
                                         and the producer stamp of the send it began, if any
-    S{sink id}\\0{8-byte batch id}       a committed sink batch: its transaction ids and time
+    S{sink id}\\0{8-byte batch id}       a committed sink batch: its transaction ids, time and owner
+    K{sink id}                          the sink's owner: the access key that first committed under it
+                                        ("" while only calls without ACLs did)
     E{8-byte ended ms}{txn id}          ended transactions by time, for the retention sweep
     H                                   the next half log segment index (positions are never reused)
 
@@ -78,6 +80,7 @@ class SinkRecord:
     batch_id: int
     transaction_ids: tuple
     committed_ms: int
+    owner: str = ""  # the access key that committed it ("" without ACLs)
 
 
 class StateStore:
@@ -137,8 +140,7 @@ class StateStore:
         for txn in txns:
             writes.put(b"T" + txn.id.encode(), _pack(txn))
         if sink is not None:
-            writes.put(_sink_key(sink.sink_id, sink.batch_id), json.dumps(
-                {"transactions": list(sink.transaction_ids), "committed_ms": sink.committed_ms}).encode())
+            self._put_sink(writes, sink)
         self.db.write(writes, self._synced)
 
     def end(self, txns: list[Transaction], sync: bool) -> None:
@@ -173,7 +175,21 @@ class StateStore:
         if value is None:
             return None
         data = json.loads(value)
-        return SinkRecord(sink_id, batch_id, tuple(data["transactions"]), data["committed_ms"])
+        return SinkRecord(sink_id, batch_id, tuple(data["transactions"]), data["committed_ms"], data.get("owner", ""))
+
+    def sink_owner(self, sink_id: str) -> str | None:
+        """The access key that first committed under the sink ("" only without ACLs so far);
+        None when no batch of it was committed."""
+        value = self.db.get(b"K" + sink_id.encode())
+        return None if value is None else value.decode()
+
+    def _put_sink(self, writes: WriteBatch, sink: SinkRecord) -> None:
+        """The sink batch, and its owner when the sink has none yet (the first committer)."""
+        writes.put(_sink_key(sink.sink_id, sink.batch_id), json.dumps(
+            {"transactions": list(sink.transaction_ids), "committed_ms": sink.committed_ms,
+             "owner": sink.owner}).encode())
+        if not self.sink_owner(sink.sink_id):
+            writes.put(b"K" + sink.sink_id.encode(), sink.owner.encode())
 
     def latest_sink_batch(self, sink_id: str) -> int:
         """The highest committed batch id of the sink; -1 when none is."""
