@@ -33,6 +33,7 @@ from broker_sim.store import (
     FlushMode,
     MessageStore,
     QueueType,
+    StateMarks,
     StoreConfig,
     TagFilter,
     TopicConfig,
@@ -139,6 +140,7 @@ class CoreOptions:
     payload_check: Callable | None = None  # MessageStore's payload_check
     schedule_now_ms: Callable[[], int] = wall_clock_ms
     limits: ClientLimits = dataclasses.field(default_factory=ClientLimits)  # topics and queues created
+    accept_state_loss: bool = False  # start on lost or damaged state, logging the loss (store/state_marks.py)
 
 
 class BrokerCore:
@@ -169,18 +171,19 @@ class BrokerCore:
         with contextlib.ExitStack() as opened:
             store = MessageStore(data_dir, options.store, payload_check=options.payload_check)
             opened.callback(store.close)
+            marks = StateMarks(store.paths, options.accept_state_loss)  # lost state is refused, not started on
             offsets = ConsumerOffsetTable(store.paths.consumer_offsets,
-                                          options.offsets_flush_interval_ms)
+                                          options.offsets_flush_interval_ms, marks)
             opened.callback(offsets.close)
             forgotten = offsets.keep_topics({topic.name for topic in store.all_topics()})
             if forgotten:
                 log.warning("forgot %d group offsets of topics deleted before the last stop", forgotten)
             # completes commits a crash interrupted
             transactions = TransactionService(store, store.paths, options.transactions,
-                                              now_ms=options.transaction_clock_ms)
+                                              now_ms=options.transaction_clock_ms, marks=marks)
             opened.callback(transactions.close)
             pop_config = options.pop or PopConfig(sync_writes=options.store.flush_mode is FlushMode.SYNC)
-            pop = PopService.open(data_dir, store, offsets, pop_config, now_ms=options.pop_now_ms)
+            pop = PopService.open(data_dir, store, offsets, pop_config, marks, now_ms=options.pop_now_ms)
             opened.callback(pop.close)
             revive = ReviveService(pop)
             revive.start()

@@ -42,6 +42,7 @@ from broker_sim.store import (
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.state_marks import StateMarks
 
 from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
@@ -232,13 +233,13 @@ class PopService:
 
     @classmethod
     def open(cls, data_dir, store: MessageStore, offsets: ConsumerOffsetTable, config: PopConfig | None = None,
-             **kwargs) -> "PopService":
+             marks: StateMarks | None = None, **kwargs) -> "PopService":
         """The pop service of a data directory: its RocksDB and receipt secret where ``StorePaths``
-        puts them."""
+        puts them; with ``marks``, a RocksDB lost since the broker left it is refused."""
         config = config or PopConfig()
         paths = StorePaths(data_dir)
         signer = ReceiptSigner.from_file(paths.receipt_secret)
-        state = RocksDBState(paths.pop_state, sync=config.sync_writes)
+        state = RocksDBState(paths.pop_state, sync=config.sync_writes, marks=marks)
         try:
             return cls(store, offsets, state, signer, config, **kwargs)
         except BaseException:

@@ -8,8 +8,9 @@
 
 It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
 (``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
-bad flag (a TLS file it cannot use too), a data directory in use by another broker, or an
-address it cannot listen on.
+bad flag (a TLS file it cannot use too), a data directory in use by another broker, an
+address it cannot listen on, state it cannot trust (lost or damaged: ``--accept-state-loss``
+starts anyway and logs the loss) or a disk too full to start.
 """
 
 from __future__ import annotations
@@ -162,6 +163,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, default=None, help="the certificate's PEM private key, unencrypted")
     p.add_argument("--tls-client-ca", type=Path, default=None,
                    help="mutual TLS: clients must present a certificate signed by a CA of this PEM file")
+    p.add_argument("--accept-state-loss", action="store_true",
+                   help="start even when state the broker had is missing or damaged (the consumer offsets file, "
+                        "the pop or transaction RocksDB): what was lost is logged, a damaged RocksDB is moved "
+                        "aside. Without it such a start is refused with a sentence naming the file (default: off)")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     _add_limit_flags(p)
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
-                    limits=limits, acl=acl, tls=tls)
+                    limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss)
     try:
         broker.start()
     except (DataDirInUseError, BindError, StoreError) as err:

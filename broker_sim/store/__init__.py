@@ -25,6 +25,7 @@ from .paths import StorePaths
 from .producer_state import stamp_problem
 from .recovery import RecoveryReport
 from .service_thread import ServiceThread
+from .state_marks import StateLossError, StateMarks
 from .status import (
     DEFAULT_PUT,
     ZERO_HOST,
@@ -46,7 +47,8 @@ __all__ = [
     "CorruptedRecord", "CreateStatus", "DataDirInUseError", "DiskFailedError", "DiskFullError", "DiskGuard",
     "FlushMode", "GetResult", "GetStatus", "IndexUnit", "InnerBatch", "LogPositions", "MappedFile", "MessageStore",
     "PendingRecord", "PutContext", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
-    "ServiceThread", "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
+    "ServiceThread", "StateLossError", "StateMarks",
+    "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
     "TagFilter", "TopicConfig", "UnknownTopicError", "creation_problem", "decode_record", "echo",
     "encode_message_batch", "file_name",
     "fsync_dir", "full_sentence", "stamp_problem", "system_topic_problem", "wall_clock_ms", "write_atomically",

@@ -5,7 +5,8 @@ Per group, topic and queue: the committed next offset to consume, the group's du
 an interval (RocketMQ's flushConsumerOffsetInterval, 5 s), on close, and when a deleted topic's
 offsets are removed, atomically (a temporary file, fsync, rename, directory fsync), so the file
 on disk is always one whole version. A crash loses at most the commits of the last interval, as
-RocketMQ's.
+RocketMQ's. Once written, the file's absence at a start is a loss, not a new broker
+(state_marks.py).
 
 The file has RocketMQ's shape::
 
@@ -24,6 +25,7 @@ from typing import Iterable
 from .errors import StoreError
 from .files import write_atomically
 from .service_thread import ServiceThread
+from .state_marks import MISSING, StateMarks
 
 DEFAULT_FLUSH_INTERVAL_MS = 5000
 SEPARATOR = "@"
@@ -33,11 +35,14 @@ class ConsumerOffsetTable:
     """The committed offsets of every consumer group, loaded from ``path`` at open.
 
     ``flush_interval_ms`` None: no background writer (call ``flush()``); ``close()`` writes
-    what changed since the last write either way.
+    what changed since the last write either way. With ``marks`` (state_marks.py), a missing
+    file that was written before is refused (StateLossError) unless the loss is accepted.
     """
 
-    def __init__(self, path, flush_interval_ms: int | None = DEFAULT_FLUSH_INTERVAL_MS):
+    def __init__(self, path, flush_interval_ms: int | None = DEFAULT_FLUSH_INTERVAL_MS,
+                 marks: StateMarks | None = None):
         self.path = Path(path)
+        self._marks = marks
         self._lock = threading.Lock()  # the table
         self._write_lock = threading.Lock()  # one writer of the file at a time
         self._offsets: dict[str, dict[tuple[str, int], int]] = {}  # group -> (topic, queue) -> offset
@@ -126,6 +131,8 @@ class ConsumerOffsetTable:
                 data = {"offsetTable": table}
             write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
             self._written = version
+            if self._marks is not None:
+                self._marks.mark(self.path, 1)  # from now on, its absence is a loss
             return True
 
     def close(self) -> None:
@@ -145,7 +152,14 @@ class ConsumerOffsetTable:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            if self._marks is not None and self._marks.generation(self.path):
+                self._marks.lost(self.path, MISSING, "that every consumer group's committed offsets are gone "
+                                 "(how many groups it held is not known), so each group would restart from its "
+                                 "initial position, consuming again or skipping what it had not consumed",
+                                 "every group starts with no committed offset")
             return
+        if self._marks is not None:
+            self._marks.mark(self.path, 1)
         try:
             table = json.loads(raw)["offsetTable"]
             for key, queues in table.items():

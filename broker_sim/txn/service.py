@@ -59,6 +59,7 @@ from broker_sim.store import (
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
+from broker_sim.store.state_marks import StateMarks
 
 from .half_log import HalfLog, HalfLogError, HalfRecord
 from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
@@ -145,13 +146,13 @@ class TransactionService:
     """
 
     def __init__(self, store: MessageStore, paths: StorePaths, config: TransactionConfig | None = None, *,
-                 now_ms: Callable[[], int] = wall_clock_ms, sweep: bool = True):
+                 now_ms: Callable[[], int] = wall_clock_ms, sweep: bool = True, marks: StateMarks | None = None):
         self.store = store
         self.config = config or TransactionConfig()
         self.now_ms = now_ms
         self._lock = threading.Lock()  # the open transactions
         self._end_lock = threading.Lock()  # one commit, rollback or sweep at a time
-        self.state = StateStore(paths.txn_state)
+        self.state = StateStore(paths.txn_state, marks)
         try:
             unended = self.state.load_unended()
             segment_bytes = max(self.config.half_segment_bytes,

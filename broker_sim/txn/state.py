@@ -25,7 +25,10 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import Options, WriteBatch, WriteOptions
+
+from broker_sim.rocks import close_checked, open_checked
+from broker_sim.store.state_marks import StateMarks
 
 # state, created / last prepared / ended ms, decision position and rank, batches, messages, expired
 _TXN = struct.Struct(">Bqqqqiiq?")
@@ -34,6 +37,9 @@ _STAMP = struct.Struct(">qii")  # sequence, queue id, messages of the send; then
 _SEQ = struct.Struct(">Q")
 _BATCH_ID = struct.Struct(">q")
 _NEXT_SEGMENT_KEY = b"H"
+# What a start without the transaction state means (rocks.py's sentences).
+LOSS = ("that prepared transactions are forgotten (their commits fail, their rows are never visible) and that a "
+        "commit interrupted by a crash stays half done")
 
 
 class TxnState(enum.IntEnum):
@@ -84,13 +90,13 @@ class SinkRecord:
 
 
 class StateStore:
-    """The RocksDB database in ``directory``."""
+    """The RocksDB database in ``directory``; with ``marks``, a database lost or cut since the
+    broker left it is refused at open (rocks.py)."""
 
-    def __init__(self, directory: Path):
-        directory.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        self.db = Rdict(str(directory), options=options)
+    def __init__(self, directory: Path, marks: StateMarks | None = None):
+        self.directory = directory
+        self._marks = marks
+        self.db = open_checked(directory, "transaction state", LOSS, marks, Options(raw_mode=True))
         self._synced = WriteOptions()
         self._synced.sync = True
         self._unsynced = WriteOptions()
@@ -210,7 +216,7 @@ class StateStore:
         self.db.put(_NEXT_SEGMENT_KEY, _SEQ.pack(index), self._synced)
 
     def close(self) -> None:
-        self.db.close()
+        close_checked(self.db, self.directory, self._marks)
 
     def _prefixed(self, prefix: bytes):
         for key, value in self.db.items(from_key=prefix):
