@@ -35,6 +35,7 @@ from broker_sim.store import (
     PutContext,
     PutResult,
     QueueType,
+    StateMarks,
     StoredBatch,
     StorePaths,
     UnknownTopicError,
@@ -42,7 +43,6 @@ from broker_sim.store import (
     wall_clock_ms,
 )
 from broker_sim.store import format as fmt
-from broker_sim.store.state_marks import StateMarks
 
 from .config import PopConfig, revive_backoff_ms
 from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired

@@ -22,7 +22,7 @@ from typing import Iterator, NamedTuple, Protocol
 from rocksdict import Options, ReadOptions, WriteBatch, WriteOptions
 
 from broker_sim.rocks import close_checked, open_checked
-from broker_sim.store.state_marks import StateMarks
+from broker_sim.store import StateMarks
 
 REVIVABLE = b"c"
 ORDERLY = b"o"

@@ -121,3 +121,25 @@ def test_the_cli_refuses_damaged_state_with_exit_2_and_no_traceback(tmp_path):
     assert "Traceback" not in done.stderr
     assert "rmq-broker-sim: error:" in done.stderr and "CURRENT file corrupted" in done.stderr
     assert "--accept-state-loss" in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["txn folder gone", "txn MANIFEST halved"])
+def test_a_sink_batch_outlives_its_lost_state_so_a_replay_stores_nothing_twice(tmp_path, damage):
+    """Issue 29.2: the transaction RocksDB lost (accepted), the sink batch was forgotten and
+    Spark's replay of it stored its rows twice. Its record in the commitlog brings it back."""
+    data = tmp_path / "data"
+    use(data)  # sink batch 0 committed: one row
+    relative, spoil, _problem = DAMAGES[damage]
+    spoil(data / relative)
+    broker = start(data, accept_state_loss=True)
+    try:
+        with Producer(broker.endpoint, transaction_id=new_transaction_id()) as writer:  # the replayed batch
+            writer.send(Message(TOPIC, b"exactly once"))
+            prepared = writer.prepared()
+        with Transactions(broker.endpoint) as txns:
+            assert txns.is_committed("sink", 0)
+            assert txns.commit([prepared], sink_id="sink", batch_id=0).sink_batch_replayed
+        assert broker.core.store.wait_dispatched(10.0)
+        assert broker.core.store.max_offset(TOPIC, 0) == 3  # acked, in flight, exactly once: no second copy
+    finally:
+        broker.stop(grace=1.0)
