@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, WriteOptions
 
-from broker_sim.store import wall_clock_ms
+from broker_sim.store import full_at_start_sentence, wall_clock_ms
 from broker_sim.store.state_marks import MISSING, StateLossError, StateMarks
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,8 @@ def _move_aside(directory: Path) -> None:
 
 def _unopenable(directory: Path, what: str, err: Exception) -> StateLossError:
     if _out_of_space(err):
-        return StateDatabaseError(f"out of disk space: the {what} (RocksDB in {directory}) could not be opened "
-                                  f"({_status(err)}). Free space on that disk and start the broker again")
+        return StateDatabaseError(full_at_start_sentence(f"the {what} (RocksDB in {directory}) could not be opened "
+                                                         f"({_status(err)})"))
     return StateDatabaseError(f"the {what} (RocksDB in {directory}) cannot be opened: {_status(err)}. Restore the "
                               f"folder as the broker left it (from a backup), or start with --accept-state-loss to "
                               "move it aside and start it empty (what was lost is logged)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import os
 import re
@@ -31,7 +32,12 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.core.limits import ClientLimits  # noqa: E402
-from broker_sim.store import DataDirInUseError, StoreConfig, StoreError  # noqa: E402
+from broker_sim.store import (  # noqa: E402
+    DiskFullError,
+    StoreConfig,
+    StoreError,
+    full_at_start_sentence,
+)
 from broker_sim.tls import TlsOptions  # noqa: E402
 from broker_sim.txn.service import TransactionConfig  # noqa: E402
 
@@ -184,6 +190,17 @@ def _tls(p: argparse.ArgumentParser, args) -> TlsOptions | None:
     return TlsOptions.load(args.tls_cert, args.tls_key, args.tls_client_ca)
 
 
+def _start_failure(err: Exception, bind_error: type) -> str | None:
+    """The sentence for a start that failed with ``err``; None for a fault of the broker."""
+    if isinstance(err, DiskFullError):
+        return full_at_start_sentence(err)
+    if isinstance(err, (StoreError, bind_error)):
+        return str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a metadata file written at start (the queue table)
+        return full_at_start_sentence(f"{err.filename or 'a file'}: {err.strerror}")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
@@ -228,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                     limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss)
     try:
         broker.start()
-    except (DataDirInUseError, BindError, StoreError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+    except (StoreError, OSError) as err:  # a BindError is an OSError; DataDirInUseError a StoreError
+        sentence = _start_failure(err, BindError)
+        if sentence is None:
+            raise
+        print(f"{PROG}: error: {sentence}", file=sys.stderr, flush=True)
         return 2
     try:
         if broker.remoting is not None:
