@@ -491,7 +491,7 @@ class TransactionService:
         self.half.release([b.position for t in txns for b in t.batches])
 
     def _append_run(self, key: tuple[str, int], records: list) -> None:
-        result = self.store.put_records(key[0], key[1], records)
+        result = self.store.put_records(key[0], key[1], records, flush=False)  # flushed once, at the end
         if result.ok:
             return
         if result.status is PutStatus.SERVICE_NOT_AVAILABLE:  # stopping: the next open completes the commit
@@ -505,7 +505,9 @@ class TransactionService:
         store refused it (logged)."""
         if self.store.find_topic(fmt.SINK_TOPIC) is None:
             self.store.create_topic(fmt.SINK_TOPIC, 1, QueueType.SIMPLE_CQ)
-        result = self.store.put_message(fmt.SINK_TOPIC, 0, sink.encode())
+        built = self.store.build_message(fmt.SINK_TOPIC, 0, sink.encode())
+        result = built if isinstance(built, PutResult) else self.store.put_records(
+            fmt.SINK_TOPIC, 0, built.records, flush=False)  # flushed with the commit's batches
         if not result.ok:
             log.error("sink %r batch %d is committed but its record could not be written to the commitlog (%s); "
                       "it is written at the next start", sink.sink_id, sink.batch_id, result.detail)
