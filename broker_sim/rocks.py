@@ -59,8 +59,10 @@ def open_checked(directory: Path, what: str, consequence: str, marks: StateMarks
     if marks is not None:
         try:
             _bump(db, directory, marks)
-        except BaseException:
+        except BaseException as err:
             db.close()
+            if _out_of_space(err):  # RocksDB's Exception; an OSError (state.json) is said by the CLI
+                raise _unopenable(directory, what, err) from None
             raise
     return db
 
@@ -71,6 +73,8 @@ def close_checked(db: Rdict, directory: Path, marks: StateMarks | None) -> None:
     try:
         if marks is not None:
             _bump(db, Path(directory), marks)
+    except Exception as err:  # a full or failed disk: the next open finds the generation of this one's open
+        log.warning("the generation of %s was not advanced at close: %s", directory, _status(err))
     finally:
         db.close()
 

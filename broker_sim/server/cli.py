@@ -194,10 +194,12 @@ def _start_failure(err: Exception, bind_error: type) -> str | None:
     """The sentence for a start that failed with ``err``; None for a fault of the broker."""
     if isinstance(err, DiskFullError):
         return full_at_start_sentence(err)
-    if isinstance(err, (StoreError, bind_error)):
+    if isinstance(err, (StoreError, bind_error)):  # DataDirInUseError, StateLossError included
         return str(err)
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a metadata file written at start (the queue table)
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # a metadata file (the queue table)
         return full_at_start_sentence(f"{err.filename or 'a file'}: {err.strerror}")
+    if type(err) is Exception and "No space left on device" in str(err):  # RocksDB's status, through rocksdict
+        return full_at_start_sentence(f"the pop or transaction state (RocksDB) could not be written ({err})")
     return None
 
 
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                     limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss)
     try:
         broker.start()
-    except (StoreError, OSError) as err:  # a BindError is an OSError; DataDirInUseError a StoreError
+    except Exception as err:  # a sentence for what the user can fix (a full disk, lost state); others raise
         sentence = _start_failure(err, BindError)
         if sentence is None:
             raise

@@ -204,11 +204,12 @@ def test_pop_state_on_a_full_disk_is_refused_as_disk_full(tmp_path):
         with broker_process(disk / "data", *args) as (endpoint, process):
             with Admin(endpoint) as admin:
                 admin.create_topic(TOPIC, QUEUES, "BatchCQ")
-            with Producer(endpoint) as producer:
-                producer.send_batch(batch(0, 0))
+            with Producer(endpoint) as producer:  # a pop takes a whole batch: a pop state write each
+                for number in range(100):
+                    producer.send_batch(batch(number, number % QUEUES))
             fill(disk / "filler")
             with PopConsumer(endpoint, "g", [TOPIC]) as consumer, pytest.raises(DiskFullError) as refused:
-                for _ in range(100):  # RocksDB's write buffer takes a few pops before its log must grow
+                for _ in range(100):  # the pops fill the block RocksDB's log has before it must grow
                     consumer.ack(consumer.receive(1, poll_ms=0))
             assert "RocksDB" in str(refused.value) and "restart the broker" in str(refused.value)
             stop(process)
