@@ -129,10 +129,11 @@ class ConsumerOffsetTable:
                     for (topic, queue_id), offset in offsets.items():
                         table.setdefault(f"{topic}{SEPARATOR}{group}", {})[str(queue_id)] = offset
                 data = {"offsetTable": table}
+                groups = sum(1 for offsets in self._offsets.values() if offsets)
             write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
             self._written = version
             if self._marks is not None:
-                self._marks.mark(self.path, 1)  # from now on, its absence is a loss
+                self._marks.mark(self.path, 1, groups)  # from now on, its absence is a loss
             return True
 
     def close(self) -> None:
@@ -153,9 +154,12 @@ class ConsumerOffsetTable:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             if self._marks is not None and self._marks.generation(self.path):
-                self._marks.lost(self.path, MISSING, "that every consumer group's committed offsets are gone "
-                                 "(how many groups it held is not known), so each group would restart from its "
-                                 "initial position, consuming again or skipping what it had not consumed",
+                groups = self._marks.count(self.path)
+                held = "how many groups it held is not known" if groups is None else \
+                    f"{groups} group{'' if groups == 1 else 's'} had offsets at its last write"
+                self._marks.lost(self.path, MISSING, f"that every consumer group's committed offsets are gone "
+                                 f"({held}), so each group would restart from its initial position, consuming "
+                                 "again or skipping what it had not consumed",
                                  "every group starts with no committed offset")
             return
         if self._marks is not None:

@@ -4,7 +4,8 @@ The consumer offsets file and the pop and transaction RocksDBs are created on de
 that finds one missing cannot tell by itself whether the broker is new or the file was lost,
 and RocksDB whose MANIFEST lost its last edits opens as an older (often empty) database without
 a word. ``state.json`` in the data directory (written atomically) records, per state file, its
-*generation*: the consumer offsets file gets 1 once it was first written; a RocksDB's counter
+*generation*: the consumer offsets file gets 1 once it was first written (and the number of
+groups it held at its last write, for the log of its loss); a RocksDB's counter
 is bumped in the database itself (a synced write) and then here, at every open and at every
 clean close (before the close flushes it). A start then refuses, with a sentence naming the
 file and what to do, state that is missing while marked here, or a database whose counter is
@@ -48,10 +49,12 @@ class StateMarks:
         self.accept_loss = accept_loss
         self._lock = threading.Lock()
         try:
-            self._marks: dict[str, int] = json.loads(self.path.read_bytes())["generations"]
+            saved = json.loads(self.path.read_bytes())
+            self._marks: dict[str, int] = saved["generations"]
+            self._counts: dict[str, int] = saved.get("counts", {})
         except FileNotFoundError:
-            self._marks = {}
-        except (ValueError, KeyError, TypeError) as err:
+            self._marks, self._counts = {}, {}
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise StateLossError(f"{self.path} is damaged ({err}): it records which state files this data "
                                  "directory has, to tell lost state from a new broker; delete it to check nothing "
                                  "at this start (the marks are written again)") from err
@@ -61,14 +64,23 @@ class StateMarks:
         with self._lock:
             return self._marks.get(self._name(path), 0)
 
-    def mark(self, path: Path, generation: int) -> None:
-        """Record ``generation`` for ``path`` (written at once)."""
+    def count(self, path: Path) -> int | None:
+        """What ``path`` held when last marked (consumer groups of the offsets file), if known."""
+        with self._lock:
+            return self._counts.get(self._name(path))
+
+    def mark(self, path: Path, generation: int, count: int | None = None) -> None:
+        """Record ``generation`` for ``path``, and ``count`` (what it holds, for the log of a
+        loss) if given; written at once when either changed."""
         name = self._name(path)
         with self._lock:
-            if self._marks.get(name) == generation:
+            if self._marks.get(name) == generation and (count is None or self._counts.get(name) == count):
                 return
             self._marks[name] = generation
-            write_atomically(self.path, json.dumps({"generations": self._marks}, indent=1, sort_keys=True).encode())
+            if count is not None:
+                self._counts[name] = count
+            write_atomically(self.path, json.dumps({"generations": self._marks, "counts": self._counts}, indent=1,
+                                                   sort_keys=True).encode())
 
     def lost(self, path: Path, problem: str, consequence: str, accepted: str) -> None:
         """State at ``path`` that cannot be trusted (``problem``: "is missing", "is damaged

@@ -92,6 +92,8 @@ def test_lost_or_damaged_state_is_refused_with_a_sentence_then_accepted_with_the
     sentence = str(refused.value)
     assert str(path) in sentence and problem in sentence and "--accept-state-loss" in sentence
     assert "Restore it" in sentence or "Restore the folder" in sentence
+    if damage == "offsets file deleted":
+        assert "1 group had offsets at its last write" in sentence  # what was lost, as far as known
 
     with caplog.at_level(logging.ERROR):
         broker = start(data, accept_state_loss=True)
