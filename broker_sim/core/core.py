@@ -159,6 +159,7 @@ class BrokerCore:
         self.pop_service = pop
         self._revive = revive
         self.gate = CallGate()
+        self._marks: StateMarks | None = None  # state.json, saved once the parts are closed (set by open)
         self.counters = Counters()
         # With --flush sync an append waits for its flush: doors run it where waiting is cheap.
         self.appends_wait_for_flush = store.config.flush_mode is FlushMode.SYNC
@@ -191,8 +192,11 @@ class BrokerCore:
             schedule = ScheduleService(store, store.paths, now_ms=options.schedule_now_ms)
             schedule.start()
             groups = GroupTable(store.paths.subscription_groups)
+            marks.save()  # the generations the databases' opens bumped
             opened.pop_all()
-        return cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits)
+        core = cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits)
+        core._marks = marks
+        return core
 
     def stop_waiting(self) -> None:
         """Long-polling pops answer now (the broker is stopping)."""
@@ -207,7 +211,8 @@ class BrokerCore:
         try:
             for name, close in (("delayed messages", self.schedule.close), ("pop revive", self._revive.stop),
                                 ("pop", self.pop_service.close),
-                                ("transactions", self.transactions.close), ("offsets", self.offsets.close)):
+                                ("transactions", self.transactions.close), ("offsets", self.offsets.close),
+                                ("state marks", self._marks.save if self._marks is not None else _nothing)):
                 try:
                     close()
                 except Exception:
@@ -634,6 +639,10 @@ class BrokerCore:
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
         return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
                                                    f"{shown or 'none'}. Create it first, or check the name")
+
+
+def _nothing() -> None:
+    pass
 
 
 def _holds_key(record, key: bytes, unique_key: bool) -> bool:

@@ -48,6 +48,7 @@ class StateMarks:
         self.path = paths.state_marks
         self.accept_loss = accept_loss
         self._lock = threading.Lock()
+        self._unsaved = False
         try:
             saved = json.loads(self.path.read_bytes())
             self._marks: dict[str, int] = saved["generations"]
@@ -69,9 +70,10 @@ class StateMarks:
         with self._lock:
             return self._counts.get(self._name(path))
 
-    def mark(self, path: Path, generation: int, count: int | None = None) -> None:
+    def mark(self, path: Path, generation: int, count: int | None = None, *, save: bool = True) -> None:
         """Record ``generation`` for ``path``, and ``count`` (what it holds, for the log of a
-        loss) if given; written at once when either changed."""
+        loss) if given; written at once when either changed, or with ``save`` False at the next
+        ``save`` (a mark written late is only lower than its database: nothing is refused)."""
         name = self._name(path)
         with self._lock:
             if self._marks.get(name) == generation and (count is None or self._counts.get(name) == count):
@@ -79,8 +81,21 @@ class StateMarks:
             self._marks[name] = generation
             if count is not None:
                 self._counts[name] = count
+            self._unsaved = True
+            if save:
+                self._save()
+
+    def save(self) -> None:
+        """Write the marks recorded with ``save`` False (one write for the databases of a start
+        or a stop)."""
+        with self._lock:
+            self._save()
+
+    def _save(self) -> None:
+        if self._unsaved:
             write_atomically(self.path, json.dumps({"generations": self._marks, "counts": self._counts}, indent=1,
                                                    sort_keys=True).encode())
+            self._unsaved = False
 
     def lost(self, path: Path, problem: str, consequence: str, accepted: str) -> None:
         """State at ``path`` that cannot be trusted (``problem``: "is missing", "is damaged

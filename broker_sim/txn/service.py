@@ -534,7 +534,8 @@ class TransactionService:
             for batch in result.batches:
                 restored += self.state.restore_sink(SinkRecord.decode(bytes(fmt.decode_record(batch.data).body)))
             offset = result.next_begin_offset
-        self.state.set_sink_log_offset(offset)
+        if offset != self.state.sink_log_offset():
+            self.state.set_sink_log_offset(offset)
         if restored:
             log.warning("restored %d committed sink batches from the commitlog's %s: the transaction state had "
                         "lost them", restored, fmt.SINK_TOPIC)
