@@ -45,10 +45,13 @@ class Demand:
 
     @staticmethod
     def topic(name: str, perm: Perm) -> "Demand":
-        """A topic's demand; pop's and RocketMQ's retry and dead letter topics are their group's."""
+        """A topic's demand; pop's and RocketMQ's retry and dead letter topics are their group's;
+        the sink topic, which holds every account's committed sink batches, an admin's."""
         for prefix in (fmt.RETRY_TOPIC_PREFIX, fmt.DLQ_TOPIC_PREFIX):
             if name.startswith(prefix):
                 return Demand("group", name[len(prefix):].split("+", 1)[0], Perm.SUB)
+        if name == fmt.SINK_TOPIC:
+            return Demand.admin(f"use topic {name}, which holds every account's committed sink batches")
         return Demand("topic", name, perm)
 
     @staticmethod

@@ -33,6 +33,7 @@ from broker_sim.store import (
     FlushMode,
     MessageStore,
     QueueType,
+    StateMarks,
     StoreConfig,
     TagFilter,
     TopicConfig,
@@ -139,6 +140,7 @@ class CoreOptions:
     payload_check: Callable | None = None  # MessageStore's payload_check
     schedule_now_ms: Callable[[], int] = wall_clock_ms
     limits: ClientLimits = dataclasses.field(default_factory=ClientLimits)  # topics and queues created
+    accept_state_loss: bool = False  # start on lost or damaged state, logging the loss (store/state_marks.py)
 
 
 class BrokerCore:
@@ -157,6 +159,7 @@ class BrokerCore:
         self.pop_service = pop
         self._revive = revive
         self.gate = CallGate()
+        self._marks: StateMarks | None = None  # state.json, saved once the parts are closed (set by open)
         self.counters = Counters()
         # With --flush sync an append waits for its flush: doors run it where waiting is cheap.
         self.appends_wait_for_flush = store.config.flush_mode is FlushMode.SYNC
@@ -169,18 +172,19 @@ class BrokerCore:
         with contextlib.ExitStack() as opened:
             store = MessageStore(data_dir, options.store, payload_check=options.payload_check)
             opened.callback(store.close)
+            marks = StateMarks(store.paths, options.accept_state_loss)  # lost state is refused, not started on
             offsets = ConsumerOffsetTable(store.paths.consumer_offsets,
-                                          options.offsets_flush_interval_ms)
+                                          options.offsets_flush_interval_ms, marks)
             opened.callback(offsets.close)
             forgotten = offsets.keep_topics({topic.name for topic in store.all_topics()})
             if forgotten:
                 log.warning("forgot %d group offsets of topics deleted before the last stop", forgotten)
             # completes commits a crash interrupted
             transactions = TransactionService(store, store.paths, options.transactions,
-                                              now_ms=options.transaction_clock_ms)
+                                              now_ms=options.transaction_clock_ms, marks=marks)
             opened.callback(transactions.close)
             pop_config = options.pop or PopConfig(sync_writes=options.store.flush_mode is FlushMode.SYNC)
-            pop = PopService.open(data_dir, store, offsets, pop_config, now_ms=options.pop_now_ms)
+            pop = PopService.open(data_dir, store, offsets, pop_config, marks, now_ms=options.pop_now_ms)
             opened.callback(pop.close)
             revive = ReviveService(pop)
             revive.start()
@@ -188,8 +192,11 @@ class BrokerCore:
             schedule = ScheduleService(store, store.paths, now_ms=options.schedule_now_ms)
             schedule.start()
             groups = GroupTable(store.paths.subscription_groups)
+            marks.save()  # the generations the databases' opens bumped
             opened.pop_all()
-        return cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits)
+        core = cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits)
+        core._marks = marks
+        return core
 
     def stop_waiting(self) -> None:
         """Long-polling pops answer now (the broker is stopping)."""
@@ -204,7 +211,8 @@ class BrokerCore:
         try:
             for name, close in (("delayed messages", self.schedule.close), ("pop revive", self._revive.stop),
                                 ("pop", self.pop_service.close),
-                                ("transactions", self.transactions.close), ("offsets", self.offsets.close)):
+                                ("transactions", self.transactions.close), ("offsets", self.offsets.close),
+                                ("state marks", self._marks.save if self._marks is not None else _nothing)):
                 try:
                     close()
                 except Exception:
@@ -595,9 +603,11 @@ class BrokerCore:
                                   store_timestamp=record.born_timestamp, store_host=self.store.config.store_host_bytes,
                                   reconsume_times=record.reconsume_times)
 
-    def sink_batch(self, sink_id: str, batch_id: int):
+    def sink_batch(self, sink_id: str, batch_id: int, owner: str | None = None):
+        """The sink batch's record (None: not committed) and the sink's latest batch id;
+        ``owner``: with ACLs, the caller's access key, which must own the sink."""
         with self.gate:
-            return self.transactions.sink_batch(sink_id, batch_id)
+            return self.transactions.sink_batch(sink_id, batch_id, owner)
 
     def transaction_infos(self, ids: list[str], owner: str | None = None) -> list:
         """(transaction or None, its expiry in ms) per id (none given: every one known); with
@@ -629,6 +639,10 @@ class BrokerCore:
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
         return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
                                                    f"{shown or 'none'}. Create it first, or check the name")
+
+
+def _nothing() -> None:
+    pass
 
 
 def _holds_key(record, key: bytes, unique_key: bool) -> bool:

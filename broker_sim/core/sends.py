@@ -109,6 +109,9 @@ def check_send(request: SendRequest) -> None:
     cannot be right."""
     if not request.topic:
         raise invalid("the topic name is empty; name the topic to send to")
+    if request.topic == fmt.SINK_TOPIC:  # a forged record would mark a sink batch committed at the next start
+        raise invalid(f"topic {fmt.SINK_TOPIC} records committed sink batches and only the broker writes to it: "
+                      "send to a topic of your own")
     if request.born_timestamp_ms < 0:
         raise invalid(f"born_timestamp_ms {request.born_timestamp_ms} is negative: give milliseconds since the "
                       "epoch, or 0 for the broker's time")

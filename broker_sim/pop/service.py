@@ -35,6 +35,7 @@ from broker_sim.store import (
     PutContext,
     PutResult,
     QueueType,
+    StateMarks,
     StoredBatch,
     StorePaths,
     UnknownTopicError,
@@ -232,13 +233,13 @@ class PopService:
 
     @classmethod
     def open(cls, data_dir, store: MessageStore, offsets: ConsumerOffsetTable, config: PopConfig | None = None,
-             **kwargs) -> "PopService":
+             marks: StateMarks | None = None, **kwargs) -> "PopService":
         """The pop service of a data directory: its RocksDB and receipt secret where ``StorePaths``
-        puts them."""
+        puts them; with ``marks``, a RocksDB lost since the broker left it is refused."""
         config = config or PopConfig()
         paths = StorePaths(data_dir)
         signer = ReceiptSigner.from_file(paths.receipt_secret)
-        state = RocksDBState(paths.pop_state, sync=config.sync_writes)
+        state = RocksDBState(paths.pop_state, sync=config.sync_writes, marks=marks)
         try:
             return cls(store, offsets, state, signer, config, **kwargs)
         except BaseException:

@@ -19,13 +19,19 @@ import struct
 from pathlib import Path
 from typing import Iterator, NamedTuple, Protocol
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import Options, ReadOptions, WriteBatch, WriteOptions
+
+from broker_sim.rocks import close_checked, open_checked
+from broker_sim.store import StateMarks
 
 REVIVABLE = b"c"
 ORDERLY = b"o"
 PULL = b"p"
 REVIVING = b"r"
 
+# What a start without the pop state means (rocks.py's sentences).
+LOSS = ("that every message popped and not yet acknowledged becomes visible again at once (delivered twice), and "
+        "that orderly pops lose their place")
 _DEADLINE = struct.Struct(">q")
 _QUEUE_OFFSET = struct.Struct(">iq")
 _QUEUE = struct.Struct(">i")
@@ -141,14 +147,13 @@ class PopStateStore(Protocol):
 
 class RocksDBState:
     """PopStateStore on a RocksDB directory. Writes go through the write-ahead log, so a killed
-    process loses none; ``sync`` also fsyncs it on every write (for machine crashes)."""
+    process loses none; ``sync`` also fsyncs it on every write (for machine crashes). With
+    ``marks``, a database lost or cut since the broker left it is refused at open (rocks.py)."""
 
-    def __init__(self, path, sync: bool = False):
+    def __init__(self, path, sync: bool = False, marks: StateMarks | None = None):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        self._db = Rdict(str(self.path), options)
+        self._marks = marks
+        self._db = open_checked(self.path, "pop state", LOSS, marks, Options(raw_mode=True))
         self._write_options = WriteOptions()
         self._write_options.sync = sync
 
@@ -171,4 +176,4 @@ class RocksDBState:
             yield item
 
     def close(self) -> None:
-        self._db.close()
+        close_checked(self._db, self.path, self._marks)

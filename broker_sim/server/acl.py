@@ -132,5 +132,6 @@ DEMANDS = {
     "Pop": _group_and_topic,
     "Ack": lambda r: [Demand.group(r.group)],
     "ChangeInvisibleDuration": lambda r: [Demand.group(r.group)],
-    # EndTransaction, GetSinkBatch, ListTransactions: an account; transactions are their owner's.
+    # EndTransaction, GetSinkBatch, ListTransactions: an account; transactions and sinks are their
+    # owner's (checked by the transaction service: txn/service.py).
 }

@@ -75,7 +75,9 @@ class Broker:
     connections, requests and unread answers on the remoting port, topics and queues created.
     With ``acl`` (the accounts of an ACL file), every door checks each request's signature and
     permissions. With ``tls`` both ports, gRPC and remoting, serve TLS only (mutual TLS when it
-    has a client CA).
+    has a client CA). State found lost or damaged at start (a consumer offsets file, a pop or
+    transaction RocksDB) is refused with ``StateLossError``, unless ``accept_state_loss``,
+    which logs the loss and starts (store/state_marks.py).
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
@@ -84,8 +86,9 @@ class Broker:
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
                  v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None,
-                 tls: TlsOptions | None = None):
+                 tls: TlsOptions | None = None, accept_state_loss: bool = False):
         self.data_dir = Path(data_dir)
+        self.accept_state_loss = accept_state_loss
         self.limits = limits or ClientLimits()
         self.host = host
         self.port = port
@@ -172,7 +175,7 @@ class Broker:
         store = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
         return CoreOptions(store, self.offsets_flush_interval_ms, self.transaction_config,
                            self.transaction_clock_ms, self.pop_config, self.pop_now_ms, payload_check=check_batch,
-                           limits=self.limits)
+                           limits=self.limits, accept_state_loss=self.accept_state_loss)
 
     def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
         """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""

@@ -8,14 +8,16 @@
 
 It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
 (``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
-bad flag (a TLS file it cannot use too), a data directory in use by another broker, or an
-address it cannot listen on.
+bad flag (a TLS file it cannot use too), a data directory in use by another broker, an
+address it cannot listen on, state it cannot trust (lost or damaged: ``--accept-state-loss``
+starts anyway and logs the loss) or a disk too full to start.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import os
 import re
@@ -30,7 +32,12 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.core.limits import ClientLimits  # noqa: E402
-from broker_sim.store import DataDirInUseError, StoreConfig, StoreError  # noqa: E402
+from broker_sim.store import (  # noqa: E402
+    DiskFullError,
+    StoreConfig,
+    StoreError,
+    full_at_start_sentence,
+)
 from broker_sim.tls import TlsOptions  # noqa: E402
 from broker_sim.txn.service import TransactionConfig  # noqa: E402
 
@@ -162,6 +169,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, default=None, help="the certificate's PEM private key, unencrypted")
     p.add_argument("--tls-client-ca", type=Path, default=None,
                    help="mutual TLS: clients must present a certificate signed by a CA of this PEM file")
+    p.add_argument("--accept-state-loss", action="store_true",
+                   help="start even when state the broker had is missing or damaged (the consumer offsets file, "
+                        "the pop or transaction RocksDB): what was lost is logged, a damaged RocksDB is moved "
+                        "aside. Without it such a start is refused with a sentence naming the file (default: off)")
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
     _add_limit_flags(p)
@@ -177,6 +188,19 @@ def _tls(p: argparse.ArgumentParser, args) -> TlsOptions | None:
     if args.tls_cert is None or args.tls_key is None:
         p.error("TLS needs both --tls-cert and --tls-key (the broker's PEM certificate and its key)")
     return TlsOptions.load(args.tls_cert, args.tls_key, args.tls_client_ca)
+
+
+def _start_failure(err: Exception, bind_error: type) -> str | None:
+    """The sentence for a start that failed with ``err``; None for a fault of the broker."""
+    if isinstance(err, DiskFullError):
+        return full_at_start_sentence(err)
+    if isinstance(err, (StoreError, bind_error)):  # DataDirInUseError, StateLossError included
+        return str(err)
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # a metadata file (the queue table)
+        return full_at_start_sentence(f"{err.filename or 'a file'}: {err.strerror}")
+    if type(err) is Exception and "No space left on device" in str(err):  # RocksDB's status, through rocksdict
+        return full_at_start_sentence(f"the pop or transaction state (RocksDB) could not be written ({err})")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,11 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
-                    limits=limits, acl=acl, tls=tls)
+                    limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss)
     try:
         broker.start()
-    except (DataDirInUseError, BindError, StoreError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+    except Exception as err:  # a sentence for what the user can fix (a full disk, lost state); others raise
+        sentence = _start_failure(err, BindError)
+        if sentence is None:
+            raise
+        print(f"{PROG}: error: {sentence}", file=sys.stderr, flush=True)
         return 2
     try:
         if broker.remoting is not None:

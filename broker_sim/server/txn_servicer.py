@@ -43,7 +43,7 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
 
     @translated
     def GetSinkBatch(self, request, context):
-        record, latest = self._core.sink_batch(request.sink_id, request.batch_id)
+        record, latest = self._core.sink_batch(request.sink_id, request.batch_id, caller())
         if record is None:
             return pb.GetSinkBatchResponse(committed=False, latest_batch_id=latest)
         return pb.GetSinkBatchResponse(committed=True, transaction_ids=record.transaction_ids,

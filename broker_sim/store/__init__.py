@@ -5,7 +5,7 @@ from .commitlog import PendingRecord, wall_clock_ms
 from .config import FlushMode, StoreConfig
 from .consume_queue import IndexUnit
 from .consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS, ConsumerOffsetTable
-from .disk import DiskGuard, full_sentence
+from .disk import DiskGuard, full_at_start_sentence, full_sentence
 from .errors import (
     DataDirInUseError,
     DiskFailedError,
@@ -25,6 +25,7 @@ from .paths import StorePaths
 from .producer_state import stamp_problem
 from .recovery import RecoveryReport
 from .service_thread import ServiceThread
+from .state_marks import StateLossError, StateMarks
 from .status import (
     DEFAULT_PUT,
     ZERO_HOST,
@@ -46,8 +47,10 @@ __all__ = [
     "CorruptedRecord", "CreateStatus", "DataDirInUseError", "DiskFailedError", "DiskFullError", "DiskGuard",
     "FlushMode", "GetResult", "GetStatus", "IndexUnit", "InnerBatch", "LogPositions", "MappedFile", "MessageStore",
     "PendingRecord", "PutContext", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
-    "ServiceThread", "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
+    "ServiceThread", "StateLossError", "StateMarks",
+    "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
     "TagFilter", "TopicConfig", "UnknownTopicError", "creation_problem", "decode_record", "echo",
     "encode_message_batch", "file_name",
-    "fsync_dir", "full_sentence", "stamp_problem", "system_topic_problem", "wall_clock_ms", "write_atomically",
+    "fsync_dir", "full_at_start_sentence",
+    "full_sentence", "stamp_problem", "system_topic_problem", "wall_clock_ms", "write_atomically",
 ]

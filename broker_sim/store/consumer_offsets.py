@@ -5,7 +5,8 @@ Per group, topic and queue: the committed next offset to consume, the group's du
 an interval (RocketMQ's flushConsumerOffsetInterval, 5 s), on close, and when a deleted topic's
 offsets are removed, atomically (a temporary file, fsync, rename, directory fsync), so the file
 on disk is always one whole version. A crash loses at most the commits of the last interval, as
-RocketMQ's.
+RocketMQ's. Once written, the file's absence at a start is a loss, not a new broker
+(state_marks.py).
 
 The file has RocketMQ's shape::
 
@@ -24,6 +25,7 @@ from typing import Iterable
 from .errors import StoreError
 from .files import write_atomically
 from .service_thread import ServiceThread
+from .state_marks import MISSING, StateMarks
 
 DEFAULT_FLUSH_INTERVAL_MS = 5000
 SEPARATOR = "@"
@@ -33,11 +35,14 @@ class ConsumerOffsetTable:
     """The committed offsets of every consumer group, loaded from ``path`` at open.
 
     ``flush_interval_ms`` None: no background writer (call ``flush()``); ``close()`` writes
-    what changed since the last write either way.
+    what changed since the last write either way. With ``marks`` (state_marks.py), a missing
+    file that was written before is refused (StateLossError) unless the loss is accepted.
     """
 
-    def __init__(self, path, flush_interval_ms: int | None = DEFAULT_FLUSH_INTERVAL_MS):
+    def __init__(self, path, flush_interval_ms: int | None = DEFAULT_FLUSH_INTERVAL_MS,
+                 marks: StateMarks | None = None):
         self.path = Path(path)
+        self._marks = marks
         self._lock = threading.Lock()  # the table
         self._write_lock = threading.Lock()  # one writer of the file at a time
         self._offsets: dict[str, dict[tuple[str, int], int]] = {}  # group -> (topic, queue) -> offset
@@ -124,8 +129,11 @@ class ConsumerOffsetTable:
                     for (topic, queue_id), offset in offsets.items():
                         table.setdefault(f"{topic}{SEPARATOR}{group}", {})[str(queue_id)] = offset
                 data = {"offsetTable": table}
+                groups = sum(1 for offsets in self._offsets.values() if offsets)
             write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
             self._written = version
+            if self._marks is not None:
+                self._marks.mark(self.path, 1, groups)  # from now on, its absence is a loss
             return True
 
     def close(self) -> None:
@@ -145,7 +153,17 @@ class ConsumerOffsetTable:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            if self._marks is not None and self._marks.generation(self.path):
+                groups = self._marks.count(self.path)
+                held = "how many groups it held is not known" if groups is None else \
+                    f"{groups} group{'' if groups == 1 else 's'} had offsets at its last write"
+                self._marks.lost(self.path, MISSING, f"that every consumer group's committed offsets are gone "
+                                 f"({held}), so each group would restart from its initial position, consuming "
+                                 "again or skipping what it had not consumed",
+                                 "every group starts with no committed offset")
             return
+        if self._marks is not None:
+            self._marks.mark(self.path, 1)
         try:
             table = json.loads(raw)["offsetTable"]
             for key, queues in table.items():

@@ -33,8 +33,10 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(err, OSError) and err.filename is None:
+            err.filename = str(path)  # os.write names none: sentences say which file
         raise
     fsync_dir(path.parent)

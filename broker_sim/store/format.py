@@ -61,6 +61,7 @@ CRC_DIGITS = 10
 CRC_RESERVED_BYTES = len(CRC_PROPERTY_PREFIX) + CRC_DIGITS + 1
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # RocketMQ's: delayed messages wait here
+SINK_TOPIC = "RMQ_SYS_SINK_BATCHES"  # committed sink batches, as RocketMQ's op records of transactions
 RETRY_TOPIC_PREFIX = "%RETRY%"
 DLQ_TOPIC_PREFIX = "%DLQ%"
 BATCH_CODECS = ("rmq", "arrow")

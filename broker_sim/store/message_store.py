@@ -198,14 +198,15 @@ class MessageStore:
         is checked by ``payload_check`` unless the context says it was stored before."""
         return self._put(self.build_inner_batch(topic, queue_id, batch, context=context), context)
 
-    def put_records(self, topic: str, queue_id: int, records: list[PendingRecord]) -> PutResult:
+    def put_records(self, topic: str, queue_id: int, records: list[PendingRecord], *, flush: bool = True) -> PutResult:
         """Append records built earlier by a ``build_*`` call (kept aside meanwhile, as prepared
-        transaction batches are), checked again against the topic as it is now."""
+        transaction batches are), checked again against the topic as it is now. ``flush`` False:
+        not flushed even with --flush sync (the caller calls ``flush_log`` once for many)."""
         config, failed = self._check_queue(topic, queue_id)
         if not failed and config.queue_type is not QueueType.BATCH_CQ and any(
                 r.sys_flag & fmt.SysFlag.INNER_BATCH for r in records):
             failed = _wrong_queue_type(topic)
-        return failed or self._append(config, queue_id, records)
+        return failed or self._append(config, queue_id, records, flush=flush)
 
     # The build_* calls check a message as its put_* call does and return the records that
     # put_records appends, or the failed PutResult.
@@ -288,7 +289,7 @@ class MessageStore:
         return self._append(built.config, built.queue_id, built.records, context.producer)
 
     def _append(self, config: TopicConfig, queue_id: int, records: list[PendingRecord],
-                producer: tuple[str, int] | None = None) -> PutResult:
+                producer: tuple[str, int] | None = None, flush: bool = True) -> PutResult:
         if producer is not None:
             problem = stamp_problem(*producer)
             if problem:
@@ -300,7 +301,7 @@ class MessageStore:
         if failed:
             return failed
         if producer is None:
-            return self._store(config, queue_id, records)
+            return self._store(config, queue_id, records, flush)
         known = self.producers.begin(*producer)
         if known is not None:
             return known
@@ -329,7 +330,8 @@ class MessageStore:
                                  f"{self.config.segment_bytes} bytes; raise segment_bytes or send less")
         return None
 
-    def _store(self, config: TopicConfig, queue_id: int, records: list[PendingRecord]) -> PutResult:
+    def _store(self, config: TopicConfig, queue_id: int, records: list[PendingRecord],
+               flush: bool = True) -> PutResult:
         topic = config.name
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
@@ -344,7 +346,7 @@ class MessageStore:
         if appended is None:
             return PutResult(PutStatus.TOPIC_NOT_FOUND, f"topic {topic!r} was deleted while the message was being "
                              f"stored; nothing was stored. {_unknown_topic(topic, self.topics)}")
-        if self._sync:
+        if self._sync and flush:
             try:
                 self.commitlog.flush(until=appended.end_offset)
             except DiskFailedError as err:

@@ -7,6 +7,7 @@ Data directory::
     checkpoint                        flushed commitlog and index positions
     checkpoint.queues.json            every queue's max offset and indexed end at the last full index flush
     corrupted.json                    the damaged records found so far
+    state.json                        the state files it has had, and their generations (state_marks.py)
     config/topics.json                topic table snapshot
     config/topics.journal             topic changes since the snapshot
     config/consumerOffset.json        consumer group offsets
@@ -59,6 +60,10 @@ class StorePaths:
     @property
     def corrupted(self) -> Path:
         return self.root / "corrupted.json"
+
+    @property
+    def state_marks(self) -> Path:
+        return self.root / "state.json"
 
     @property
     def config(self) -> Path:

@@ -92,6 +92,9 @@ def system_topic_problem(name: str, action: str) -> str | None:
     if name == fmt.SCHEDULE_TOPIC:
         return (f"cannot {action} topic {echo(name)}: it holds delayed messages until their time, and the broker "
                 "makes and keeps it; name your topic otherwise")
+    if name == fmt.SINK_TOPIC:
+        return (f"cannot {action} topic {echo(name)}: it records the committed sink batches of exactly-once "
+                "writers, and the broker makes and keeps it; name your topic otherwise")
     if name.startswith((fmt.RETRY_TOPIC_PREFIX, fmt.DLQ_TOPIC_PREFIX)):
         return (f"cannot {action} topic {echo(name)}: names starting with {fmt.RETRY_TOPIC_PREFIX} or "
                 f"{fmt.DLQ_TOPIC_PREFIX} are pop's retry and dead letter topics, which the broker makes and keeps; "

@@ -18,6 +18,14 @@ Commit of many transactions, with an optional sink batch (sink id, batch id):
    takes the append lock once. Then the commitlog is flushed.
 5. The transactions turn COMMITTED; their half records are released.
 
+The sink batch's record is also appended to the commitlog, in the system topic
+RMQ_SYS_SINK_BATCHES (as RocketMQ writes its transaction op records to a system topic), after
+the batches of step 4 and flushed with them; a decided sink batch is kept pending in the state
+until then, and written at the next open if a crash came first. Each open restores from that
+topic the sink batches the state does not know: losing the RocksDB (accepted with
+--accept-state-loss) loses no committed sink batch the commitlog still holds, so a replayed
+batch stays a replay.
+
 After a crash between 3 and 5, opening the service finds COMMITTING transactions, reads the
 commitlog from their decision position for records whose PREPARED TX OFFSET names one of their
 batches, and applies the others: a commit is completed exactly once, never left half visible.
@@ -26,7 +34,9 @@ A commit of a committed transaction changes nothing and says so. A replayed sink
 batch id committed already) makes nothing visible: the call's open transactions are rolled
 back instead, in the same step. Transactions without a prepared batch for ``timeout_ms`` are
 rolled back by a background sweep (``expire``). Ended transactions are remembered for
-``ended_retention_ms``; sink batches for good.
+``ended_retention_ms``; sink batches for good. With ACLs, transactions belong to the account
+that opened them and a sink to the account that first committed under it: no other account
+may end, commit or look them up (FORBIDDEN).
 """
 
 from __future__ import annotations
@@ -49,7 +59,9 @@ from broker_sim.store import (
     PutResult,
     PutStatus,
     QueueRecords,
+    QueueType,
     ServiceThread,
+    StateMarks,
     StorePaths,
     echo,
     full_sentence,
@@ -143,13 +155,13 @@ class TransactionService:
     """
 
     def __init__(self, store: MessageStore, paths: StorePaths, config: TransactionConfig | None = None, *,
-                 now_ms: Callable[[], int] = wall_clock_ms, sweep: bool = True):
+                 now_ms: Callable[[], int] = wall_clock_ms, sweep: bool = True, marks: StateMarks | None = None):
         self.store = store
         self.config = config or TransactionConfig()
         self.now_ms = now_ms
         self._lock = threading.Lock()  # the open transactions
         self._end_lock = threading.Lock()  # one commit, rollback or sweep at a time
-        self.state = StateStore(paths.txn_state)
+        self.state = StateStore(paths.txn_state, marks)
         try:
             unended = self.state.load_unended()
             segment_bytes = max(self.config.half_segment_bytes,
@@ -162,6 +174,7 @@ class TransactionService:
             self.half.drop_unused()
             self._open: dict[str, Transaction] = {t.id: t for t in unended}
             self._complete_commits([t for t in unended if t.state is TxnState.COMMITTING])
+            self._settle_sinks()
         except BaseException:
             self.state.close()
             raise
@@ -268,6 +281,8 @@ class TransactionService:
             with self._lock:
                 txns = self._known(ids)
                 _check_owner(txns, owner)
+                if sink is not None:
+                    self._check_sink_owner(sink[0], owner)
                 recorded = self.state.sink_record(*sink) if sink is not None else None
                 if recorded is not None:
                     return self._replay(txns, recorded)
@@ -286,9 +301,9 @@ class TransactionService:
             position = self.store.log_positions().max_offset
             for rank, txn in enumerate(to_commit):
                 txn.decision_position, txn.decision_rank = position, rank
-            record = None if sink is None else SinkRecord(sink[0], sink[1], tuple(ids), self.now_ms())
+            record = None if sink is None else SinkRecord(sink[0], sink[1], tuple(ids), self.now_ms(), owner or "")
             self.state.decide_commit(to_commit, record)
-            self._apply(to_commit, applied=set())
+            self._apply(to_commit, applied=set(), sink=record)
             outcomes = [Outcome(t.id, TxnState.COMMITTED, t in to_commit, t.batch_count, t.message_count) for t in txns]
             return EndResult(outcomes, record)
 
@@ -327,13 +342,26 @@ class TransactionService:
 
     # --- queries ---------------------------------------------------------------------------
 
-    def sink_batch(self, sink_id: str, batch_id: int) -> tuple[SinkRecord | None, int]:
+    def sink_batch(self, sink_id: str, batch_id: int, owner: str | None = None) -> tuple[SinkRecord | None, int]:
         """The sink batch's record (None: not committed) and the sink's highest committed
-        batch id (-1: none)."""
+        batch id (-1: none); with ``owner`` (ACLs), only of a sink of that account's."""
         check_id(sink_id, "sink id")
         if not isinstance(batch_id, int) or batch_id < 0:
             raise TransactionRefused(Refusal.INVALID, f"batch id {batch_id!r}: give the sink's batch id, 0 or more")
+        self._check_sink_owner(sink_id, owner)
         return self.state.sink_record(sink_id, batch_id), self.state.latest_sink_batch(sink_id)
+
+    def _check_sink_owner(self, sink_id: str, owner: str | None) -> None:
+        """FORBIDDEN unless the sink is ``owner``'s: a sink belongs to the account that first
+        committed a batch under it (None: no ACLs, anyone's). A sink committed only without
+        ACLs so far is taken by the first account that commits under it."""
+        if owner is None:
+            return
+        recorded = self.state.sink_owner(sink_id)
+        if recorded and recorded != owner:
+            raise TransactionRefused(Refusal.FORBIDDEN, f"sink {sink_id!r} belongs to another account: only the "
+                                                        "account that first committed a batch under it may commit "
+                                                        "its batches or look them up; use a sink id of your own")
 
     def transactions(self, ids: list[str] | None = None, owner: str | None = None) -> list[Transaction | None]:
         """The open and committing transactions, or those named (None for an unknown one); with
@@ -427,10 +455,11 @@ class TransactionService:
         self.half.release([b.position for t in txns for b in t.batches])
         return txns
 
-    def _apply(self, txns: list[Transaction], applied: set) -> None:
-        """Append the batches of decided transactions, skipping those in ``applied``. Each
-        transaction's batches are appended queue by queue, in prepare order within a queue
-        (the only order readers see), so that a queue's run takes the append lock once."""
+    def _apply(self, txns: list[Transaction], applied: set, sink: SinkRecord | None = None) -> None:
+        """Append the batches of decided transactions, skipping those in ``applied``, then the
+        sink batch's record, all flushed at once. Each transaction's batches are appended queue
+        by queue, in prepare order within a queue (the only order readers see), so that a
+        queue's run takes the append lock once."""
         for txn in txns:
             runs: dict[tuple[str, int], list] = {}
             for batch in txn.batches:
@@ -450,17 +479,19 @@ class TransactionService:
                     if end - start >= _APPEND_RECORDS or size >= _APPEND_BYTES or end == len(records):
                         self._append_run(key, records[start:end])
                         start, size = end, 0
+        if sink is not None and not self._append_sink(sink):
+            sink = None  # still pending: appended at the next open
         self.store.flush_log()  # what the end below says is visible is on disk first
         now = self.now_ms()
         with self._lock:
             for txn in txns:
                 txn.state, txn.ended_ms = TxnState.COMMITTED, now
                 self._open.pop(txn.id, None)
-        self.state.end(txns, sync=False)
+        self.state.end(txns, sync=False, sink=sink)
         self.half.release([b.position for t in txns for b in t.batches])
 
     def _append_run(self, key: tuple[str, int], records: list) -> None:
-        result = self.store.put_records(key[0], key[1], records)
+        result = self.store.put_records(key[0], key[1], records, flush=False)  # flushed once, at the end
         if result.ok:
             return
         if result.status is PutStatus.SERVICE_NOT_AVAILABLE:  # stopping: the next open completes the commit
@@ -468,6 +499,46 @@ class TransactionService:
         # The topic was deleted (or re-created otherwise) after the batches were prepared.
         log.warning("committed batches of %d records for topic %r queue %d were dropped: %s", len(records), key[0],
                     key[1], result.detail)
+
+    def _append_sink(self, sink: SinkRecord) -> bool:
+        """Append the sink batch's record to the sink topic (made on first use); False if the
+        store refused it (logged)."""
+        if self.store.find_topic(fmt.SINK_TOPIC) is None:
+            self.store.create_topic(fmt.SINK_TOPIC, 1, QueueType.SIMPLE_CQ)
+        built = self.store.build_message(fmt.SINK_TOPIC, 0, sink.encode())
+        result = built if isinstance(built, PutResult) else self.store.put_records(
+            fmt.SINK_TOPIC, 0, built.records, flush=False)  # flushed with the commit's batches
+        if not result.ok:
+            log.error("sink %r batch %d is committed but its record could not be written to the commitlog (%s); "
+                      "it is written at the next start", sink.sink_id, sink.batch_id, result.detail)
+        return result.ok
+
+    def _settle_sinks(self) -> None:
+        """At open: write the sink records a crash kept from the commitlog, then restore into
+        the state the sink batches of the commitlog it does not know (it was lost or cut)."""
+        pending = self.state.pending_sinks()
+        for sink in pending:
+            if self._append_sink(sink):
+                self.store.flush_log()
+                self.state.end([], sync=True, sink=sink)
+        if self.store.find_topic(fmt.SINK_TOPIC) is None:
+            return
+        self.store.wait_dispatched(60.0)
+        offset = max(self.state.sink_log_offset(), self.store.min_offset(fmt.SINK_TOPIC, 0))
+        end = self.store.max_offset(fmt.SINK_TOPIC, 0)
+        restored = 0
+        while offset < end:
+            result = self.store.get_messages(fmt.SINK_TOPIC, 0, offset, end)
+            if not result.batches:
+                break
+            for batch in result.batches:
+                restored += self.state.restore_sink(SinkRecord.decode(bytes(fmt.decode_record(batch.data).body)))
+            offset = result.next_begin_offset
+        if offset != self.state.sink_log_offset():
+            self.state.set_sink_log_offset(offset)
+        if restored:
+            log.warning("restored %d committed sink batches from the commitlog's %s: the transaction state had "
+                        "lost them", restored, fmt.SINK_TOPIC)
 
     def _complete_commits(self, txns: list[Transaction]) -> None:
         """Finish commits a crash interrupted: apply the batches not in the commitlog yet."""

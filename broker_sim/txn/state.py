@@ -7,9 +7,13 @@ Keys (bytes; transaction and sink ids never hold a NUL)::
     O{txn id}                           present while the transaction is open or committing
     B{txn id}\\0{8-byte seq}             a prepared batch: half log position, size, messages, time,
                                         and the producer stamp of the send it began, if any
-    S{sink id}\\0{8-byte batch id}       a committed sink batch: its transaction ids and time
+    S{sink id}\\0{8-byte batch id}       a committed sink batch: its transaction ids, time and owner
+    K{sink id}                          the sink's owner: the access key that first committed under it
+                                        ("" while only calls without ACLs did)
     E{8-byte ended ms}{txn id}          ended transactions by time, for the retention sweep
     H                                   the next half log segment index (positions are never reused)
+    P{sink id}\\0{8-byte batch id}       a sink batch decided, not yet in the commitlog's sink topic
+    L                                   the sink topic's offset read up to at the last open
 
 A commit decision (transactions COMMITTING and the sink batch) is one synced write batch; the
 end of a transaction (state, deleting its batches and its O key) is another.
@@ -23,7 +27,10 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import Options, WriteBatch, WriteOptions
+
+from broker_sim.rocks import close_checked, open_checked
+from broker_sim.store import StateMarks
 
 # state, created / last prepared / ended ms, decision position and rank, batches, messages, expired
 _TXN = struct.Struct(">Bqqqqiiq?")
@@ -32,6 +39,9 @@ _STAMP = struct.Struct(">qii")  # sequence, queue id, messages of the send; then
 _SEQ = struct.Struct(">Q")
 _BATCH_ID = struct.Struct(">q")
 _NEXT_SEGMENT_KEY = b"H"
+# What a start without the transaction state means (rocks.py's sentences).
+LOSS = ("that prepared transactions are forgotten (their commits fail, their rows are never visible) and that a "
+        "commit interrupted by a crash stays half done")
 
 
 class TxnState(enum.IntEnum):
@@ -78,16 +88,27 @@ class SinkRecord:
     batch_id: int
     transaction_ids: tuple
     committed_ms: int
+    owner: str = ""  # the access key that committed it ("" without ACLs)
+
+    def encode(self) -> bytes:
+        """The body of its record in the commitlog's sink topic."""
+        return json.dumps({"sink": self.sink_id, "batch": self.batch_id, "transactions": list(self.transaction_ids),
+                           "committed_ms": self.committed_ms, "owner": self.owner}).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> "SinkRecord":
+        data = json.loads(body)
+        return cls(data["sink"], data["batch"], tuple(data["transactions"]), data["committed_ms"], data["owner"])
 
 
 class StateStore:
-    """The RocksDB database in ``directory``."""
+    """The RocksDB database in ``directory``; with ``marks``, a database lost or cut since the
+    broker left it is refused at open (rocks.py)."""
 
-    def __init__(self, directory: Path):
-        directory.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        self.db = Rdict(str(directory), options=options)
+    def __init__(self, directory: Path, marks: StateMarks | None = None):
+        self.directory = directory
+        self._marks = marks
+        self.db = open_checked(directory, "transaction state", LOSS, marks, Options(raw_mode=True))
         self._synced = WriteOptions()
         self._synced.sync = True
         self._unsynced = WriteOptions()
@@ -132,18 +153,22 @@ class StateStore:
         self.db.write(writes, self._unsynced)
 
     def decide_commit(self, txns: list[Transaction], sink: SinkRecord | None) -> None:
-        """The commit decision: the transactions COMMITTING and the sink batch, on disk at once."""
+        """The commit decision: the transactions COMMITTING and the sink batch (pending its
+        record in the commitlog), on disk at once."""
         writes = WriteBatch(raw_mode=True)
         for txn in txns:
             writes.put(b"T" + txn.id.encode(), _pack(txn))
         if sink is not None:
-            writes.put(_sink_key(sink.sink_id, sink.batch_id), json.dumps(
-                {"transactions": list(sink.transaction_ids), "committed_ms": sink.committed_ms}).encode())
+            self._put_sink(writes, sink)
+            writes.put(b"P" + _sink_key(sink.sink_id, sink.batch_id)[1:], b"")
         self.db.write(writes, self._synced)
 
-    def end(self, txns: list[Transaction], sync: bool) -> None:
-        """Transactions ended (committed and applied, or rolled back): their batches go."""
+    def end(self, txns: list[Transaction], sync: bool, sink: SinkRecord | None = None) -> None:
+        """Transactions ended (committed and applied, or rolled back): their batches go; the
+        sink batch, now in the commitlog, is no longer pending."""
         writes = WriteBatch(raw_mode=True)
+        if sink is not None:
+            writes.delete(b"P" + _sink_key(sink.sink_id, sink.batch_id)[1:])
         for txn in txns:
             raw = txn.id.encode()
             writes.put(b"T" + raw, _pack(txn))
@@ -173,7 +198,45 @@ class StateStore:
         if value is None:
             return None
         data = json.loads(value)
-        return SinkRecord(sink_id, batch_id, tuple(data["transactions"]), data["committed_ms"])
+        return SinkRecord(sink_id, batch_id, tuple(data["transactions"]), data["committed_ms"], data.get("owner", ""))
+
+    def sink_owner(self, sink_id: str) -> str | None:
+        """The access key that first committed under the sink ("" only without ACLs so far);
+        None when no batch of it was committed."""
+        value = self.db.get(b"K" + sink_id.encode())
+        return None if value is None else value.decode()
+
+    def _put_sink(self, writes: WriteBatch, sink: SinkRecord) -> None:
+        """The sink batch, and its owner when the sink has none yet (the first committer)."""
+        writes.put(_sink_key(sink.sink_id, sink.batch_id), json.dumps(
+            {"transactions": list(sink.transaction_ids), "committed_ms": sink.committed_ms,
+             "owner": sink.owner}).encode())
+        if not self.sink_owner(sink.sink_id):
+            writes.put(b"K" + sink.sink_id.encode(), sink.owner.encode())
+
+    def pending_sinks(self) -> list[SinkRecord]:
+        """Sink batches decided whose record may not be in the commitlog (a crash)."""
+        out = []
+        for key, _ in self._prefixed(b"P"):
+            sink_id, _, raw = key[1:].partition(b"\0")
+            out.append(self.sink_record(sink_id.decode(), _BATCH_ID.unpack(raw)[0]))
+        return [r for r in out if r is not None]
+
+    def restore_sink(self, sink: SinkRecord) -> bool:
+        """Record a sink batch read back from the commitlog unless it is known; True if it was not."""
+        if self.sink_record(sink.sink_id, sink.batch_id) is not None:
+            return False
+        writes = WriteBatch(raw_mode=True)
+        self._put_sink(writes, sink)
+        self.db.write(writes, self._synced)
+        return True
+
+    def sink_log_offset(self) -> int:
+        value = self.db.get(b"L")
+        return 0 if value is None else _SEQ.unpack(value)[0]
+
+    def set_sink_log_offset(self, offset: int) -> None:
+        self.db.put(b"L", _SEQ.pack(offset), self._synced)
 
     def latest_sink_batch(self, sink_id: str) -> int:
         """The highest committed batch id of the sink; -1 when none is."""
@@ -194,7 +257,7 @@ class StateStore:
         self.db.put(_NEXT_SEGMENT_KEY, _SEQ.pack(index), self._synced)
 
     def close(self) -> None:
-        self.db.close()
+        close_checked(self.db, self.directory, self._marks)
 
     def _prefixed(self, prefix: bytes):
         for key, value in self.db.items(from_key=prefix):

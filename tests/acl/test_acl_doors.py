@@ -141,6 +141,35 @@ def test_a_transaction_belongs_to_the_account_that_opened_it(acl_broker):
     assert stored(acl_broker) == before + 1
 
 
+def test_a_sink_belongs_to_the_account_that_first_committed_under_it(acl_broker):
+    """Issue 29: an account without any permission committed (sink, batch) of another's sink
+    first; the owner's is_committed then said True and her real commit was taken for a replay
+    (nothing of it visible)."""
+    sink = f"alice-sink-{uuid.uuid4().hex[:8]}"
+    before = stored(acl_broker)
+    with Transactions(acl_broker.endpoint, config("writer")) as owner:
+        owner.commit([], sink_id=sink, batch_id=0)  # the sink is writer's from here on
+    with Transactions(acl_broker.endpoint, config("stranger")) as other:
+        with pytest.raises(PermissionDeniedError, match=f"sink '{sink}' belongs to another account"):
+            other.commit([], sink_id=sink, batch_id=1)
+        with pytest.raises(PermissionDeniedError, match="belongs to another account"):
+            other.is_committed(sink, 0)
+        with pytest.raises(PermissionDeniedError, match="belongs to another account"):
+            other.sink_batch(sink, 1)
+    txn = new_transaction_id()
+    with Producer(acl_broker.endpoint, transport=config("writer"), transaction_id=txn) as producer:
+        producer.send(Message("orders", b"exactly once", tags="T"))
+        prepared = producer.prepared()
+    with Transactions(acl_broker.endpoint, config("writer")) as owner:
+        assert not owner.is_committed(sink, 1)
+        result = owner.commit([prepared], sink_id=sink, batch_id=1)
+        assert not result.sink_batch_replayed
+        assert owner.sink_batch(sink, 1).transaction_ids == (txn,)
+    assert stored(acl_broker) == before + 1
+    with Transactions(acl_broker.endpoint, config("stranger")) as other:  # a sink of its own: its own business
+        other.commit([], sink_id=f"stranger-sink-{uuid.uuid4().hex[:8]}", batch_id=0)
+
+
 def test_the_v2_door_answers_with_rocketmqs_codes(acl_broker):
     channel = grpc.insecure_channel(acl_broker.endpoint)
     try:

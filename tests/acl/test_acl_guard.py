@@ -1,12 +1,14 @@
-"""The guard's replay window, as --acl-clock-skew-s sets it (the broker's clock injected)."""
+"""The guard's replay window, as --acl-clock-skew-s sets it (the broker's clock injected), and
+what the sink topic demands."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker_sim.acl import Guard
+from broker_sim.acl import Demand, Guard, Perm
 from broker_sim.core import BrokerError, Reason
 from broker_sim.server import cli
+from broker_sim.store.format import SINK_TOPIC
 from rmq_spark import Credentials
 from rmq_spark.protocol import signing
 
@@ -23,3 +25,19 @@ def test_the_clock_skew_flag_sets_the_replay_window(tmp_path):
     with pytest.raises(BrokerError, match="120 s before the broker's clock; at most 60 s") as refused:
         guard.grpc_account(signing.grpc_metadata(credentials, NOW_S - 120))
     assert refused.value.reason is Reason.UNAUTHENTICATED
+
+
+def test_the_sink_topic_is_an_admins_whatever_the_default_topic_permission(tmp_path):
+    """RMQ_SYS_SINK_BATCHES holds every account's committed sink batches (issue 29): an account
+    whose default grants every topic may still neither read it nor write to it."""
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts:\n  - {accessKey: wide, secretKey: wide-secret, defaultTopicPerm: PUB|SUB}\n"
+                        "  - {accessKey: ops, secretKey: ops-secret, admin: true}\n")
+    guard = Guard(acl_file, clock_s=lambda: NOW_S)
+    wide, ops = guard.config.accounts["wide"], guard.config.accounts["ops"]
+    guard.authorize(wide, [Demand.topic("orders", Perm.SUB), Demand.topic("orders", Perm.PUB)])
+    for perm in (Perm.SUB, Perm.PUB):
+        with pytest.raises(BrokerError, match="every account's committed sink batches") as refused:
+            guard.authorize(wide, [Demand.topic(SINK_TOPIC, perm)])
+        assert refused.value.reason is Reason.PERMISSION_DENIED
+    guard.authorize(ops, [Demand.topic(SINK_TOPIC, Perm.SUB)])

@@ -8,11 +8,13 @@ dies of a signal (SIGBUS, before the fix)."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
-from broker_sim.testing import broker_process
+from broker_sim.testing import broker_process, wait_listening
 from rmq_spark import (
     Admin,
     DiskFailedError,
@@ -202,11 +204,58 @@ def test_pop_state_on_a_full_disk_is_refused_as_disk_full(tmp_path):
         with broker_process(disk / "data", *args) as (endpoint, process):
             with Admin(endpoint) as admin:
                 admin.create_topic(TOPIC, QUEUES, "BatchCQ")
-            with Producer(endpoint) as producer:
-                producer.send_batch(batch(0, 0))
+            with Producer(endpoint) as producer:  # a pop takes a whole batch: a pop state write each
+                for number in range(100):
+                    producer.send_batch(batch(number, number % QUEUES))
             fill(disk / "filler")
             with PopConsumer(endpoint, "g", [TOPIC]) as consumer, pytest.raises(DiskFullError) as refused:
-                for _ in range(100):  # RocksDB's write buffer takes a few pops before its log must grow
+                for _ in range(100):  # the pops fill the block RocksDB's log has before it must grow
                     consumer.ack(consumer.receive(1, poll_ms=0))
             assert "RocksDB" in str(refused.value) and "restart the broker" in str(refused.value)
+            stop(process)
+
+
+def start_cli(data, *args) -> tuple[subprocess.Popen, str]:
+    """The CLI on ``data``: (its process, "listening" or what it printed before it exited)."""
+    process = subprocess.Popen([sys.executable, "-m", "broker_sim.server.cli", "--port", "0", "--data-dir",
+                                str(data), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_listening(process, WAIT_S)
+    except RuntimeError as err:
+        process.wait(WAIT_S)
+        return process, str(err)
+    return process, "listening"
+
+
+def test_a_start_on_a_full_disk_exits_2_with_the_full_disk_sentence(tmp_path):
+    """Issue 29.2: a restart on a disk still full stopped, in one run of two, with a raw
+    traceback (OSError ENOSPC from a metadata file written at start, or RocksDB's IO error).
+    Now a start that finds no room exits 2 with one sentence saying what to do (a new data
+    directory always needs room); a restart either serves or says so; once there is room, the
+    broker starts with everything acknowledged."""
+    with mounted("tmpfs", 24, tmp_path) as disk:
+        data, filler = disk / "data", disk / "filler"
+        args = ("--segment-bytes", "1m", "--disk-reserve", "1m")
+        with broker_process(data, *args) as (endpoint, process):
+            with Admin(endpoint) as admin:
+                admin.create_topic(TOPIC, QUEUES, "BatchCQ")
+            acked = {0: [m.body for m in batch(0, 0)], 1: []}
+            with Producer(endpoint) as producer:
+                producer.send_batch(batch(0, 0))
+            stop(process)
+        fill(filler)
+        process, said = start_cli(disk / "new-data", *args)
+        assert process.returncode == 2, said
+        assert "Traceback" not in said
+        assert "out of disk space" in said and "Free space on that disk and start it again" in said
+        for _ in range(2):
+            process, said = start_cli(data, *args)
+            if said == "listening":
+                stop(process)
+            else:
+                assert process.returncode == 2 and "Traceback" not in said, said
+                assert "out of disk space" in said, said
+        filler.unlink()
+        with broker_process(data, *args) as (endpoint, process):
+            assert wait_readable(endpoint, acked) == acked
             stop(process)

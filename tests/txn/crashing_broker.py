@@ -36,10 +36,10 @@ def main() -> int:
     elif mode == "before-end":
         original_end = StateStore.end
 
-        def end(self, txns, sync):
+        def end(self, txns, sync, **kwargs):
             if any(t.state.name == "COMMITTED" for t in txns):
                 die()
-            original_end(self, txns, sync)
+            original_end(self, txns, sync, **kwargs)
 
         StateStore.end = end
     else:

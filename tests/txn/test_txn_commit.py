@@ -6,6 +6,7 @@ import pytest
 
 from rmq_spark import (
     Admin,
+    InvalidRequestError,
     Message,
     Producer,
     Transactions,
@@ -125,6 +126,24 @@ def test_sink_batch_is_recorded_with_the_commit_and_a_replay_makes_nothing_visib
         assert not txns.is_committed("sink-b", 0)
     broker.core.store.wait_dispatched(5)
     assert read_queue(broker.endpoint, topic, 0) == list(enumerate(bodies(3, "b0")))
+
+
+def test_only_the_broker_writes_the_sink_topic(broker):
+    """Committed sink batches are also records of RMQ_SYS_SINK_BATCHES, restored from it at
+    start (issue 29): a record a client put there would mark a batch committed, so no client
+    may send to it, create it or delete it."""
+    with Transactions(broker.endpoint) as txns:
+        txns.commit([], sink_id="sink-a", batch_id=0)
+    sink_topic = "RMQ_SYS_SINK_BATCHES"
+    assert read_queue(broker.endpoint, sink_topic, 0)[0][0] == 0  # the record is there
+    with Producer(broker.endpoint, auto_batch=False) as producer, \
+            pytest.raises(InvalidRequestError, match="only the broker writes to it"):
+        producer.send(Message(sink_topic, b'{"sink": "sink-a", "batch": 1}'))
+    with Admin(broker.endpoint) as admin:
+        with pytest.raises(InvalidRequestError, match="committed sink batches"):
+            admin.delete_topic(sink_topic)
+        with pytest.raises(InvalidRequestError, match="committed sink batches"):
+            admin.create_topic(sink_topic, 1, "SimpleCQ")
 
 
 def test_listing_shows_open_transactions_and_looks_up_ended_ones(broker, topic, clock):

@@ -79,15 +79,15 @@ def read_queue(endpoint: str, topic: str, queue_id: int) -> list[tuple[int, byte
 
 
 @contextmanager
-def broker_process(data_dir: Path, crash: str | None = None, timeout_s: float = 60):
-    """`rmq-broker-sim` in a process of its own; with ``crash`` (crashing_broker.py's modes) it
-    kills itself with SIGKILL at that point of a commit. Yields (endpoint, process, the lines it
-    printed before listening)."""
+def broker_process(data_dir: Path, crash: str | None = None, timeout_s: float = 60, extra: tuple = ()):
+    """`rmq-broker-sim` in a process of its own (``extra``: more flags); with ``crash``
+    (crashing_broker.py's modes) it kills itself with SIGKILL at that point of a commit. Yields
+    (endpoint, process, the lines it printed before listening)."""
     if crash is None:
         command = [sys.executable, "-m", "broker_sim.server.cli"]
     else:
         command = [sys.executable, str(CRASHING_BROKER), crash]
-    command += ["--port", "0", "--data-dir", str(data_dir), "--segment-bytes", "16m"]
+    command += ["--port", "0", "--data-dir", str(data_dir), "--segment-bytes", "16m", *extra]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
