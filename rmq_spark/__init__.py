@@ -36,7 +36,7 @@ _HOMES = {
         "BrokerStats", "CommitResult", "CorruptedRecord", "Credentials", "GroupOffset", "Message", "OffsetRange",
         "PreparedTransaction", "QueueOffsets", "QueueType", "ReceivedMessage", "SendResult", "SinkBatchStatus",
         "TopicInfo", "TransactionInfo",
-        "TransactionOutcome", "TransactionState")},
+        "TransactionOutcome", "TransactionState", "is_system_topic")},
     **{name: "errors" for name in (
         "AuthenticationError", "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError",
         "CodecError", "ConfigError",

@@ -120,6 +120,21 @@ class SendResult(NamedTuple):
     broker: str = ""
 
 
+# RocketMQ's own topics (TopicValidator's system topics; retry, dead-letter and light topics; the
+# brokers' own, RMQ_SYS_* and rmq_sys_*), broker_sim's too (RMQ_SYS_SINK_BATCHES, SCHEDULE_TOPIC_XXXX).
+SYSTEM_TOPICS = frozenset({
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+})
+SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%", "RMQ_SYS_")
+
+
+def is_system_topic(name: str) -> bool:
+    """A topic of RocketMQ's (or broker_sim's) own making rather than an application's: what a
+    topic pattern leaves out, as Kafka's leaves out its internal topics."""
+    return name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIXES) or name.endswith("_REPLY_TOPIC")
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     """A topic. Through a name server (RocketMQ's remoting protocol) a topic may be served by

@@ -61,7 +61,8 @@ class RocketMQBatchDataSource(DataSource):
         by every executor: give paths they can all read.
     topic, topics, topicPattern, assign : str
         Exactly one. ``topic``: one topic; ``topics``: a comma list; ``topicPattern``: a
-        regular expression matching whole topic names (topics created later are read too);
+        regular expression matching whole topic names (topics created later are read too;
+        RocketMQ's own topics, ``is_system_topic``, never);
         ``assign``: JSON of topic -> queue ids, ``{"orders": [0, 1]}`` (exactly those queues;
         ``"broker-a:0"`` names a queue of a topic served by several brokers).
         Queues a topic gains during a query are read from their first offset.

@@ -130,3 +130,19 @@ def test_many_queues_share_a_few_tasks(spark, endpoint, topic_name):
     assert df.rdd.getNumPartitions() == 4  # not 300
     rows = df.collect()
     assert sorted((r.queue_id, r.queue_offset) for r in rows) == [(q, i) for q in range(300) for i in range(1 + q % 3)]
+
+
+def test_a_pattern_leaves_out_the_brokers_own_topics(spark, endpoint, topic_name):
+    """As Kafka's patterns leave out its internal topics: a committed sink batch is kept in the
+    broker's RMQ_SYS_SINK_BATCHES, which ``.*`` must not read as if a user had written it."""
+    from rmq_spark import Transactions, is_system_topic
+
+    with Admin(endpoint) as admin, Transactions(endpoint) as txns:
+        admin.create_topic(topic_name, 1)
+        txns.commit([], sink_id=f"{topic_name}-sink", batch_id=0)
+        assert any(is_system_topic(t.name) for t in admin.list_topics()), "the broker shows its own topics"
+    produce(endpoint, topic_name, 0, 3)
+    wait_indexed(endpoint, topic_name, 3)
+    topics = {row.topic for row in source(spark, endpoint, topicPattern=".*").select("topic").distinct().collect()}
+    assert topic_name in topics
+    assert not [t for t in topics if is_system_topic(t)]
