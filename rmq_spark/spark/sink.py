@@ -58,6 +58,7 @@ from .. import (
     deterministic_keys,
     new_transaction_id,
 )
+from . import kafka
 from .options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,6 @@ COLUMN_TYPES = {
 }
 # Columns of the read schema that a write leaves out, so that rows read can be written back.
 IGNORED_COLUMNS = ("queue_offset", "store_timestamp")
-_KAFKA_COLUMNS = {"value": "body", "key": "keys", "headers": "properties", "partition": "queue_id"}
 _PRODUCER_SELECTORS = {"hash": "hash", "roundRobin": "round_robin", "column": "hash"}
 _NO_SINK_ID = "rocketmq-batch"  # the transaction id prefix of writes without a sink id
 
@@ -87,22 +87,32 @@ class WritePlan:
 
     columns: tuple  # the columns given to the producer, in the rows' order
     queue_selector: str  # the producer's: "hash" | "round_robin" (a queue_id column wins over both)
+    kafka: bool = False  # the rows have Spark's Kafka sink's columns (option schema=kafka), renamed per batch
 
 
 def plan_write(schema: StructType, options: SinkOptions) -> WritePlan:
     """Check the columns to write against ``options``; raises ConfigError naming the first
-    problem, before any row is written."""
+    problem, before any row is written. With schema=kafka the columns are Spark's Kafka sink's
+    (``kafka.sink_schema`` names them as ours)."""
+    as_kafka = options.schema == "kafka"
+    if as_kafka:
+        if "value" not in schema.fieldNames():
+            raise ConfigError("the rows have no 'value' column: with schema=kafka every message needs one (binary or "
+                              f"string), as in Spark's Kafka sink; the columns are {', '.join(schema.fieldNames())}")
+        schema = kafka.sink_schema(schema)
     fields = {field.name: field.dataType for field in schema.fields}
     if "body" not in fields:
-        hint = " (Spark's Kafka sink calls it 'value')" if "value" in fields else ""
+        hint = (" (Spark's Kafka sink calls it 'value': set the option schema=kafka to write Kafka's columns)"
+                if "value" in fields else "")
         raise ConfigError(f"the rows have no 'body' column{hint}: every message needs one (binary or string); "
                           f"the columns are {', '.join(fields) or 'none'}")
     for name, data_type in fields.items():
         if name in IGNORED_COLUMNS:
             continue
         if name not in COLUMN_TYPES:
-            kafka = _KAFKA_COLUMNS.get(name.lower())
-            hint = f" (Spark's Kafka sink calls {name!r} what is {kafka!r} here)" if kafka else ""
+            ours = kafka.SINK_COLUMNS.get(name.lower())
+            hint = (f" (Spark's Kafka sink calls {name!r} what is {ours!r} here; set the option schema=kafka to "
+                    "write Kafka's columns)" if ours else "")
             raise ConfigError(f"column {name!r} is not one rocketmq-batch writes{hint}; the columns are "
                               f"{', '.join(COLUMN_TYPES)}: select or rename the columns to write")
         types, described = COLUMN_TYPES[name]
@@ -120,7 +130,7 @@ def plan_write(schema: StructType, options: SinkOptions) -> WritePlan:
         dropped.add("topic")  # the option wins over the column, as in Spark's Kafka sink
     if selector != "column":
         dropped.update(("queue_id", "broker"))
-    return WritePlan(tuple(name for name in fields if name not in dropped), _PRODUCER_SELECTORS[selector])
+    return WritePlan(tuple(name for name in fields if name not in dropped), _PRODUCER_SELECTORS[selector], as_kafka)
 
 
 def _string_map(data_type) -> bool:
@@ -197,6 +207,8 @@ def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.
         for batch in _read_ahead(batches):
             if batch.num_rows == 0:
                 continue
+            if plan.kafka:
+                batch = kafka.to_rocketmq(batch)
             columns = batch.select(plan.columns)
             if ids_name is not None:
                 columns = columns.append_column("message_id", deterministic_keys(ids_name, rows, batch.num_rows))
