@@ -201,10 +201,9 @@ class RocketMQBatchDataSource(DataSource):
     sinkId : str
         Streams with exactlyOnce: the name under which micro-batches are recorded as
         committed, the same on every restart of the query (through nameServer: what the rows'
-        message ids are made from). Default: ``spark-<query id>``,
-        the query id Spark keeps in the checkpoint (``<checkpointLocation>/metadata``), so
-        set ``.option("checkpointLocation", ...)`` on the writer, or this option (needed for
-        a checkpoint that is not on the local file system).
+        message ids are made from). Default: ``spark-<query id>``, the query id Spark keeps
+        in the checkpoint and gives every task of the query, wherever the checkpoint is set
+        (``.option("checkpointLocation", ...)`` or ``spark.sql.streaming.checkpointLocation``).
     """
 
     def __init__(self, options):
