@@ -9,6 +9,10 @@
   virtual environment, and, where a worker's Python truly lacks the package (a cluster whose
   workers were not given it), puts one sentence before Spark's DATA_SOURCE_NOT_FOUND saying which
   interpreter lacks it and what to set.
+- Spark wraps a data source's error in its own (``[PYTHON_DATA_SOURCE_ERROR] ...``, then the
+  worker's traceback), so the sentence comes last; an uncaught one is printed first as well
+  (``lead_sentence``). With ``spark.sql.execution.pyspark.udf.hideTraceback.enabled=true`` Spark
+  itself puts it on the first line.
 
 This module stays light (no pyspark import until ``DefaultSource`` is asked for): it is imported
 at every interpreter start.
@@ -17,13 +21,16 @@ at every interpreter start.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
-__all__ = ["DefaultSource", "start_up", "missing_format_hint"]  # noqa: F822 (DefaultSource: __getattr__)
+__all__ = ["DefaultSource", "start_up", "lead_sentence", "missing_format_hint"]  # noqa: F822 (DefaultSource: __getattr__)
 
 _FORMAT = "rocketmq-batch"
 _PACKAGE = "rocketmq-batch-spark"
+# The last line of a worker's traceback: the type of one of our errors (rmq_spark.errors) and its sentence.
+_OUR_ERROR = re.compile(r"rmq_spark\.errors\.\w+: (.+)")
 
 
 def __getattr__(name: str):
@@ -42,6 +49,19 @@ def start_up() -> None:
         os.environ["PYSPARK_PYTHON"] = sys.executable
     if sys.excepthook is sys.__excepthook__:  # never over another tool's hook (IPython has its own)
         sys.excepthook = _excepthook
+
+
+def lead_sentence(error: BaseException) -> str | None:
+    """What to print before ``error``'s traceback: the sentence of the error of ours that Spark
+    wrapped in it, or why Spark's workers cannot find the format; None for anyone else's."""
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001 - a hint must never hide the error itself
+        return None
+    ours = _OUR_ERROR.findall(text)
+    if ours:
+        return f"{_FORMAT}: {ours[-1].strip()}"
+    return missing_format_hint(error)
 
 
 def missing_format_hint(error: BaseException) -> str | None:
@@ -83,7 +103,7 @@ def _workers_python() -> tuple[str, str]:
 
 
 def _excepthook(kind, value, traceback) -> None:
-    hint = missing_format_hint(value)
+    hint = lead_sentence(value)
     if hint:
         print(hint, file=sys.stderr, flush=True)
     sys.__excepthook__(kind, value, traceback)

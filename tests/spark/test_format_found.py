@@ -1,5 +1,6 @@
 """A user's own script finds the format with no register call, however its Python was started;
-where Spark's workers truly lack the package, the first thing the user reads says so.
+where Spark's workers truly lack the package, the first thing the user reads says so; and an
+error of ours that Spark wraps in its own is read first, not after Spark's traceback.
 
 Each test runs a script as a user would: this environment's interpreter by its path (the venv not
 activated: PATH has only the system's Python), from a directory of its own, PYSPARK_PYTHON unset.
@@ -33,11 +34,11 @@ _JOB = textwrap.dedent("""
 _SYSTEM_PATH = "/usr/bin:/bin"
 
 
-def _run_job(tmp_path: Path, **env_changes) -> subprocess.CompletedProcess:
+def _run_job(tmp_path: Path, job: str = _JOB, **env_changes) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
                                                             "VIRTUAL_ENV", "PYTHONPATH")}
     env.update(PATH=_SYSTEM_PATH, **env_changes)
-    (tmp_path / "job.py").write_text(_JOB)
+    (tmp_path / "job.py").write_text(job)
     return subprocess.run([sys.executable, "job.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
 
@@ -65,6 +66,17 @@ def test_workers_without_the_package_are_named_in_the_first_line(tmp_path):
     ours = [line for line in result.stderr.splitlines() if not _spark_banner(line)]
     assert ours and ours[0].startswith("rocketmq-batch: Spark's Python workers run " + lacking), "\n".join(ours[:5])
     assert f"set PYSPARK_PYTHON={sys.executable}" in ours[0]
+
+
+def test_an_uncaught_error_of_ours_leads_with_its_sentence(tmp_path):
+    """Spark puts a data source's error after its own words and the worker's traceback."""
+    result = _run_job(tmp_path, _JOB.replace('.option("topic", "first-hour")',
+                                             '.option("topic", "first-hour").option("maxPartitions", "abc")'))
+    assert result.returncode != 0
+    ours = [line for line in result.stderr.splitlines() if not _spark_banner(line)]
+    assert ours and ours[0] == ("rocketmq-batch: option maxPartitions='abc': expected a positive number of partitions "
+                                "(a whole number >= 1)"), "\n".join(ours[:5])
+    assert "PYTHON_DATA_SOURCE_ERROR" in result.stderr  # Spark's own error follows, whole
 
 
 def _spark_banner(line: str) -> bool:
