@@ -7,7 +7,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY setup.py README.md ./
+COPY pyproject.toml README.md rocketmq_batch_spark.pth ./
 COPY broker_sim broker_sim
 COPY rmq_spark rmq_spark
 COPY pyspark_rocketmq_batch.py ./

@@ -44,13 +44,13 @@ bench-store: $(STAMP)
 
 setup: $(STAMP)
 
-# editable_mode=compat puts the project root on sys.path, so that PySpark's lookup of pyspark_*
-# modules (pkgutil.iter_modules) finds pyspark_rocketmq_batch; the default mode hides it behind an import hook.
-$(STAMP): setup.py
+# An editable install (hatchling: a plain path entry for the project root), so that PySpark's lookup
+# of pyspark_* modules (pkgutil.iter_modules) finds pyspark_rocketmq_batch, as a plain `pip install -e .` does.
+$(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "error: Python 3.10+ is needed, found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
 protos: $(STAMP)  ## regenerate rmq_spark/protocol/v1 from protos/

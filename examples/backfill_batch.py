@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -45,14 +44,10 @@ def wave(producer: Producer, first: int, count: int, label: str) -> None:
 
 
 def spark_session(master: str):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    """A local Spark whose workers run this interpreter, its log quiet from the JVM's start."""
+    from rmq_spark.spark.local import local_session
 
-    session = (SparkSession.builder.master(master).appName("backfill")
-               .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return local_session("backfill", master)
 
 
 def main(argv=None, spark=None) -> dict:

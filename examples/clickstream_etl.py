@@ -27,10 +27,8 @@ import tempfile
 import threading
 import time
 
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # quiet gRPC's note when Spark starts its JVM
-
-import broker_sim  # noqa: E402
-from rmq_spark import (  # noqa: E402
+import broker_sim
+from rmq_spark import (
     Admin,
     ConfigError,
     Credentials,
@@ -120,16 +118,10 @@ def produce_clicks(address: dict, events: int, minutes: int, producers: int, sta
 
 
 def spark_session(master: str):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers run this interpreter
-    from pyspark.sql import SparkSession
+    """A local Spark whose workers run this interpreter, its log quiet from the JVM's start."""
+    from rmq_spark.spark.local import local_session
 
-    session = (SparkSession.builder.master(master).appName("clickstream-etl")
-               .config("spark.pyspark.python", sys.executable)
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return local_session("clickstream-etl", master, **{"spark.sql.shuffle.partitions": 4})
 
 
 def run_query(spark, address: dict, checkpoint: str, max_records: int, minutes: int) -> float:
@@ -161,15 +153,26 @@ def run_query(spark, address: dict, checkpoint: str, max_records: int, minutes: 
              .outputMode("append")
              .trigger(availableNow=True)
              .start())
-    while query.isActive:
-        progress = query.lastProgress
-        if progress:
-            step(f"  micro-batch {progress['batchId']}: {progress['numInputRows']:,} clicks in, "
-                 f"{progress.get('processedRowsPerSecond') or 0:,.0f} rows/s")
-        query.awaitTermination(2)
+    report_progress(query, started)
     if query.exception():
         raise query.exception()
     return time.perf_counter() - started
+
+
+def report_progress(query, started: float, quiet_s: float = 10.0) -> None:
+    """One line per finished micro-batch, and a line every ``quiet_s`` while none finishes."""
+    shown, last_line = -1, time.perf_counter()
+    while True:
+        finished = query.awaitTermination(0.5)
+        for done in (p for p in query.recentProgress if p["batchId"] > shown):
+            step(f"  micro-batch {done['batchId']}: {done['numInputRows']:,} clicks in, "
+                 f"{done.get('processedRowsPerSecond') or 0:,.0f} rows/s")
+            shown, last_line = done["batchId"], time.perf_counter()
+        if finished:
+            return
+        if time.perf_counter() - last_line >= quiet_s:
+            step(f"  micro-batch {shown + 1} running ({time.perf_counter() - started:.0f} s since the query started)")
+            last_line = time.perf_counter()
 
 
 def _option(address: dict) -> tuple[str, str]:
@@ -208,8 +211,10 @@ def main(argv=None, spark=None) -> dict:
         started = time.perf_counter()
         truth = produce_clicks(address, args.events, args.minutes, args.producers, start_ms)
         produced_s = time.perf_counter() - started
-        step(f"produced in {produced_s:.1f} s ({args.events / produced_s:,.0f} msgs/s); starting Spark")
+        step(f"produced in {produced_s:.1f} s ({args.events / produced_s:,.0f} msgs/s); starting Spark "
+             f"({args.master}, some seconds)")
         session = spark or spark_session(args.master)
+        step("Spark started; the streaming query reads the clicks")
         try:
             seconds = run_query(session, address, args.checkpoint or os.path.join(scratch, "checkpoint"),
                                 args.max_records_per_trigger, args.minutes)

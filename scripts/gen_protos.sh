@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate rmq_spark/protocol/v1 and broker_sim/protocol/rocketmq_v2 from protos/ (grpcio-tools is pinned in setup.py's test extra).
+# Regenerate rmq_spark/protocol/v1 and broker_sim/protocol/rocketmq_v2 from protos/ (grpcio-tools is pinned in pyproject.toml's test extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.}

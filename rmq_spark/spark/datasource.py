@@ -8,7 +8,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from .. import ConfigError
-from . import sink
+from . import kafka, sink
 from .options import SourceOptions, parse_options, parse_sink_options
 from .source import RocketMQBatchReader, RocketMQBatchStreamReader, spark_schema
 
@@ -125,6 +125,19 @@ class RocketMQBatchDataSource(DataSource):
         the account every call is signed with, by RocketMQ's own signatures. The account needs
         SUB on the topics read (through nameServer also on the pulls' group, ``consumerGroup``
         or ``rocketmq-batch-reader``).
+    schema : str
+        ``rocketmq`` (default: the columns above) or ``kafka``: Spark's Kafka connector's
+        columns, so that a Kafka job ports by changing the format's name: key binary (keys as
+        UTF-8), value binary (body), topic, partition int (queue_id), offset long
+        (queue_offset), timestamp (born_timestamp), timestampType int (0, CreateTime), with
+        includeHeaders the user properties as headers array<struct<key string, value
+        binary>>, and through nameServer the broker last. The Kafka source's option names
+        with an equivalent are taken too: subscribe, subscribePattern, maxOffsetsPerTrigger,
+        minOffsetsPerTrigger, includeHeaders (assign, startingOffsets, endingOffsets,
+        startingTimestamp, endingTimestamp, minPartitions, maxRecordsPerPartition,
+        maxTriggerDelay and failOnDataLoss are the same names here). Tags have no Kafka column.
+        On writes, ``kafka`` takes the Kafka sink's columns: value (required), key, topic,
+        partition, headers, broker (offset, timestamp and timestampType are left out).
     secretKey : str
         The account's secret key. Spark redacts it (and accessKey) in plans and the UI
         (``spark.redaction.regex``); to keep the secret out of the job's code as well, leave
@@ -184,13 +197,14 @@ class RocketMQBatchDataSource(DataSource):
         only one: asking for exactlyOnce fails at ``load()``, saying why.
     accessKey, secretKey : str
         As for reads; the account needs PUB on the topics written.
+    schema : str
+        ``kafka``: the rows have Spark's Kafka sink's columns (see the read option).
     sinkId : str
         Streams with exactlyOnce: the name under which micro-batches are recorded as
         committed, the same on every restart of the query (through nameServer: what the rows'
-        message ids are made from). Default: ``spark-<query id>``,
-        the query id Spark keeps in the checkpoint (``<checkpointLocation>/metadata``), so
-        set ``.option("checkpointLocation", ...)`` on the writer, or this option (needed for
-        a checkpoint that is not on the local file system).
+        message ids are made from). Default: ``spark-<query id>``, the query id Spark keeps
+        in the checkpoint and gives every task of the query, wherever the checkpoint is set
+        (``.option("checkpointLocation", ...)`` or ``spark.sql.streaming.checkpointLocation``).
     """
 
     def __init__(self, options):
@@ -210,7 +224,10 @@ class RocketMQBatchDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        return spark_schema(self.source_options.include_properties)
+        options = self.source_options
+        if options.schema == "kafka":  # Spark's Kafka source's columns
+            return kafka.read_schema(options.include_properties, options.address.native)
+        return spark_schema(options.include_properties)
 
     def reader(self, schema: StructType) -> RocketMQBatchReader:
         self._check_schema(schema)

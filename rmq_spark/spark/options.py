@@ -23,6 +23,7 @@ from .. import (
     check_name_server,
     normalize_tag_filter,
 )
+from . import kafka
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
@@ -46,6 +47,7 @@ DEFAULTS = {
     "codec": "arrow",
     "deliveryGuarantee": "exactlyOnce",
     "tls": False,
+    "schema": "rocketmq",
 }
 
 # How reads and writes connect: TLS, as TransportConfig's fields.
@@ -57,16 +59,9 @@ OPTION_NAMES = (
     "startingTimestamp", "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger",
     "maxTriggerDelay", "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch",
     "fetchTimeout", "failOnDataLoss", "tagFilter", "includeProperties", "consumerGroup", "accessKey", "secretKey",
-    *TLS_OPTION_NAMES,
+    "schema", *TLS_OPTION_NAMES,
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
-# What users of Spark's Kafka source would type, and ours.
-_KAFKA_NAMES = {
-    "subscribe": "topics", "subscribepattern": "topicPattern", "maxoffsetspertrigger": "maxRecordsPerTrigger",
-    "minoffsetspertrigger": "minRecordsPerTrigger", "includeheaders": "includeProperties",
-    "kafka.bootstrap.servers": "endpoint", "kafka.group.id": "consumerGroup", "groupidprefix": "consumerGroup",
-    "namesrvaddr": "nameServer", "namesrv": "nameServer",
-}
 SUBSCRIPTIONS = ("topic", "topics", "topicPattern", "assign")
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
@@ -161,6 +156,7 @@ class SourceOptions:
     tag_filter: str | None
     include_properties: bool
     consumer_group: str | None
+    schema: str = "rocketmq"  # "rocketmq" | "kafka": Spark's Kafka source's columns (kafka.py)
 
     def check_stream(self) -> None:
         """What a streaming read does not accept."""
@@ -194,9 +190,16 @@ def parse_options(options) -> SourceOptions:
 
     Raises ConfigError naming the first unknown or malformed option and what it accepts.
     """
+    options = dict(options)
+    schema = _schema(options)
     given = {}
-    for key, value in dict(options).items():
+    for key, value in options.items():
         name = _BY_LOWER.get(key.lower())
+        if name is None and schema == "kafka":
+            name = kafka.OPTION_ALIASES.get(key.lower())
+            if name is not None and any(_BY_LOWER.get(other.lower()) == name for other in options):
+                raise ConfigError(f"options {key} and {name} are the same option (Spark's Kafka name and ours): "
+                                  "give one")
         if name is None:
             raise ConfigError(_unknown(key))
         given[name] = value if isinstance(value, str) else str(value)
@@ -222,6 +225,7 @@ def parse_options(options) -> SourceOptions:
         tag_filter=_tag_filter(given),
         include_properties=_bool(given, "includeProperties"),
         consumer_group=_name(given, "consumerGroup"),
+        schema=schema,
     )
     if (opts.min_records_per_trigger and opts.max_records_per_trigger
             and opts.min_records_per_trigger > opts.max_records_per_trigger):
@@ -236,11 +240,25 @@ def parse_options(options) -> SourceOptions:
     return opts
 
 
+def _schema(options: dict) -> str:
+    """The option schema: rocketmq (default) or kafka, any case."""
+    for key, value in options.items():
+        if key.lower() == "schema":
+            schema = str(value).strip().lower()
+            if schema not in kafka.SCHEMAS:
+                raise ConfigError(f"option schema={value!r}: use rocketmq (the default: body, keys, tags, queue_id, "
+                                  "...) or kafka (Spark's Kafka connector's columns: key, value, partition, offset, "
+                                  "...)")
+            return schema
+    return DEFAULTS["schema"]
+
+
 def _unknown(key: str, names: tuple = OPTION_NAMES, role: str = "source") -> str:
     by_lower = {name.lower(): name for name in names}
-    kafka = _KAFKA_NAMES.get(key.lower())
-    if kafka in names:
-        hint = f" (that is Spark's Kafka {role}'s name; here it is {kafka})"
+    ours = kafka.HINTS.get(key.lower())
+    if ours in names:
+        also = ", or set schema=kafka to use Kafka's names and columns" if key.lower() in kafka.OPTION_ALIASES else ""
+        hint = f" (that is Spark's Kafka {role}'s name; here it is {ours}{also})"
     else:
         close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
         hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
@@ -434,7 +452,7 @@ def _name(given: dict, name: str) -> str | None:
 
 SINK_OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes",
-    "compression", "codec", "deliveryGuarantee", "sinkId", "accessKey", "secretKey", *TLS_OPTION_NAMES,
+    "compression", "codec", "deliveryGuarantee", "sinkId", "accessKey", "secretKey", "schema", *TLS_OPTION_NAMES,
 )
 # Set by Spark on streaming writes (checkpointLocation from .option(...), queryName from .queryName(...)).
 SPARK_WRITE_OPTIONS = ("checkpointLocation", "queryName")
@@ -459,6 +477,7 @@ class SinkOptions:
     sink_id: str | None
     checkpoint_location: str | None
     query_name: str | None
+    schema: str = "rocketmq"  # "kafka": the rows have Spark's Kafka sink's columns (kafka.py)
 
     def check_batch_write(self) -> None:
         """What a batch write (``df.write``) does not accept."""
@@ -502,6 +521,7 @@ def parse_sink_options(options) -> SinkOptions:
         sink_id=_sink_id(given),
         checkpoint_location=given.get("checkpointLocation"),
         query_name=given.get("queryName"),
+        schema=_schema(given),
     )
     if opts.total_batch_max_bytes < opts.batch_max_bytes:
         raise ConfigError(f"option totalBatchMaxBytes={opts.total_batch_max_bytes} is below batchMaxBytes="

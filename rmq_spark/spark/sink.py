@@ -21,6 +21,7 @@ same ids, which readers can use to drop repeats.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import queue
@@ -58,6 +59,7 @@ from .. import (
     deterministic_keys,
     new_transaction_id,
 )
+from . import kafka
 from .options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,6 @@ COLUMN_TYPES = {
 }
 # Columns of the read schema that a write leaves out, so that rows read can be written back.
 IGNORED_COLUMNS = ("queue_offset", "store_timestamp")
-_KAFKA_COLUMNS = {"value": "body", "key": "keys", "headers": "properties", "partition": "queue_id"}
 _PRODUCER_SELECTORS = {"hash": "hash", "roundRobin": "round_robin", "column": "hash"}
 _NO_SINK_ID = "rocketmq-batch"  # the transaction id prefix of writes without a sink id
 
@@ -87,22 +88,32 @@ class WritePlan:
 
     columns: tuple  # the columns given to the producer, in the rows' order
     queue_selector: str  # the producer's: "hash" | "round_robin" (a queue_id column wins over both)
+    kafka: bool = False  # the rows have Spark's Kafka sink's columns (option schema=kafka), renamed per batch
 
 
 def plan_write(schema: StructType, options: SinkOptions) -> WritePlan:
     """Check the columns to write against ``options``; raises ConfigError naming the first
-    problem, before any row is written."""
+    problem, before any row is written. With schema=kafka the columns are Spark's Kafka sink's
+    (``kafka.sink_schema`` names them as ours)."""
+    as_kafka = options.schema == "kafka"
+    if as_kafka:
+        if "value" not in schema.fieldNames():
+            raise ConfigError("the rows have no 'value' column: with schema=kafka every message needs one (binary or "
+                              f"string), as in Spark's Kafka sink; the columns are {', '.join(schema.fieldNames())}")
+        schema = kafka.sink_schema(schema)
     fields = {field.name: field.dataType for field in schema.fields}
     if "body" not in fields:
-        hint = " (Spark's Kafka sink calls it 'value')" if "value" in fields else ""
+        hint = (" (Spark's Kafka sink calls it 'value': set the option schema=kafka to write Kafka's columns)"
+                if "value" in fields else "")
         raise ConfigError(f"the rows have no 'body' column{hint}: every message needs one (binary or string); "
                           f"the columns are {', '.join(fields) or 'none'}")
     for name, data_type in fields.items():
         if name in IGNORED_COLUMNS:
             continue
         if name not in COLUMN_TYPES:
-            kafka = _KAFKA_COLUMNS.get(name.lower())
-            hint = f" (Spark's Kafka sink calls {name!r} what is {kafka!r} here)" if kafka else ""
+            ours = kafka.SINK_COLUMNS.get(name.lower())
+            hint = (f" (Spark's Kafka sink calls {name!r} what is {ours!r} here; set the option schema=kafka to "
+                    "write Kafka's columns)" if ours else "")
             raise ConfigError(f"column {name!r} is not one rocketmq-batch writes{hint}; the columns are "
                               f"{', '.join(COLUMN_TYPES)}: select or rename the columns to write")
         types, described = COLUMN_TYPES[name]
@@ -120,7 +131,7 @@ def plan_write(schema: StructType, options: SinkOptions) -> WritePlan:
         dropped.add("topic")  # the option wins over the column, as in Spark's Kafka sink
     if selector != "column":
         dropped.update(("queue_id", "broker"))
-    return WritePlan(tuple(name for name in fields if name not in dropped), _PRODUCER_SELECTORS[selector])
+    return WritePlan(tuple(name for name in fields if name not in dropped), _PRODUCER_SELECTORS[selector], as_kafka)
 
 
 def _string_map(data_type) -> bool:
@@ -144,18 +155,40 @@ def check_topic(options: SinkOptions) -> None:
                               f"first ({how})") from None
 
 
+# Spark gives every task of a streaming query its id (the one kept in the checkpoint's metadata).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def task_sink_id(options: SinkOptions) -> str | None:
+    """The sink id of a stream's write task, the same on every run of the query: the option
+    sinkId, else ``spark-<query id>``, the id Spark keeps in the checkpoint (a new checkpoint,
+    even at the same location, is a new query and a new sink) and hands every task of the query,
+    wherever the checkpoint is (``.option("checkpointLocation")``, the session's
+    ``spark.sql.streaming.checkpointLocation``, a remote file system). Outside a Spark task (a
+    writer driven by hand) it is read from the checkpoint option; None when nothing names it."""
+    if options.sink_id is not None:
+        return options.sink_id
+    context = TaskContext.get()
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+    if query_id:
+        return f"spark-{query_id}"
+    try:
+        return stream_sink_id(options)
+    except ConfigError:
+        return None
+
+
 def stream_sink_id(options: SinkOptions) -> str:
-    """The sink id of a streaming write, the same on every run of the query: the option
-    sinkId, else ``spark-<query id>`` with the id Spark keeps in the checkpoint's ``metadata``
-    file (a new checkpoint, even at the same location, is a new query and a new sink)."""
+    """The sink id of a streaming write read from the checkpoint option: the option sinkId,
+    else ``spark-<query id>`` with the id in the checkpoint's ``metadata`` file (as Spark hands
+    it to tasks, ``task_sink_id``)."""
     if options.sink_id is not None:
         return options.sink_id
     location = options.checkpoint_location
     if location is None:
         raise ConfigError("deliveryGuarantee=exactlyOnce recognises replayed micro-batches by a sink id that stays "
-                          "the same across restarts: set .option('checkpointLocation', ...) on the writeStream (a "
-                          "location from spark.sql.streaming.checkpointLocation is not passed to Python sinks), or "
-                          "the option sinkId")
+                          "the same across restarts: run the writer in a streaming query (Spark gives its tasks the "
+                          "query's id), or set .option('checkpointLocation', ...) or the option sinkId")
     metadata = _local_path(location) / "metadata"
     try:
         query_id = json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"]
@@ -179,6 +212,7 @@ class SinkCommitMessage(WriterCommitMessage):
 
     rows: int
     transaction: Optional[PreparedTransaction] = None
+    sink_id: Optional[str] = None  # streams: what the task's rows are committed under (task_sink_id)
 
 
 def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.RecordBatch],
@@ -197,6 +231,8 @@ def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.
         for batch in _read_ahead(batches):
             if batch.num_rows == 0:
                 continue
+            if plan.kafka:
+                batch = kafka.to_rocketmq(batch)
             columns = batch.select(plan.columns)
             if ids_name is not None:
                 columns = columns.append_column("message_id", deterministic_keys(ids_name, rows, batch.num_rows))
@@ -256,19 +292,6 @@ def _read_ahead(batches: Iterator[pa.RecordBatch], depth: int = 2) -> Iterator[p
     finally:
         stop.set()
         reader.join()
-
-
-def _ids_sink_name(options: SinkOptions) -> str:
-    """The name of a stream's rows' ids through name servers: its sink id when one stays the
-    same across restarts (the option sinkId, or the query id of its checkpoint); otherwise one
-    of this run, and a replay after a restart gives its rows new ids."""
-    try:
-        return stream_sink_id(options)
-    except ConfigError:
-        log.warning("rocketmq-batch: no sinkId option and no checkpointLocation option on the writer: the message ids "
-                    "of rows written again after a restart will differ from the first write's (task retries keep "
-                    "theirs); set one of the two for ids that stay the same")
-        return f"{_NO_SINK_ID}-run-{uuid.uuid4().hex}"
 
 
 def _ids_name(sink: str) -> str:
@@ -358,20 +381,31 @@ class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions, plan: WritePlan):
         self.options = options
         self.plan = plan
-        self.sink_id = stream_sink_id(options) if options.exactly_once else None
-        self.name = self.sink_id or (_ids_sink_name(options) if options.address.native else _NO_SINK_ID)
+        # Names a run's rows when nothing stable does (a writer driven by hand, atLeastOnce).
+        self.run_name = f"{_NO_SINK_ID}-run-{uuid.uuid4().hex}" if options.address.native else _NO_SINK_ID
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_partition(self.options, self.plan, iterator, self.name)
+        sink_id = task_sink_id(self.options)
+        if sink_id is None and self.options.exactly_once:
+            stream_sink_id(self.options)  # raises the sentence saying what names a sink
+        if sink_id is None and self.options.address.native:
+            log.warning("rocketmq-batch: this write names its rows' message ids by its run (no query id, no sinkId "
+                        "option): rows written again after a restart get new ids")
+        name = sink_id if sink_id is not None and (self.options.exactly_once or self.options.address.native) \
+            else self.run_name
+        return dataclasses.replace(write_partition(self.options, self.plan, iterator, name), sink_id=sink_id)
 
     def commit(self, messages, batchId: int) -> None:
-        if self.sink_id is None:  # atLeastOnce: every row is visible once sent
+        if not self.options.exactly_once:  # atLeastOnce: every row is visible once sent
+            return
+        sink_id = self.options.sink_id or next((m.sink_id for m in messages if m is not None and m.sink_id), None)
+        if sink_id is None:  # no task returned: nothing was prepared
             return
         with Transactions(**self.options.address.sdk()) as txns:
-            result = txns.commit(prepared_transactions(messages), sink_id=self.sink_id, batch_id=batchId)
+            result = txns.commit(prepared_transactions(messages), sink_id=sink_id, batch_id=batchId)
         if result.sink_batch_replayed:
             log.warning("rocketmq-batch: micro-batch %d of sink %s was committed before (a replay after a restart); "
-                        "its rows were not written again", batchId, self.sink_id)
+                        "its rows were not written again", batchId, sink_id)
 
     def abort(self, messages, batchId: int) -> None:
         roll_back(self.options, messages, f"micro-batch {batchId}")

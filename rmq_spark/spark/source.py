@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 )
 
 from .. import Admin, ConfigError, DataLossError, OffsetRange, RangeReader, RmqError
-from . import compat
+from . import compat, kafka
 from .offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
 from .options import SourceOptions, queue_text
 from .planning import QueueRange, plan_partitions, rate_limit, should_delay
@@ -68,7 +68,11 @@ def read_partition(options: SourceOptions, partition: QueueRangesPartition) -> I
                          include_properties=options.include_properties, pull_group=options.consumer_group,
                          on_data_loss="fail" if options.fail_on_data_loss else "skip")
     try:
-        yield from reader.read(partition.ranges)
+        if options.schema == "kafka":
+            for batch in reader.read(partition.ranges):
+                yield kafka.to_kafka(batch, options.include_properties, options.address.native)
+        else:
+            yield from reader.read(partition.ranges)
     except DataLossError as err:  # the same error, its type and fields kept, with the Spark option named
         err.args = (f"{err} (in Spark: set the option failOnDataLoss to false to skip lost messages)",)
         raise

@@ -118,8 +118,9 @@ def test_the_rocketmq_profile_runs_apache_rocketmq_and_the_example_through_its_n
 
 def test_the_dockerfile_installs_the_package_and_starts_the_broker():
     lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
-    copied = {line.split()[1] for line in lines if line.startswith("COPY")}
-    for needed in ("setup.py", "broker_sim", "rmq_spark", "pyspark_rocketmq_batch.py", "examples"):
+    copied = {source for line in lines if line.startswith("COPY") for source in line.split()[1:-1]}
+    for needed in ("pyproject.toml", "README.md", "rocketmq_batch_spark.pth", "broker_sim", "rmq_spark",
+                   "pyspark_rocketmq_batch.py", "examples"):
         assert needed in copied, f"the image needs {needed}"
         assert (ROOT / needed).exists()
     assert any("openjdk-17" in line for line in lines), "PySpark 4.x needs Java 17+"

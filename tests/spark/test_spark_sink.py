@@ -330,20 +330,27 @@ def test_overwrite_and_unknown_topics_in_a_column_write_nothing(spark, endpoint,
     assert visible(endpoint, topic_name) == 0  # the rows of the good topic were rolled back too
 
 
-def test_a_stream_needs_a_stable_sink_id(spark, endpoint, topic_name, tmp_path):
-    Admin(endpoint).create_topic(topic_name, 1, "BatchCQ")
-    stream = spark.readStream.format("rate").option("rowsPerSecond", 10).load().selectExpr(
-        "cast(value as string) as body")
+def test_a_stream_checkpointed_through_the_session_commits_under_its_query_id(spark, endpoint, topic_name,
+                                                                             tmp_path):
+    """The checkpoint set only through spark.sql.streaming.checkpointLocation (a Python sink gets
+    no option then): the write tasks carry the query's id, which names the sink's commits."""
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 1, "BatchCQ")
+        admin.create_topic(topic_name + "-out", 1, "BatchCQ")
+    produce(endpoint, topic_name, 0, 50)
+    wait_indexed(endpoint, topic_name, 50)
     spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "checkpoints"))
     try:
-        query = (stream.writeStream.format("rocketmq-batch").option("endpoint", endpoint)
-                 .option("topic", topic_name).trigger(availableNow=True).start())
-        with pytest.raises(StreamingQueryException):
-            query.awaitTermination(120)
+        query = (source(spark, endpoint, stream=True, topic=topic_name, startingOffsets="earliest").select("body")
+                 .writeStream.format("rocketmq-batch").option("endpoint", endpoint)
+                 .option("topic", topic_name + "-out").trigger(availableNow=True).start())
+        assert query.awaitTermination(120)
     finally:
         spark.conf.unset("spark.sql.streaming.checkpointLocation")
-    assert "set .option('checkpointLocation', ...)" in str(query.exception())
-    assert visible(endpoint, topic_name) == 0
+    assert query.exception() is None
+    assert visible(endpoint, topic_name + "-out") == 50
+    with Transactions(endpoint) as txns:
+        assert txns.is_committed(f"spark-{query.id}", 0)
 
 
 def test_sink_options_are_parsed_and_documented():
