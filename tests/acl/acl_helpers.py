@@ -21,8 +21,11 @@ accounts:
   - accessKey: ops
     secretKey: ops-secret
     admin: true
+  - accessKey: stranger
+    secretKey: stranger-secret
 """
-SECRETS = {"writer": "writer-secret", "writer2": "writer2-secret", "reader": "reader-secret", "ops": "ops-secret"}
+SECRETS = {"writer": "writer-secret", "writer2": "writer2-secret", "reader": "reader-secret", "ops": "ops-secret",
+           "stranger": "stranger-secret"}  # stranger: an account granted nothing
 
 
 def config(access_key: str, secret_key: str | None = None) -> TransportConfig:
