@@ -200,6 +200,8 @@ class BrokerRequests:
             if records:
                 return request.response(ResponseCode.SUCCESS, "FOUND", header, b"".join(records))
             code, remark = _PULL_CODES[cursor.status]
+            if cursor.status is RangeStatus.RECORD_CORRUPTED:  # the client reads on from nextBeginOffset
+                remark = f"{cursor.detail}; read on from offset {cursor.next_offset}"
             return request.response(code, remark, header)
 
         return self.core.pull(pull.topic, pull.queue_id, pull.offset, pull.max_messages, MAX_PULL_BYTES,
