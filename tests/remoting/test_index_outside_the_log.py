@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import struct
 
+import grpc
 import pytest
 
+from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
+from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 from broker_sim.remoting import RemotingOptions
 from broker_sim.server.broker import Broker
 from broker_sim.store import QueueType
@@ -63,3 +66,16 @@ def test_the_remoting_door_answers_a_pull_with_where_to_read_on(broker):
             assert found.code == ResponseCode.SUCCESS, found.remark
     with Admin(f"127.0.0.1:{broker.port}") as admin:
         assert admin.offsets_for_timestamp(TOPIC, 2**62) == {0: 10}
+
+
+def test_the_v2_door_answers_a_pull_with_where_to_read_on(broker):
+    channel = grpc.insecure_channel(f"127.0.0.1:{broker.port}")
+    try:
+        stub = v2_grpc.MessagingServiceStub(channel)
+        queue = v2.MessageQueue(topic=v2.Resource(name=TOPIC), id=0)
+        frames = list(stub.PullMessage(v2.PullMessageRequest(group=v2.Resource(name="g"), message_queue=queue,
+                                                             offset=LOST, batch_size=32), timeout=10))
+    finally:
+        channel.close()
+    assert frames[0].status.code == v2.OK and "the log was truncated" in frames[0].status.message
+    assert frames[-1].next_offset == LOST + 1
