@@ -142,6 +142,8 @@ DEMANDS = {
     "ListTopics": account_only,
     # A transaction is its owner's: the core refuses another account's (and lists it as unknown).
     "EndTransaction": account_only,
-    "GetSinkBatch": account_only,
     "ListTransactions": account_only,
+    # Whether a Spark sink's batch was committed (its transaction ids, which only their owner may
+    # end): any account, as sink ids are not the ACL file's to name.
+    "GetSinkBatch": account_only,
 }
