@@ -4,6 +4,7 @@ happened and what to do, never INTERNAL "a broker bug"; the offsets around it ar
 
 from __future__ import annotations
 
+import logging
 import struct
 
 import grpc
@@ -50,6 +51,24 @@ def test_our_door_names_the_offsets_and_what_happened(broker):
     with RangeReader(f"127.0.0.1:{broker.port}", on_data_loss="skip") as reader:
         offsets = reader.read_table([OffsetRange(TOPIC, 0, 0, 10)]).column("queue_offset").to_pylist()
     assert offsets == [o for o in range(10) if o != LOST]
+
+
+def test_reads_through_name_servers_fail_on_the_skipped_offsets_or_skip_them_saying_so(broker, caplog):
+    """A pull answered "read on from offset 6" is data loss: with on_data_loss='fail' (Spark's
+    failOnDataLoss) the read fails naming the offsets, as through our door; with 'skip' it reads
+    on past exactly those, with a warning."""
+    name_server = broker.remoting.address
+    for start in (0, LOST):  # the damaged unit after records read by the same pulls, and first
+        with RangeReader(name_server=name_server) as reader:
+            with pytest.raises(CorruptedRecordError, match=f"offsets {LOST} to {LOST}.*the log was truncated.*"
+                                                           "on_data_loss='skip'") as failed:
+                reader.read_table([OffsetRange(TOPIC, 0, start, 10)])
+        assert (failed.value.first_offset, failed.value.end_offset) == (LOST, LOST + 1)
+    with caplog.at_level(logging.WARNING, "rmq_spark.consumer.range_reader"):
+        with RangeReader(name_server=name_server, on_data_loss="skip") as reader:
+            offsets = reader.read_table([OffsetRange(TOPIC, 0, 0, None)]).column("queue_offset").to_pylist()
+    assert offsets == [o for o in range(10) if o != LOST]
+    assert f"offsets {LOST} to {LOST} skipped" in caplog.text
 
 
 def test_the_remoting_door_answers_a_pull_with_where_to_read_on(broker):
