@@ -343,10 +343,11 @@ class RemotingTransport(Transport):
         use, asking every broker for each (one that does not have it says so); a refusal when
         it may use none."""
         names = [name for name in self.names.topic_names() if not _is_system_topic(name, system)]
-        calls = [(address, RequestCode.GET_TOPIC_CONFIG, {"topic": name})
-                 for name in names for address in masters.values()]
+        asked = [(broker, address, name) for name in names for broker, address in masters.items()]
+        answers = self._invoke_all([(address, RequestCode.GET_TOPIC_CONFIG, {"topic": name})
+                                    for _broker, address, name in asked])
         configs, refused = [], None
-        for (broker, name), answer in zip([(b, n) for n in names for b in masters], self._invoke_all(calls)):
+        for (broker, _address, name), answer in zip(asked, answers):
             if answer.code == ResponseCode.SUCCESS:
                 config = fastjson.loads(answer.body)
                 configs.append((broker, name, config.get("topicConfig", config)))
