@@ -37,22 +37,25 @@ _HOW_TO_SIGN = ("give the client an account's access key and secret key (rmq_spa
 
 @dataclass(frozen=True)
 class Demand:
-    """What a request needs: ``perm`` (any of its flags) on a topic or group, or admin rights."""
+    """What a request needs: ``perm`` (any of its flags) on a topic or group, or admin rights.
+    ``label`` is how a refusal names the topic or group when its name is not the caller's to
+    learn (say, "the topic of the message at commitlog offset 4096")."""
 
     kind: str  # "topic", "group" or "admin"
     name: str
     perm: Perm = Perm.DENY
+    label: str = ""
 
     @staticmethod
-    def topic(name: str, perm: Perm) -> "Demand":
+    def topic(name: str, perm: Perm, label: str = "") -> "Demand":
         """A topic's demand; pop's and RocketMQ's retry and dead letter topics are their group's;
         the sink topic, which holds every account's committed sink batches, an admin's."""
         for prefix in (fmt.RETRY_TOPIC_PREFIX, fmt.DLQ_TOPIC_PREFIX):
             if name.startswith(prefix):
-                return Demand("group", name[len(prefix):].split("+", 1)[0], Perm.SUB)
+                return Demand("group", name[len(prefix):].split("+", 1)[0], Perm.SUB, label)
         if name == fmt.SINK_TOPIC:
             return Demand.admin(f"use topic {name}, which holds every account's committed sink batches")
-        return Demand("topic", name, perm)
+        return Demand("topic", name, perm, label)
 
     @staticmethod
     def group(name: str) -> "Demand":
@@ -166,8 +169,9 @@ class Guard:
             else:
                 held, listing = account.group_perm(demand.name), "groupPerms"
             if not held & demand.perm:
-                raise _denied(f"access key {echo(account.access_key)} may not {_VERBS[demand.perm]} {demand.kind} "
-                              f"{echo(demand.name)}: grant it {_GRANTS[demand.perm]} in the ACL file's {listing}")
+                what = demand.label or f"{demand.kind} {echo(demand.name)}"
+                raise _denied(f"access key {echo(account.access_key)} may not {_VERBS[demand.perm]} {what}: grant it "
+                              f"{_GRANTS[demand.perm]} in the ACL file's {listing}")
 
 
 def _file_stamp(path: Path) -> tuple:

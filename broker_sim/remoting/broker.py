@@ -198,8 +198,12 @@ class BrokerRequests:
                       "minOffset": str(cursor.min_offset), "maxOffset": str(cursor.max_offset),
                       "topicSysFlag": "0", "groupSysFlag": "0", "forbiddenType": "0"}
             if records:
+                if cursor.status is RangeStatus.RECORD_CORRUPTED:  # the next pull is answered with it alone
+                    header["nextBeginOffset"] = str(cursor.corrupted_from)
                 return request.response(ResponseCode.SUCCESS, "FOUND", header, b"".join(records))
             code, remark = _PULL_CODES[cursor.status]
+            if cursor.status is RangeStatus.RECORD_CORRUPTED:  # the client reads on from nextBeginOffset
+                remark = f"{cursor.detail}; read on from offset {cursor.next_offset}"
             return request.response(code, remark, header)
 
         return self.core.pull(pull.topic, pull.queue_id, pull.offset, pull.max_messages, MAX_PULL_BYTES,

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 import orjson
 
 from broker_sim.acl import Guard
-from broker_sim.core import BrokerCore, TransactionChecks
+from broker_sim.core import BrokerCore, BrokerError, Reason, TransactionChecks
 from broker_sim.core.limits import ClientLimits
+from broker_sim.store import format as fmt
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 from rmq_spark.structs import Credentials
 
@@ -106,7 +107,7 @@ class RemotingDoor:
                          PopRequests(self.core).handlers().items()})
         self.server.handlers.update(handlers)
         if self.guard is not None:
-            self.server.check_request = RemotingAdmission(self.guard)
+            self.server.check_request = RemotingAdmission(self.guard, handlers, self._record_topic)
         self.server.close_listeners.append(self.clients.forget)
         port = self.server.start()
         self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))
@@ -116,6 +117,15 @@ class RemotingDoor:
             self._registrar.start()
         log.info("remoting door (broker %s and name server) serving on %s", self.options.broker_name, self.address)
         return port
+
+    def _record_topic(self, physical_offset: int) -> str | None:
+        """The topic of the record at a commitlog offset; None when no message starts there."""
+        try:
+            return fmt.decode_record(self.core.message_at(physical_offset)).topic
+        except BrokerError as err:
+            if err.reason is Reason.MESSAGE_NOT_FOUND:
+                return None
+            raise
 
     def stop(self) -> None:
         self._stop.set()

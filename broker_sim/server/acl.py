@@ -30,8 +30,9 @@ def caller() -> str | None:
 
 
 class GrpcAdmission:
-    """Wraps a door's handlers: ``demands[method name](request)`` says what a call needs; a
-    method not listed needs an account and nothing more."""
+    """Wraps a door's handlers: ``demands[method name](request)`` says what a call needs. Every
+    method has its entry (``account_only`` where an account is all it needs): a method with
+    none is refused at start, not served unchecked."""
 
     def __init__(self, guard: Guard, demands: dict[str, Callable]):
         self.guard = guard
@@ -39,7 +40,11 @@ class GrpcAdmission:
 
     def guarded(self, name: str, handler: Callable, client_streaming: bool) -> Callable:
         """``handler`` (sync or async, unary or streaming) behind the check."""
-        demands = self.demands.get(name, _none)
+        demands = self.demands.get(name)
+        if demands is None:
+            raise ValueError(f"the gRPC method {name} has no ACL demand: give it one in its door's DEMANDS "
+                             "(broker_sim/server/acl.py or broker_sim/v2/acl.py), account_only if an account is "
+                             "all it needs")
         if client_streaming:
             return self._guarded_stream_in(handler)
 
@@ -104,7 +109,8 @@ async def _one(item):
     yield item
 
 
-def _none(_request) -> list:
+def account_only(_request) -> list:
+    """An account, nothing more (the method's own checks, if any, are in its handler)."""
     return []
 
 
@@ -132,6 +138,12 @@ DEMANDS = {
     "Pop": _group_and_topic,
     "Ack": lambda r: [Demand.group(r.group)],
     "ChangeInvisibleDuration": lambda r: [Demand.group(r.group)],
-    # EndTransaction, GetSinkBatch, ListTransactions: an account; transactions and sinks are their
-    # owner's (checked by the transaction service: txn/service.py).
+    # Topic names, queue counts and types: no more than the name server's open lookups tell.
+    "ListTopics": account_only,
+    # A transaction is its owner's: the core refuses another account's (and lists it as unknown).
+    "EndTransaction": account_only,
+    "ListTransactions": account_only,
+    # Whether a Spark sink's batch was committed: a sink is the account's that first committed under
+    # it (the transaction service refuses another's), as sink ids are not the ACL file's to name.
+    "GetSinkBatch": account_only,
 }

@@ -245,6 +245,17 @@ class CommitLog:
         pos = physical_offset - segment.start
         return segment.view[pos : pos + size]
 
+    def stored_view(self, physical_offset: int, size: int) -> memoryview | None:
+        """``view``, or None when those bytes are not in the log (past its end: an index unit
+        that outlived a truncated log, or a damaged one)."""
+        if physical_offset + size > self.max_offset:
+            return None
+        segment = self.segments.find(physical_offset)
+        if segment is None:  # below the first segment kept
+            return None
+        pos = physical_offset - segment.start
+        return segment.view[pos : pos + size]
+
     def release_mapped_pages(self) -> None:
         """Unmap the pages of the log that this process touched (reads, dispatching), so that
         its resident memory follows what is in use, not what was ever read. The pages stay in

@@ -48,6 +48,7 @@ from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_READ_BYTES = 4 << 20
+OUTSIDE_THE_LOG = "the index unit points outside the commitlog"  # a read's problem, as record_problem's
 # INNER_BASE, added under the append lock: name, separators and up to 19 digits.
 _INNER_BASE_RESERVED = len(fmt.PROPERTY_INNER_BASE) + 2 + 19
 
@@ -418,8 +419,9 @@ class MessageStore:
             for i, unit in enumerate(units):
                 if unit.base_offset >= end or taken >= max_bytes:
                     break
-                view = self.commitlog.view(unit.physical_offset, unit.size)
-                problem = self._record_problem(view, unit, topic_raw, queue_id, i < from_disk)
+                view = self.commitlog.stored_view(unit.physical_offset, unit.size)
+                problem = self._record_problem(view, unit, topic_raw, queue_id, i < from_disk) if view is not None \
+                    else OUTSIDE_THE_LOG
                 if problem:
                     if batches:  # serve what came before it; the next read starts at it
                         return GetResult(GetStatus.FOUND, unit.base_offset, low, high, batches)
@@ -454,8 +456,13 @@ class MessageStore:
         record = CorruptedRecord(first.physical_offset, first.size, problem, "read", topic, queue_id,
                                  first.base_offset, end)
         self.corruption.add(record)
-        return GetResult(GetStatus.RECORD_CORRUPTED, end, low, high,
-                         detail=f"{record.where()}: the stored record is damaged ({problem}) and cannot be read")
+        if problem == OUTSIDE_THE_LOG:
+            what = (f"the index points there, but the commitlog holds offsets {self.commitlog.min_offset} to "
+                    f"{self.commitlog.max_offset} only: the log was truncated (or the index is damaged), and these "
+                    "messages cannot be read")
+        else:
+            what = f"the stored record is damaged ({problem}) and cannot be read"
+        return GetResult(GetStatus.RECORD_CORRUPTED, end, low, high, detail=f"{record.where()}: {what}")
 
     def corrupted_records(self) -> list[CorruptedRecord]:
         """The damaged records found by recovery and reads, kept until their segments are gone."""
@@ -567,8 +574,9 @@ class MessageStore:
     def _store_time_of(self, queue: ConsumeQueue):
         if queue.queue_type is QueueType.BATCH_CQ:
             return lambda unit: unit.store_timestamp
-        def store_timestamp(unit):
-            return fmt.HEADER.unpack_from(self.commitlog.view(unit.physical_offset, fmt.HEADER.size))[10]
+        def store_timestamp(unit):  # a unit pointing past the log's end: as early as can be (reads refuse it)
+            header = self.commitlog.stored_view(unit.physical_offset, fmt.HEADER.size)
+            return 0 if header is None else fmt.HEADER.unpack_from(header)[10]
 
         return store_timestamp
 

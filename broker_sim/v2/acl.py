@@ -1,10 +1,13 @@
 """What each call of RocketMQ 5's MessagingService needs of its account, as RocketMQ's proxy
 asks it (DefaultAuthorizationContextBuilder): a topic's PUB to send, the group's and topic's SUB
-to receive, ack and keep offsets. Telemetry needs an account; transactions are their owner's."""
+to receive, ack and keep offsets. Telemetry needs an account (its settings grant nothing: each
+call they lead to is checked); transactions are their owner's. Every method has its entry:
+GrpcAdmission refuses to serve one without."""
 
 from __future__ import annotations
 
 from broker_sim.acl import Demand, Perm
+from broker_sim.server.acl import account_only
 
 
 def _group_and_topic(request) -> list:
@@ -24,6 +27,7 @@ DEMANDS = {
     "QueryAssignment": _group_and_topic,
     "Heartbeat": _optional_group,
     "NotifyClientTermination": _optional_group,
+    "Telemetry": account_only,  # a client-streaming call: checked by its headers
     "SendMessage": lambda r: [Demand.topic(t, Perm.PUB) for t in {m.topic.name for m in r.messages}],
     "EndTransaction": lambda r: [Demand.topic(r.topic.name, Perm.PUB)] if r.topic.name else [],
     "RecallMessage": lambda r: [Demand.topic(r.topic.name, Perm.PUB)],

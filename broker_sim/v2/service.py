@@ -490,8 +490,12 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         except Exception as err:
             yield v2.PullMessageResponse(status=refusal_status(err))
             return
-        pull_status, messages, next_offset = found
-        yield v2.PullMessageResponse(status=_PULL_STATUS.get(pull_status, OK))
+        pull_status, messages, next_offset, detail = found
+        if pull_status is RangeStatus.RECORD_CORRUPTED:  # skipped: the client pulls on from next_offset
+            answer = status(v2.OK, f"{detail}; pull on from next_offset")
+        else:
+            answer = _PULL_STATUS.get(pull_status, OK)
+        yield v2.PullMessageResponse(status=answer)
         for message in messages:
             yield v2.PullMessageResponse(message=message)
         yield v2.PullMessageResponse(next_offset=next_offset)
@@ -499,13 +503,13 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     def _pull_once(self, topic: str, queue_id: int, request, tags):
         def consume(cursor, records):
             messages = [m for part in records for m in incoming(part, topic, request.offset, None, None)]
-            return cursor.status, messages[:request.batch_size], cursor.next_offset
+            return cursor.status, messages[:request.batch_size], cursor.next_offset, cursor.detail
 
-        status_, messages, next_offset = self.core.pull(topic, queue_id, request.offset, request.batch_size,
-                                                        PULL_MAX_BYTES, tags, consume)
+        status_, messages, next_offset, detail = self.core.pull(topic, queue_id, request.offset, request.batch_size,
+                                                                PULL_MAX_BYTES, tags, consume)
         if messages and len(messages) == request.batch_size:
             next_offset = messages[-1].system_properties.queue_offset + 1
-        return status_, messages, next_offset
+        return status_, messages, next_offset, detail
 
 
 _PULL_STATUS = {

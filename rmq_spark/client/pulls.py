@@ -6,6 +6,13 @@ ReadRanges streams them, so that the range reader is the same over both protocol
 
 A broker that cannot be reached (restarting, say) is asked again, with backoff, until the
 read's deadline (the transport's ``timeout_ms``): a read waits for it rather than fail.
+
+A pull answered with no records but a ``nextBeginOffset`` past its offset has stepped over
+offsets. Over messages its tag filter left out (remark NO_MATCHED_MESSAGE), that is a read;
+otherwise the broker could not serve them (RocketMQ's MESSAGE_WAS_REMOVING / OFFSET_FOUND_NULL:
+the commitlog or the index is gone under them; broker_sim's sentence: a damaged record), and
+the range ends RECORD_CORRUPTED naming them, as our door's ReadRanges does, for the range
+reader to fail or skip as its ``on_data_loss`` says, never read on past them silently.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from .transport import RangeChunk, ReadStatus
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 16
+NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # the remark of a pull whose records the filter all left out
 MAX_MESSAGES = 32767  # a pull's maxMsgNums: the broker stops at its byte (and count) limit first
 PULL_SUBSCRIPTION = 0x4  # PullSysFlag: the request carries its subscription (a tag filter)
 
@@ -44,6 +52,8 @@ class _Range:
     min_offset: int = 0
     max_offset: int = 0
     status: ReadStatus | None = None  # set when the range is done
+    skipped_from: int = 0  # RECORD_CORRUPTED: offsets skipped_from .. next_offset - 1 were not served
+    detail: str = ""  # and why, as the broker said
     retry_at: float = 0.0  # its broker could not be reached: not asked again before this (monotonic)
     failures: int = 0
 
@@ -141,6 +151,11 @@ class Pulls:
         if answer.code == ResponseCode.SUCCESS:
             state.read_any = True
             return self._found(state, answer)
+        if answer.code in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_NOT_FOUND):
+            next_offset = int(head.get("nextBeginOffset", state.next_offset))
+            if next_offset > state.next_offset and answer.remark != NO_MATCHED_MESSAGE:
+                self._skipped(state, next_offset, answer.remark or "no remark")
+                return None
         if answer.code == ResponseCode.PULL_RETRY_IMMEDIATELY:  # read, but nothing passed the filter
             state.read_any = True
             self._move(state, int(head["nextBeginOffset"]))
@@ -171,6 +186,15 @@ class Pulls:
                           state.max_offset, 0, "")
 
     @staticmethod
+    def _skipped(state: _Range, next_offset: int, remark: str) -> None:
+        """The broker stepped over offsets ``state.next_offset`` .. ``next_offset - 1`` without
+        serving them: the range ends there, RECORD_CORRUPTED."""
+        state.status, state.skipped_from = ReadStatus.RECORD_CORRUPTED, state.next_offset
+        state.detail = (f"broker {state.broker} cannot serve offsets {state.next_offset} to {next_offset - 1} of "
+                        f"{state.topic!r} queue {state.queue_id}: {remark}")
+        state.next_offset = next_offset
+
+    @staticmethod
     def _move(state: _Range, next_offset: int) -> None:
         if next_offset <= state.next_offset:  # the broker did not move on: nothing more now
             state.status = ReadStatus.FOUND
@@ -182,5 +206,5 @@ class Pulls:
     @staticmethod
     def _done(state: _Range) -> RangeChunk:
         return RangeChunk(state.index, b"", 0, True, state.status, state.next_offset, state.min_offset,
-                          state.max_offset, 0, "")
+                          state.max_offset, state.skipped_from, state.detail)
 

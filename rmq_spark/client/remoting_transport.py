@@ -303,21 +303,62 @@ class RemotingTransport(Transport):
 
     def list_topics(self) -> list[TopicInfo]:
         """User topics (not RocketMQ's system, retry and dead-letter topics), from each
-        broker's topic configs."""
+        broker's topic configs, those of every topic at once (GET_ALL_TOPIC_CONFIG, a request
+        per broker).
+
+        A broker that keeps that table for admins (broker_sim with ACLs; RocketMQ leaves it
+        open) refuses it to other accounts. Then the topics are those the name servers list
+        (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, open, as mqadmin topicList lists them), each with
+        its own config (GET_TOPIC_CONFIG, all in flight), which a broker gives an account that
+        may publish or subscribe to the topic; the others are left out. A list is for choosing
+        what to use: a topic the account may not use would be a name without its queue type
+        (which is in the config refused), and would fail the whole of a ``topicPattern`` read
+        that matched it, so the list is what the account may use (an admin's: every topic, as
+        before). An account that may use none of the topics (or whose signature is wrong) gets
+        the broker's refusal, not an empty list that would read as "no topics"."""
         masters = self.names.masters()
+        system = set(masters) | self.names.clusters
         answers = self._invoke_all([(address, RequestCode.GET_ALL_TOPIC_CONFIG, {}) for address in masters.values()])
-        found: dict[str, list] = {}
-        types: dict[str, QueueType] = {}
+        configs = []  # (broker, topic, config)
         for broker, answer in zip(masters, answers):
+            if answer.code == ResponseCode.NO_PERMISSION:
+                configs = self._usable_topic_configs(masters, system)
+                break
             if answer.code != ResponseCode.SUCCESS:
                 raise _refused(answer, f"broker {broker} refused its topic list")
-            for name, config in (fastjson.loads(answer.body).get("topicConfigTable") or {}).items():
-                if _is_system_topic(name, set(masters) | self.names.clusters):
-                    continue
-                found.setdefault(name, []).append((broker, int(config.get("readQueueNums", 0))))
-                types[name] = _queue_type(config)
+            configs.extend((broker, name, config)
+                           for name, config in (fastjson.loads(answer.body).get("topicConfigTable") or {}).items())
+        found: dict[str, list] = {}
+        types: dict[str, QueueType] = {}
+        for broker, name, config in configs:
+            if _is_system_topic(name, system):
+                continue
+            found.setdefault(name, []).append((broker, int(config.get("readQueueNums", 0))))
+            types[name] = _queue_type(config)
         return [TopicInfo(name, sum(c for _b, c in brokers), types[name], tuple(sorted(brokers)))
                 for name, brokers in sorted(found.items())]
+
+    def _usable_topic_configs(self, masters: dict[str, str], system: set) -> list:
+        """(broker, topic, config) of each topic the name servers list that the account may
+        use, asking every broker for each (one that does not have it says so); a refusal when
+        it may use none."""
+        names = [name for name in self.names.topic_names() if not _is_system_topic(name, system)]
+        asked = [(broker, address, name) for name in names for broker, address in masters.items()]
+        answers = self._invoke_all([(address, RequestCode.GET_TOPIC_CONFIG, {"topic": name})
+                                    for _broker, address, name in asked])
+        configs, refused = [], None
+        for (broker, _address, name), answer in zip(asked, answers):
+            if answer.code == ResponseCode.SUCCESS:
+                config = fastjson.loads(answer.body)
+                configs.append((broker, name, config.get("topicConfig", config)))
+            elif answer.code == ResponseCode.NO_PERMISSION:
+                refused = refused or answer
+            elif answer.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise _refused(answer, f"broker {broker} refused the config of topic {name!r}")
+        if not configs and refused is not None:
+            raise _refused(refused, f"listing topics: the account may use none of the {len(names)} topics the name "
+                                    f"servers {self.endpoint} list (only an admin lists them all)")
+        return configs
 
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]:
         route = self.route(name)

@@ -175,14 +175,22 @@ class Producer:
     def send_batch(self, messages: list[Message]) -> list[SendResult]:
         """Send messages of one topic to one queue as one batch, now: one inner batch (one
         stored record) on a BatchCQ topic, an early batch (a record per message) on a SimpleCQ
-        topic. The queue is the first message's (its queue_id, or the selector's choice)."""
+        topic. The queue is the one the messages name (queue_id, and broker), or the selector's
+        choice for the first message when none names one.
+
+        Messages naming different queues are refused, as different topics are, rather than
+        split: a batch is stored whole or not at all under one answer, which a batch split
+        over queues could not promise (``send`` groups messages by queue by itself)."""
         self._check_open()
         if not messages:
             raise ConfigError("send_batch needs at least one message")
-        topic = messages[0].topic
-        if any(m.topic != topic for m in messages):
-            raise ConfigError(f"a batch goes to one topic; got {sorted({m.topic for m in messages})}")
-        broker, queue_id = self._router.queue_for(messages[0])
+        chosen = messages[0]
+        topic, queue_named, broker_named = chosen.topic, chosen.queue_id, chosen.broker
+        if any(m.topic != topic or m.queue_id != queue_named or m.broker != broker_named for m in messages):
+            if any(m.topic != topic for m in messages):
+                raise ConfigError(f"a batch goes to one topic; got {sorted({m.topic for m in messages})}")
+            chosen = _named_queue(messages)
+        broker, queue_id = self._router.queue_for(chosen)
         batch = ProducerBatch.of(BatchKey(topic, queue_id, None, broker), messages)
         self._sender.send([batch])
         if not batch.wait(self._answer_timeout_s):
@@ -273,3 +281,15 @@ def _check_native(codec: Codec, compression: Compression, transaction_id: str) -
         from ..client.remoting_transport import TRANSACTIONS_REFUSED
 
         raise ConfigError(TRANSACTIONS_REFUSED)
+
+
+
+def _named_queue(messages: list[Message]) -> Message:
+    """The message naming the one queue that those of ``messages`` naming a queue name (the
+    first message if none does); ConfigError when they name several."""
+    named = {(m.queue_id, m.broker or ""): m for m in messages if m.queue_id is not None}
+    if len(named) > 1:
+        queues = ", ".join(f"queue {q}" + (f" of broker {b}" if b else "") for q, b in sorted(named))
+        raise ConfigError(f"a batch goes to one queue; got {queues}: give its messages the same queue_id (and "
+                          "broker), or none, or send each queue's messages as a batch of its own")
+    return next(iter(named.values()), messages[0])

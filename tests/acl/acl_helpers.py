@@ -27,7 +27,7 @@ accounts:
     defaultGroupPerm: DENY
 """
 SECRETS = {"writer": "writer-secret", "writer2": "writer2-secret", "reader": "reader-secret", "ops": "ops-secret",
-           "stranger": "stranger-secret"}
+           "stranger": "stranger-secret"}  # stranger: an account granted nothing
 
 
 def config(access_key: str, secret_key: str | None = None) -> TransportConfig:

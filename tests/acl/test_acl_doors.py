@@ -222,3 +222,22 @@ def _eventually(attempt, timeout_s: float = 10):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+
+
+def test_topics_listed_through_name_servers_are_those_the_account_may_use(acl_broker):
+    """The broker keeps its topic config table for admins: a non-admin's list comes from the
+    name server's topic names and each topic's own config, which the account may read only for
+    a topic it may publish or subscribe to. An admin's list is the same through both doors."""
+    with Admin(name_server=acl_broker.name_server, transport=config("ops")) as admin:
+        everything = {t.name: t for t in admin.list_topics()}
+    with Admin(acl_broker.endpoint, config("ops")) as admin:
+        assert {(t.name, t.queue_count, t.queue_type) for t in admin.list_topics()} == {
+            (t.name, t.queue_count, t.queue_type) for t in everything.values()}
+    assert {"orders", "audit"} <= set(everything)
+    for account, usable in (("reader", ["orders"]), ("writer2", ["orders"]), ("writer", ["audit", "orders"])):
+        with Admin(name_server=acl_broker.name_server, transport=config(account)) as admin:
+            assert [t for t in admin.list_topics() if t.name in everything] == [everything[n] for n in usable]
+    for transport, says in ((config("stranger"), "may not"), (config("reader", "not-the-secret"), "does not match")):
+        with Admin(name_server=acl_broker.name_server, transport=transport) as admin:
+            with pytest.raises((AuthenticationError, PermissionDeniedError), match=says):
+                admin.list_topics()

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from acl_helpers import SECRETS
-from rmq_spark import Admin, Credentials, TransportConfig
+from acl_helpers import SECRETS, config
+from rmq_spark import Admin, Credentials, Message, Producer, TransportConfig
 from rmq_spark.spark.options import parse_options
 
 
@@ -60,3 +60,16 @@ def test_without_keys_or_beyond_permissions_the_query_fails_saying_so(spark, acl
          .option("accessKey", "reader").option("secretKey", SECRETS["reader"]).mode("append").save())
     with Admin(acl_broker.endpoint, TransportConfig(credentials=Credentials("ops", SECRETS["ops"]))) as admin:
         assert sum(q.max_offset for q in admin.describe_topic("orders")[1]) == before
+
+
+def test_a_topic_pattern_through_name_servers_reads_the_topics_the_account_may_use(spark, acl_broker):
+    """Listing topics through name servers needs no admin account: a reader's pattern matches
+    the topics it may use ('orders'), not those it may not ('audit', denied to it)."""
+    body = f"pattern-{uuid.uuid4().hex[:6]}"
+    with Producer(acl_broker.endpoint, transport=config("writer"), auto_batch=False) as producer:
+        producer.send(Message("orders", body.encode()))
+        producer.send(Message("audit", body.encode()))
+    frame = (spark.read.format("rocketmq-batch").option("nameServer", acl_broker.name_server)
+             .option("topicPattern", ".*").option("accessKey", "reader").option("secretKey", SECRETS["reader"]).load())
+    rows = frame.where(frame.body == body.encode()).select("topic").collect()
+    assert [r.topic for r in rows] == ["orders"]

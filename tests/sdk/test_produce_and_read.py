@@ -154,6 +154,23 @@ def test_errors_say_what_to_do(endpoint, topic_name):
         list(RangeReader(endpoint).read([OffsetRange(topic_name, 0, 5, 2)]))
 
 
+@pytest.mark.parametrize("queue_ids", [(0, 1), (None, 0, 1)])
+def test_a_batch_naming_different_queues_is_refused_and_nothing_is_sent(endpoint, topic_name, queue_ids):
+    """As a batch of different topics: one batch is one queue's (one stored record on BatchCQ,
+    one answer), never moved silently into the first message's queue. A message naming no
+    queue goes with the one the others name."""
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 2, "BatchCQ")
+    with Producer(endpoint) as producer:
+        with pytest.raises(ConfigError, match="a batch goes to one queue; got queue 0, queue 1: give its messages"):
+            producer.send_batch([Message(topic_name, b"m%d" % i, queue_id=q) for i, q in enumerate(queue_ids)])
+        results = producer.send_batch([Message(topic_name, b"any"), Message(topic_name, b"one", queue_id=1)])
+    assert [(r.queue_id, r.queue_offset) for r in results] == [(1, 0), (1, 1)]  # none of the refused batch
+    wait_indexed(endpoint, topic_name, 2)
+    with Admin(endpoint) as admin:
+        assert [q.max_offset for q in admin.offsets([topic_name])[topic_name]] == [0, 2]
+
+
 def test_reads_after_a_broker_restart(tmp_path):
     data = tmp_path / "broker"
     with broker_sim.embedded(data) as endpoint:
