@@ -38,9 +38,9 @@ class Admin:
         return self._transport.delete_topic(name)
 
     def list_topics(self) -> list[TopicInfo]:
-        """Every user topic; through name servers, for an account that is not an admin of a
-        broker with ACLs, those it may publish or subscribe to (``RemotingTransport.list_topics``
-        says why)."""
+        """Every application topic (the broker's own left out: ``is_system_topic``); through name
+        servers, for an account that is not an admin of a broker with ACLs, those it may publish
+        or subscribe to (``RemotingTransport.list_topics`` says why)."""
         return self._transport.list_topics()
 
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]:

@@ -36,6 +36,7 @@ from ..structs import (
     TransactionInfo,
     TransactionOutcome,
     TransactionState,
+    is_system_topic,
 )
 from .tls import read_pem, tls_mismatch
 from .transport import (
@@ -114,7 +115,10 @@ class GrpcTransport(Transport):
         return self._call(self._admin.DeleteTopic, pb.DeleteTopicRequest(name=name)).deleted
 
     def list_topics(self) -> list[TopicInfo]:
-        return [_topic(t) for t in self._call(self._admin.ListTopics, pb.ListTopicsRequest()).topics]
+        """The applications' topics: the broker's own (``is_system_topic``) left out, as through
+        name servers."""
+        topics = self._call(self._admin.ListTopics, pb.ListTopicsRequest()).topics
+        return [_topic(t) for t in topics if not is_system_topic(t.name)]
 
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]:
         response = self._call(self._admin.DescribeTopic, pb.DescribeTopicRequest(name=name))

@@ -55,6 +55,7 @@ from ..structs import (
     SinkBatchStatus,
     TopicInfo,
     TransactionInfo,
+    is_system_topic,
 )
 from .message_ids import UniqueKeys
 from .pulls import Pulls
@@ -81,11 +82,6 @@ TRANSACTIONS_REFUSED = (
 _QUEUE_TYPE_ATTRIBUTE = "queue.type"
 _STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, 11, 12)  # 11, 12: the slave's lag: stored
 _HEARTBEAT_S = 60.0
-_SYSTEM_TOPICS = frozenset({
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-})
-_SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%", "RMQ_SYS_")
 _PULL_GROUP = "rocketmq-batch-reader"
 _CONNECT_S = 10.0
 
@@ -780,10 +776,9 @@ def _queue_type(config: dict) -> QueueType:
 
 
 def _is_system_topic(name: str, brokers_and_clusters: set) -> bool:
-    """RocketMQ's own topics (TopicValidator's system topics, retry and dead-letter topics,
-    the topics a broker and a cluster make under their names, a cluster's reply topic)."""
-    return (name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES) or name in brokers_and_clusters
-            or name.endswith("_REPLY_TOPIC"))
+    """RocketMQ's own topics (``is_system_topic``), and those a broker and a cluster make under
+    their names."""
+    return is_system_topic(name) or name in brokers_and_clusters
 
 
 def _name(code: int) -> str:

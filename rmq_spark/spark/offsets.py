@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import Admin, ConfigError, QueueOffsets, TopicNotFoundError, is_system_topic
+from .. import Admin, ConfigError, QueueOffsets, TopicNotFoundError
 from .options import EARLIEST, LATEST, SourceOptions, Subscription, parse_queue, queue_text
 
 
@@ -91,8 +91,7 @@ def snapshot(admin: Admin, subscription: Subscription) -> Snapshot:
     Raises ConfigError for an assigned queue that the topic does not have.
     """
     if subscription.pattern is not None:
-        topics = sorted(t.name for t in admin.list_topics()
-                        if subscription.matches(t.name) and not is_system_topic(t.name))
+        topics = sorted(t.name for t in admin.list_topics() if subscription.matches(t.name))  # no system topics
     else:
         topics = sorted(subscription.assign or subscription.topics)
     unreachable: set = set()

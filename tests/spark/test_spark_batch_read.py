@@ -140,7 +140,8 @@ def test_a_pattern_leaves_out_the_brokers_own_topics(spark, endpoint, topic_name
     with Admin(endpoint) as admin, Transactions(endpoint) as txns:
         admin.create_topic(topic_name, 1)
         txns.commit([], sink_id=f"{topic_name}-sink", batch_id=0)
-        assert any(is_system_topic(t.name) for t in admin.list_topics()), "the broker shows its own topics"
+        admin.describe_topic("RMQ_SYS_SINK_BATCHES")  # the broker keeps the sink batch in a topic of its own
+        assert not [t.name for t in admin.list_topics() if is_system_topic(t.name)]  # which lists leave out
     produce(endpoint, topic_name, 0, 3)
     wait_indexed(endpoint, topic_name, 3)
     topics = {row.topic for row in source(spark, endpoint, topicPattern=".*").select("topic").distinct().collect()}
