@@ -85,6 +85,7 @@ class MessageStore:
     def _open(self) -> None:
         self._closed = False
         self._dispatched = threading.Condition()
+        self.reads_waited_for_index = 0  # reads that found what they asked for stored but not indexed yet
         self._arrival_listeners = ()
         self._admin_lock = threading.Lock()  # topic creation and deletion, and index flushes
         self.topics = TopicTable(self.paths.topics, self.paths.topics_journal)
@@ -380,6 +381,8 @@ class MessageStore:
                      max_bytes: int = DEFAULT_MAX_READ_BYTES) -> GetResult:
         """The stored records holding offsets ``start`` .. ``end - 1`` (``end`` None: all),
         as views of the commitlog, until ``max_bytes`` are collected (at least one record).
+        Offsets stored before the call are read even when the dispatcher has not indexed them
+        yet: the read waits for them (``_readable_queue``).
 
         A record is returned whole: an inner batch may hold offsets before ``start`` or from
         ``end`` on, and its reader cuts them. A damaged record is never returned: the read
@@ -394,7 +397,7 @@ class MessageStore:
         config = self.topics.get(topic)
         if config is None or not 0 <= queue_id < config.queue_count:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        queue = self.queues.find(topic, queue_id)
+        queue = self._readable_queue(topic, queue_id, end)
         if queue is None or queue.max_offset == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         low, high = queue.min_offset, queue.max_offset
@@ -468,7 +471,8 @@ class MessageStore:
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms``; the max offset if none is."""
-        queue = self._existing_queue(topic, queue_id)
+        self._existing_queue(topic, queue_id)
+        queue = self._readable_queue(topic, queue_id)
         if queue is None:
             return 0
         index = queue.index_by_time(timestamp_ms, self._store_time_of(queue))
@@ -481,8 +485,11 @@ class MessageStore:
         return queue.min_offset if queue else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """The next offset of the queue: everything below it is indexed and readable."""
-        queue = self._existing_queue(topic, queue_id)
+        """The next offset of the queue: everything below it is indexed and readable, and
+        every message stored before the call is below it (the call waits for the dispatcher
+        when it has not indexed them yet: ``_readable_queue``)."""
+        self._existing_queue(topic, queue_id)
+        queue = self._readable_queue(topic, queue_id)
         return queue.max_offset if queue else 0
 
     def next_offset(self, topic: str, queue_id: int) -> int:
@@ -553,6 +560,38 @@ class MessageStore:
         self.dispatcher.wake()
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.dispatcher.position >= target, timeout_s)
+
+    def _readable_queue(self, topic: str, queue_id: int, end: int | None = None) -> ConsumeQueue | None:
+        """The queue's index (None while it is empty), holding every offset below ``end`` (None:
+        every offset) that was stored before the call: read-your-writes. A send is answered
+        once its records are in the commitlog; the dispatcher indexes them a little later (much
+        later on a loaded machine), so a read that asks for offsets stored but not indexed yet
+        waits for them, up to ``index_wait_ms``; not at all while indexing is stalled (no room
+        for index files, a failed disk: the read sees what is indexed). A read of what is
+        indexed, or of nothing stored, costs a lookup of the queue's stored end."""
+        queue = self.queues.find(topic, queue_id)
+        stored = self.commitlog.queue_offsets.get((topic, queue_id), 0)
+        wanted = stored if end is None else min(end, stored)
+        if (queue.max_offset if queue is not None else 0) >= wanted:
+            return queue
+        if self.dispatcher.stalled or self.disk.failure:
+            return queue
+        config = self.topics.get(topic)
+
+        def indexed() -> bool:
+            found = self.queues.find(topic, queue_id)
+            return (found is not None and found.max_offset >= wanted) or self._closed \
+                or self.topics.get(topic) is not config or self.dispatcher.stalled
+
+        self.dispatcher.wake()
+        with self._dispatched:
+            self.reads_waited_for_index += 1
+            if not self._dispatched.wait_for(indexed, self.config.index_wait_ms / 1000):
+                log.warning("a read of topic %r queue %d waited %d ms (index_wait_ms) for offsets below %d, stored "
+                            "but not indexed yet, and goes on with what is indexed: the dispatcher is %d bytes "
+                            "behind", topic, queue_id, self.config.index_wait_ms, wanted,
+                            self.commitlog.max_offset - self.dispatcher.position)
+        return self.queues.find(topic, queue_id)
 
     def _existing_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue's index (None while it is empty); raises for an unknown topic or queue."""
