@@ -544,6 +544,12 @@ class MessageStore:
         return self.commitlog.headers(start)
 
     @property
+    def index_behind(self) -> bool:
+        """Whether records appended are not all indexed yet (and indexing goes on): a read of
+        them waits for the dispatcher now (``_readable_queue``)."""
+        return self.dispatcher.position < self.commitlog.max_offset and not self.dispatcher.stalled
+
+    @property
     def indexed_position(self) -> int:
         """The commitlog position up to which every record is indexed."""
         return self.dispatcher.position

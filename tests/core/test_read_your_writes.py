@@ -5,7 +5,9 @@ sees its messages, max offsets and messages alike, while the dispatcher lags beh
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -15,7 +17,16 @@ from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 from broker_sim.remoting import RemotingOptions
 from broker_sim.server import Broker
 from lagging_dispatch import LaggingDispatch
-from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader, Transactions, new_transaction_id
+from rmq_spark import (
+    Admin,
+    Message,
+    OffsetRange,
+    PopConsumer,
+    Producer,
+    RangeReader,
+    Transactions,
+    new_transaction_id,
+)
 
 QUEUES = 2
 
@@ -56,6 +67,12 @@ def bodies(doors: dict, topic: str) -> list[bytes]:
     with RangeReader(**doors) as reader:
         return [body for batch in reader.read([OffsetRange(topic, q, 0, None) for q in range(QUEUES)])
                 for body in batch.column("body").to_pylist()]
+
+
+def popped(doors: dict, topic: str) -> int:
+    """Messages one pop (no waiting for new ones) takes from the topic, through the door named."""
+    with PopConsumer(**doors, group=f"g-{uuid.uuid4().hex[:8]}", topics=topic, max_messages=32, poll_ms=0) as pops:
+        return sum(delivery.count for delivery in pops.receive())
 
 
 READS = {"max offsets": lambda doors, topic: sum(max_offsets(doors, topic)),
@@ -140,3 +157,37 @@ def test_a_committed_transaction_is_read_once_the_commit_answered(broker, door):
     with Transactions(broker.endpoint) as txns, LaggingDispatch(broker.core.store) as lag:
         assert txns.commit([prepared]).messages_made_visible == 50
         assert lag.read(lambda: max_offsets(doors, topic)) == [40, 10]
+
+
+@pytest.mark.parametrize("door", ["grpc", "remoting"])
+def test_a_pop_is_served_once_the_send_answered(broker, topic, door):
+    doors = door_of(broker, door)
+    with Producer(**doors) as producer, LaggingDispatch(broker.core.store) as lag:
+        producer.send_batch(messages(topic, 5, queue_id=1))
+        assert lag.read(lambda: popped(doors, topic)) == 5
+
+
+@pytest.mark.parametrize("door, read", [("remoting", max_offsets), ("grpc", popped)])
+def test_a_read_waiting_for_the_index_leaves_the_door_s_event_loop_free(broker, door, read):
+    """Reads the remoting door runs on its event loop, and pops on ours, run in the door's
+    pool instead while they may wait for the index: a send is answered meanwhile."""
+    topic = f"ryw-loop-{uuid.uuid4().hex[:8]}"
+    with Admin(broker.endpoint) as admin:
+        admin.create_topic(topic, QUEUES, "SimpleCQ")
+    doors, store = door_of(broker, door), broker.core.store
+    pool = ThreadPoolExecutor(1)
+    try:
+        with Producer(**doors) as producer, LaggingDispatch(store):
+            producer.send(Message(topic, b"first", queue_id=0))
+            waits = store.reads_waited_for_index
+            reading = pool.submit(read, doors, topic)
+            deadline = time.monotonic() + 60
+            while store.reads_waited_for_index == waits:  # the read waits for the index
+                assert not reading.done() and time.monotonic() < deadline, "the read did not wait for the index"
+                time.sleep(0.001)
+            producer.send(Message(topic, b"second", queue_id=1))
+            assert not reading.done()  # answered while the read still waits
+        seen = reading.result(60)
+        assert (seen[0] if isinstance(seen, list) else seen) >= 1  # "first", at least
+    finally:
+        pool.shutdown()
