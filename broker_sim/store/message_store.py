@@ -397,7 +397,7 @@ class MessageStore:
         config = self.topics.get(topic)
         if config is None or not 0 <= queue_id < config.queue_count:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        queue = self._readable_queue(topic, queue_id, end)
+        queue = self._readable_queue(self.queues.find(topic, queue_id), topic, queue_id, start, end)
         if queue is None or queue.max_offset == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         low, high = queue.min_offset, queue.max_offset
@@ -471,8 +471,7 @@ class MessageStore:
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms``; the max offset if none is."""
-        self._existing_queue(topic, queue_id)
-        queue = self._readable_queue(topic, queue_id)
+        queue = self._readable_queue(self._existing_queue(topic, queue_id), topic, queue_id)
         if queue is None:
             return 0
         index = queue.index_by_time(timestamp_ms, self._store_time_of(queue))
@@ -488,8 +487,7 @@ class MessageStore:
         """The next offset of the queue: everything below it is indexed and readable, and
         every message stored before the call is below it (the call waits for the dispatcher
         when it has not indexed them yet: ``_readable_queue``)."""
-        self._existing_queue(topic, queue_id)
-        queue = self._readable_queue(topic, queue_id)
+        queue = self._readable_queue(self._existing_queue(topic, queue_id), topic, queue_id)
         return queue.max_offset if queue else 0
 
     def next_offset(self, topic: str, queue_id: int) -> int:
@@ -567,18 +565,21 @@ class MessageStore:
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.dispatcher.position >= target, timeout_s)
 
-    def _readable_queue(self, topic: str, queue_id: int, end: int | None = None) -> ConsumeQueue | None:
-        """The queue's index (None while it is empty), holding every offset below ``end`` (None:
-        every offset) that was stored before the call: read-your-writes. A send is answered
+    def _readable_queue(self, queue: ConsumeQueue | None, topic: str, queue_id: int, start: int = 0,
+                        end: int | None = None) -> ConsumeQueue | None:
+        """The queue's index ``queue`` (as ``queues.find`` gave it: None while it is empty), once
+        it holds every offset from ``start`` up to ``end`` (None: every offset) that was stored
+        before the call: read-your-writes. A send is answered
         once its records are in the commitlog; the dispatcher indexes them a little later (much
         later on a loaded machine), so a read that asks for offsets stored but not indexed yet
         waits for them, up to ``index_wait_ms``; not at all while indexing is stalled (no room
         for index files, a failed disk: the read sees what is indexed). A read of what is
         indexed, or of nothing stored, costs a lookup of the queue's stored end."""
-        queue = self.queues.find(topic, queue_id)
         stored = self.commitlog.queue_offsets.get((topic, queue_id), 0)
+        if queue is not None and queue.max_offset >= stored:  # the common case first: all indexed
+            return queue
         wanted = stored if end is None else min(end, stored)
-        if (queue.max_offset if queue is not None else 0) >= wanted:
+        if (queue.max_offset if queue is not None else 0) >= wanted or start >= wanted:
             return queue
         if self.dispatcher.stalled or self.disk.failure:
             return queue

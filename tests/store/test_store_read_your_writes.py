@@ -52,6 +52,7 @@ def test_a_read_waits_only_for_the_offsets_it_asks_for(store):
         assert store.reads_waited_for_index == waits  # everything below 5 was indexed: no wait
         assert [b.base_offset for b in result.batches] == [2, 3, 4]
         assert store.max_offset("simple", 1) == 0  # nothing stored there: no wait either
+        assert store.get_messages("simple", 0, 9).status is GetStatus.OFFSET_OVERFLOW_BADLY  # past what is stored
         assert store.reads_waited_for_index == waits
 
 
