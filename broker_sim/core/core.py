@@ -325,6 +325,12 @@ class BrokerCore:
                 return -1
             return fmt.HEADER.unpack_from(result.batches[0].data)[10]
 
+    def reads_may_wait(self) -> bool:
+        """Whether a read may wait now for the index to hold what was stored before it
+        (read-your-writes: the store's dispatcher is behind its log). A door that runs reads
+        on its event loop runs them in its pool then, so that the loop never waits."""
+        return self.store.index_behind
+
     # --- sends -----------------------------------------------------------------------------
 
     def send(self, request: sends.SendRequest) -> sends.SendOutcome:

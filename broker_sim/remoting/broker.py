@@ -59,6 +59,11 @@ def decode_properties(text: str) -> dict:
     return out
 
 
+_READS = {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.GET_MAX_OFFSET,
+          RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,
+          RequestCode.QUERY_MESSAGE, RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_CONSUME_STATS}
+
+
 class BrokerRequests:
     """The broker's side of the door: requests over ``core``; ``clients`` holds heartbeats,
     subscriptions and queue locks; ``address`` is this broker's remoting address."""
@@ -103,7 +108,10 @@ class BrokerRequests:
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
             RequestCode.QUERY_DATA_VERSION: self.data_version,
         }
-        table = {code: Handler(call) for code, call in plain.items()}
+        # Reads wait for the index to hold what was stored before them (read-your-writes): in
+        # the pool while it is behind, on the loop otherwise.
+        table = {code: Handler(call, waits_now=self.core.reads_may_wait if code in _READS else None)
+                 for code, call in plain.items()}
         for code, call in ((RequestCode.SEND_MESSAGE, self.send), (RequestCode.SEND_MESSAGE_V2, self.send_v2),
                            (RequestCode.SEND_BATCH_MESSAGE, self.send_batch)):
             table[code] = Handler(call, blocking)

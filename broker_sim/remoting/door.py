@@ -76,7 +76,7 @@ class RemotingDoor:
         self.guard = guard
         self.clients = ClientRegistry()
         self.server = RemotingServer({}, host, options.port, limits=limits, tls=tls)
-        self.hold = PullHold(self.server.loop)
+        self.hold = PullHold(self.server.loop, self.server.pool)
         self._advertised_ip = advertised_ip
         self._stop = threading.Event()
         self._registrar: threading.Thread | None = None

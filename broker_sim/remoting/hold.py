@@ -6,13 +6,15 @@ waits the same way (``arrival``)."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Executor
 
 from rmq_spark.protocol.remoting import RemotingCommand, ResponseCode
 
 
 class PullHold:
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool: Executor | None = None):
         self._loop = loop
+        self._pool = pool  # where a woken pull reads while it may wait for the index (None: the loop's default)
         self._waiting: set[asyncio.Future] = set()
         self._wake_scheduled = False
 
@@ -24,7 +26,10 @@ class PullHold:
             deadline = self._loop.time() + pull.suspend_ms / 1000
             while True:
                 await self.arrival(deadline - self._loop.time())
-                answer = requests.pull_once(request, pull)
+                if requests.core.reads_may_wait():
+                    answer = await self._loop.run_in_executor(self._pool, requests.pull_once, request, pull)
+                else:
+                    answer = requests.pull_once(request, pull)
                 if answer.code != ResponseCode.PULL_NOT_FOUND or self._loop.time() >= deadline:
                     return answer
 

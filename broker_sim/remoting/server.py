@@ -3,7 +3,8 @@ and decoded, each request dispatched by its code to a handler, many in flight pe
 
 A handler takes ``(request, connection)`` and returns the response command, None (answered
 later, or a oneway request), or a coroutine (waits: long polling); handlers marked ``blocking``
-(a sync flush, a pop that may wait) run in the door's thread pool. A handler's refusal
+(a sync flush, a pop that may wait) run in the door's thread pool, and reads too while they may
+wait for the store's index (``Handler.waits_now``). A handler's refusal
 (BrokerError, or a HeaderFieldError for a bad or missing header field) becomes the response's
 code and remark; the connection stays. A frame that cannot be cut (a length no frame may have)
 closes the connection: nothing after it can be read.
@@ -55,6 +56,8 @@ REFUSED_FRAME_BYTES = 64 << 10  # what a refused connection's first request may 
 class Handler:
     call: Callable
     blocking: bool = False  # may wait (a disk flush, a long poll): runs in the pool, not on the loop
+    # Asked at each request: True runs this one in the pool (a read while the index is behind).
+    waits_now: Callable[[], bool] | None = None
 
 
 class Connection(asyncio.Protocol):
@@ -331,7 +334,7 @@ class RemotingServer:
                     connection.in_flight, f"connection {connection.remote}", "max-requests-in-flight-per-connection")))
             return
         connection.in_flight += 1
-        if handler.blocking:
+        if handler.blocking or (handler.waits_now is not None and handler.waits_now()):
             future = self.loop.run_in_executor(self.pool, _answer, handler.call, request, connection)
             future.add_done_callback(lambda done: self._respond(connection, request, done.result()))
             return

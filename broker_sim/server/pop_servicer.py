@@ -19,14 +19,15 @@ _ACK_STATUS = {AckStatus.EXPIRED: pb.ACK_EXPIRED, AckStatus.INVALID: pb.ACK_INVA
 class PopServicer(pb_grpc.PopServicer):
     """Pops and acks run on the event loop when their state writes never wait for a disk sync
     (a pool thread's hand-off costs more than the call, as for sends); a pop that finds
-    nothing and may wait for messages waits in the pool."""
+    nothing and may wait for messages waits in the pool, and so does every pop while its read
+    may wait for the index (read-your-writes: ``BrokerCore.reads_may_wait``)."""
 
     def __init__(self, core: BrokerCore):
         self._core = core
 
     @translated_async
     async def Pop(self, request, context):
-        if not self._core.pop_waits_for_disk:
+        if not self._core.pop_waits_for_disk and not self._core.reads_may_wait():
             found, answer = self._pop(request, 0)
             if found or not request.poll_time_ms:
                 return answer

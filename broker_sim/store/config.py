@@ -41,6 +41,7 @@ class StoreConfig:
     dispatch_chunk_bytes: int = 4 << 20  # concurrent mode: the scanner's chunk size (whole records)
     dispatch_ring_slots: int = 16  # concurrent mode: how far parsing may run ahead of the index writer
     disk_reserve_bytes: int = 64 << 20  # appends are refused when less is free (RocketMQ's DISK_FULL)
+    index_wait_ms: int = 10_000  # a read waits at most this long for the index to hold what was stored before it
     store_host: str = "127.0.0.1"
     store_port: int = 10911
 
@@ -60,7 +61,7 @@ class StoreConfig:
             raise ValueError(f"max_message_bytes={self.max_message_bytes}: must be positive")
         for name in ("flush_interval_ms", "index_flush_interval_ms", "index_flush_thorough_interval_ms",
                      "simple_cq_units_per_file", "batch_cq_units_per_file", "dispatch_workers",
-                     "dispatch_chunk_bytes", "dispatch_ring_slots"):
+                     "dispatch_chunk_bytes", "dispatch_ring_slots", "index_wait_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be positive")
         if not 1 <= self.max_batch_messages <= 32767:

@@ -53,6 +53,7 @@ class Dispatcher:
         self.lock = threading.Lock()  # held while a record is indexed
         self._warned: set = set()  # topics already warned about: one warning each, not one per record
         self._no_room = False  # an index file could not grow: said once until there is room again
+        self._failing = False  # the last pass failed: it is retried
         self._thread = ServiceThread("rmq-dispatcher", _IDLE_WAIT_S, self._run_once)
 
     def dispatch(self, limit: int | None = None) -> int:
@@ -119,6 +120,12 @@ class Dispatcher:
         self._thread.start()
         self._thread.wake()  # a first pass at once, as after each append
 
+    @property
+    def stalled(self) -> bool:
+        """Whether indexing does not go on by itself now: the thread is stopped, an index file
+        has no room to grow, or passes fail. Reads do not wait for the index then."""
+        return self._no_room or self._failing or not self._thread.running
+
     def _run_once(self) -> float:
         """One pass; returns how long to wait for new records before the next."""
         try:
@@ -131,7 +138,9 @@ class Dispatcher:
             return _NO_ROOM_WAIT_S
         except Exception:  # a fault here must not stop indexing silently
             log.exception("dispatch failed at commitlog offset %d; retrying", self.position)
+            self._failing = True
             return _FAILED_WAIT_S
+        self._failing = False
         if self._no_room:
             log.warning("index files have room again: indexing goes on from commitlog offset %d", self.position)
             self._no_room = False

@@ -86,6 +86,7 @@ class MessageStore:
     def _open(self) -> None:
         self._closed = False
         self._dispatched = threading.Condition()
+        self.reads_waited_for_index = 0  # reads that found what they asked for stored but not indexed yet
         self._arrival_listeners = ()
         self._admin_lock = threading.Lock()  # topic creation and deletion, and index flushes
         self.topics = TopicTable(self.paths.topics, self.paths.topics_journal)
@@ -383,6 +384,8 @@ class MessageStore:
                      max_bytes: int = DEFAULT_MAX_READ_BYTES) -> GetResult:
         """The stored records holding offsets ``start`` .. ``end - 1`` (``end`` None: all),
         as views of the commitlog, until ``max_bytes`` are collected (at least one record).
+        Offsets stored before the call are read even when the dispatcher has not indexed them
+        yet: the read waits for them (``_readable_queue``).
 
         A record is returned whole: an inner batch may hold offsets before ``start`` or from
         ``end`` on, and its reader cuts them. A damaged record is never returned: the read
@@ -397,7 +400,7 @@ class MessageStore:
         config = self.topics.get(topic)
         if config is None or not 0 <= queue_id < config.queue_count:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        queue = self.queues.find(topic, queue_id)
+        queue = self._readable_queue(self.queues.find(topic, queue_id), topic, queue_id, start, end)
         if queue is None or queue.max_offset == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         low, high = queue.min_offset, queue.max_offset
@@ -477,7 +480,7 @@ class MessageStore:
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms``; the max offset if none is."""
-        queue = self._existing_queue(topic, queue_id)
+        queue = self._readable_queue(self._existing_queue(topic, queue_id), topic, queue_id)
         if queue is None:
             return 0
         index = queue.index_by_time(timestamp_ms, self._store_time_of(queue))
@@ -490,8 +493,10 @@ class MessageStore:
         return queue.min_offset if queue else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """The next offset of the queue: everything below it is indexed and readable."""
-        queue = self._existing_queue(topic, queue_id)
+        """The next offset of the queue: everything below it is indexed and readable, and
+        every message stored before the call is below it (the call waits for the dispatcher
+        when it has not indexed them yet: ``_readable_queue``)."""
+        queue = self._readable_queue(self._existing_queue(topic, queue_id), topic, queue_id)
         return queue.max_offset if queue else 0
 
     def next_offset(self, topic: str, queue_id: int) -> int:
@@ -546,6 +551,12 @@ class MessageStore:
         return self.commitlog.headers(start)
 
     @property
+    def index_behind(self) -> bool:
+        """Whether records appended are not all indexed yet (and indexing goes on): a read of
+        them waits for the dispatcher now (``_readable_queue``)."""
+        return self.dispatcher.position < self.commitlog.max_offset and not self.dispatcher.stalled
+
+    @property
     def indexed_position(self) -> int:
         """The commitlog position up to which every record is indexed."""
         return self.dispatcher.position
@@ -562,6 +573,41 @@ class MessageStore:
         self.dispatcher.wake()
         with self._dispatched:
             return self._dispatched.wait_for(lambda: self.dispatcher.position >= target, timeout_s)
+
+    def _readable_queue(self, queue: ConsumeQueue | None, topic: str, queue_id: int, start: int = 0,
+                        end: int | None = None) -> ConsumeQueue | None:
+        """The queue's index ``queue`` (as ``queues.find`` gave it: None while it is empty), once
+        it holds every offset from ``start`` up to ``end`` (None: every offset) that was stored
+        before the call: read-your-writes. A send is answered
+        once its records are in the commitlog; the dispatcher indexes them a little later (much
+        later on a loaded machine), so a read that asks for offsets stored but not indexed yet
+        waits for them, up to ``index_wait_ms``; not at all while indexing is stalled (no room
+        for index files, a failed disk: the read sees what is indexed). A read of what is
+        indexed, or of nothing stored, costs a lookup of the queue's stored end."""
+        stored = self.commitlog.queue_offsets.get((topic, queue_id), 0)
+        if queue is not None and queue.max_offset >= stored:  # the common case first: all indexed
+            return queue
+        wanted = stored if end is None else min(end, stored)
+        if (queue.max_offset if queue is not None else 0) >= wanted or start >= wanted:
+            return queue
+        if self.dispatcher.stalled or self.disk.failure:
+            return queue
+        config = self.topics.get(topic)
+
+        def indexed() -> bool:
+            found = self.queues.find(topic, queue_id)
+            return (found is not None and found.max_offset >= wanted) or self._closed \
+                or self.topics.get(topic) is not config or self.dispatcher.stalled
+
+        self.dispatcher.wake()
+        with self._dispatched:
+            self.reads_waited_for_index += 1
+            if not self._dispatched.wait_for(indexed, self.config.index_wait_ms / 1000):
+                log.warning("a read of topic %r queue %d waited %d ms (index_wait_ms) for offsets below %d, stored "
+                            "but not indexed yet, and goes on with what is indexed: the dispatcher is %d bytes "
+                            "behind", topic, queue_id, self.config.index_wait_ms, wanted,
+                            self.commitlog.max_offset - self.dispatcher.position)
+        return self.queues.find(topic, queue_id)
 
     def _existing_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue's index (None while it is empty); raises for an unknown topic or queue."""
