@@ -43,8 +43,14 @@ ROCKETMQ_FLAGS = {
     "transactionCheckInterval": RocketMQKey("--transaction-check-interval-ms"),
 }
 
-# RocketMQ's keys for what this broker is (one master): any other value is refused.
-ROCKETMQ_FIXED = {"brokerId": "0", "brokerRole": "ASYNC_MASTER"}
+# RocketMQ's keys for what this broker is, one master: the values it accepts (the others are
+# refused), each with why it has no effect here (None: it is what this broker does).
+ROCKETMQ_FIXED = {
+    "brokerId": {"0": None},
+    "brokerRole": {"ASYNC_MASTER": None,
+                   "SYNC_MASTER": "this broker has no replicas to wait for: a write is acknowledged once stored "
+                                  "(and on disk with flushDiskType=SYNC_FLUSH)"},
+}
 
 # aclEnable=true asks for the accounts of a plain_acl.yml: the file or the command line gives its
 # path (RocketMQ reads $ROCKETMQ_HOME/conf/plain_acl.yml).
@@ -126,9 +132,12 @@ def read(path: Path, parser: argparse.ArgumentParser) -> BrokerConf:
             conf.acl_enabled = _boolean(where, key, value)
             continue
         elif key in ROCKETMQ_FIXED:
-            if value != ROCKETMQ_FIXED[key]:
+            accepted = ROCKETMQ_FIXED[key]
+            if value not in accepted:
                 raise ConfigError(f"{where}: {key}={value}: this broker is one master ({key}="
-                                  f"{ROCKETMQ_FIXED[key]}), it has no replicas: remove the line")
+                                  f"{' or '.join(accepted)}), it has no replicas: remove the line")
+            if accepted[value] is not None:
+                conf.warnings.append(f"{where}: {key}={value} has no effect here: {accepted[value]}")
             continue
         elif key in ROCKETMQ_BROKER_KEYS:
             why = NO_EFFECT_WHY.get(key, "this broker has no such setting")

@@ -1,9 +1,10 @@
 """The names RocketMQ's broker reads from its broker.conf, so that ``--config`` tells a key
 RocketMQ knows (and this broker may not) from a typing error.
 
-They are the properties ``BrokerStartup`` sets from the file (``MixAll.properties2Object``: one
-per setter) on BrokerConfig with its BrokerIdentity, MessageStoreConfig, NettyServerConfig,
-NettyClientConfig and AuthConfig, as of apache/rocketmq 8fc57f1 (2025-09, 5.3.x).
+They are the properties ``BrokerStartup`` sets from the file, as of apache/rocketmq 8fc57f1
+(2025-09, 5.3.x): ``MixAll.properties2Object`` sets one per public setter (``setX`` reads the
+key ``x``) of BrokerConfig with its BrokerIdentity, MessageStoreConfig, NettyServerConfig,
+NettyClientConfig and AuthConfig; ``properties2SystemEnv`` reads two more.
 """
 
 ROCKETMQ_BROKER_KEYS = frozenset("""
@@ -35,18 +36,19 @@ ROCKETMQ_BROKER_KEYS = frozenset("""
     connectTimeoutMillis consumerFallbehindThreshold consumerManageThreadPoolNums
     consumerManagerThreadPoolQueueCapacity consumerOffsetUpdateVersionStep controllerAddr
     controllerHeartBeatTimeoutMills correctLogicMinOffsetForceInterval correctLogicMinOffsetSleepInterval
-    dataReadAheadEnable debugLockEnable defaultMessageRequestMode defaultPopShareQueueNum defaultQueryMaxNum
-    defaultTopicQueueNums delayOffsetUpdateVersionStep deleteCommitLogFilesInterval
-    deleteConsumeQueueFilesInterval deleteFileBatchMax deleteWhen destroyMapedFileIntervalForcibly
-    disableCallbackExecutor disableConsumeIfConsumerReadSlowly disableNettyWorkerGroup disappearTimeAfterStart
-    diskFallRecorded diskMaxUsedSpaceRatio diskSpaceCleanForciblyRatio diskSpaceWarningLevelRatio
-    dispatchCqCacheNum dispatchCqThreads dispatchFromSenderThread duplicationEnable enableAcceleratedRecovery
-    enableAsyncReput enableAutoInSyncReplicas enableBatchPush enableBroadcastOffsetStore
-    enableBuildConsumeQueueConcurrently enableCalcFilterBitMap enableCleanExpiredOffset enableCompaction
-    enableConnectionMetrics enableConsumeQueueExt enableControllerMode enableCreateSysGroup
-    enableDLegerCommitLog enableDetailStat enableFastChannelEventProcess enableLagAndDlqMetrics enableLmq
-    enableLmqStats enableLogConsumeQueueRepeatedlyBuildWhenRecover enableMessageStoreMetrics
-    enableMixedMessageType enableMultiDispatch enableNetWorkFlowControl enableNotifyAfterPopOrderLockRelease
+    dLegerGroup dLegerPeers dLegerSelfId dataReadAheadEnable debugLockEnable defaultMessageRequestMode
+    defaultPopShareQueueNum defaultQueryMaxNum defaultTopicQueueNums delayOffsetUpdateVersionStep
+    deleteCommitLogFilesInterval deleteConsumeQueueFilesInterval deleteFileBatchMax deleteWhen
+    destroyMapedFileIntervalForcibly disableCallbackExecutor disableConsumeIfConsumerReadSlowly
+    disableNettyWorkerGroup disappearTimeAfterStart diskFallRecorded diskMaxUsedSpaceRatio
+    diskSpaceCleanForciblyRatio diskSpaceWarningLevelRatio dispatchCqCacheNum dispatchCqThreads
+    dispatchFromSenderThread duplicationEnable enableAcceleratedRecovery enableAsyncReput
+    enableAutoInSyncReplicas enableBatchPush enableBroadcastOffsetStore enableBuildConsumeQueueConcurrently
+    enableCalcFilterBitMap enableCleanExpiredOffset enableCompaction enableConnectionMetrics
+    enableConsumeQueueExt enableControllerMode enableCreateSysGroup enableDLegerCommitLog enableDetailStat
+    enableFastChannelEventProcess enableLagAndDlqMetrics enableLmq enableLmqStats
+    enableLogConsumeQueueRepeatedlyBuildWhenRecover enableMessageStoreMetrics enableMixedMessageType
+    enableMultiDispatch enableNetWorkFlowControl enableNotifyAfterPopOrderLockRelease
     enableNotifyBeforePopCalculateLag enablePopBatchAck enablePopBufferMerge enablePopLog
     enablePopMessageThreshold enablePopMetrics enablePropertyFilter enableReconnectForGoAway
     enableRegisterProducer enableRemoteEscape enableRemotingMetrics enableRequestMetrics enableRetryTopicV2
@@ -122,4 +124,4 @@ ROCKETMQ_BROKER_KEYS = frozenset("""
     waitTimeMillsInLitePullQueue waitTimeMillsInPullQueue waitTimeMillsInSendQueue
     waitTimeMillsInTransactionQueue wakeCommitWhenPutMessage wakeFlushWhenPutMessage warmMapedFileEnable
     writeBufferHighWaterMark writeBufferLowWaterMark writeWithoutMmap
-""".split())
+""".split()) | {"rmqAddressServerDomain", "rmqAddressServerSubGroup"}

@@ -5,6 +5,7 @@ said in one line, and a --help that shows sizes as written and the first flags f
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def test_every_flag_is_a_key(tmp_path):
     ("dispatch=parallel\n", "dispatch=parallel: use one of serial, concurrent"),
     ("accept-state-loss=yes\n", "accept-state-loss=yes: use true or false"),
     ("brokerId=1\n", "brokerId=1: this broker is one master (brokerId=0), it has no replicas"),
-    ("brokerRole=SLAVE\n", "brokerRole=SLAVE: this broker is one master"),
+    ("brokerRole=SLAVE\n", "brokerRole=SLAVE: this broker is one master (brokerRole=ASYNC_MASTER or SYNC_MASTER)"),
     ("listenPort=9876\nremoting-port=9877\n", "line 2: remoting-port sets --remoting-port as line 1's listenPort "
                                               "does: keep one"),
     ("aclEnable=true\n", "aclEnable=true needs the accounts' plain_acl.yml: add acl-file=PATH"),
@@ -106,13 +107,16 @@ def test_a_missing_file_is_refused_in_one_line(tmp_path, capsys):
 
 
 def test_rocketmq_keys_with_no_effect_here_are_warned_about_one_line_each(tmp_path, capsys):
-    args = settings(tmp_path, "brokerName=b\ndeleteWhen=04\nsendMessageThreadPoolNums=16\nbrokerIP1=10.0.0.5\n")
+    args = settings(tmp_path, "brokerName=b\ndeleteWhen=04\nsendMessageThreadPoolNums=16\nbrokerIP1=10.0.0.5\n"
+                              "dLegerGroup=g\nbrokerRole=SYNC_MASTER\nbrokerRole=ASYNC_MASTER\n")
     assert args.broker_name == "b"
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 3 and all(line.startswith("rmq-broker-sim: warning: ") for line in lines), lines
+    assert len(lines) == 5 and all(line.startswith("rmq-broker-sim: warning: ") for line in lines), lines
     assert "line 2: deleteWhen has no effect here: the broker keeps every commitlog segment" in lines[0]
     assert "line 3: sendMessageThreadPoolNums has no effect here: this broker has no such setting" in lines[1]
     assert "line 4: brokerIP1 has no effect here: the broker gives clients the address it listens on" in lines[2]
+    assert "line 5: dLegerGroup has no effect here" in lines[3]  # setdLegerGroup: RocketMQ reads dLegerGroup
+    assert "line 6: brokerRole=SYNC_MASTER has no effect here: this broker has no replicas to wait for" in lines[4]
 
 
 def test_acl_enable_with_the_accounts_file(tmp_path):
@@ -131,8 +135,19 @@ def test_the_sample_config_reads_without_a_warning(capsys):
     assert set(ROCKETMQ_FLAGS) - {"namesrvAddr"} <= set(written), "the sample shows every RocketMQ key read"
 
 
+def test_the_apache_rocketmq_broker_conf_of_the_compose_file_ports_with_warnings(capsys):
+    """deploy/rocketmq/broker.conf, Apache RocketMQ's own broker's file: every key is read or warned
+    about, none refused."""
+    args = arguments(parser(), ["--config", str(ROOT / "deploy" / "rocketmq" / "broker.conf")])
+    assert (args.cluster_name, args.broker_name, args.namesrv, args.flush) == (
+        "DefaultCluster", "broker-a", ("rocketmq-namesrv:9876",), "async")
+    warned = re.findall(r"line \d+: (\w+) has no effect here", capsys.readouterr().err)
+    assert warned == ["brokerIP1", "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "timerWheelEnable"]
+
+
 def test_help_shows_sizes_as_written_and_the_first_flags_first():
     text = parser().format_help()
+    assert "\noptions:" not in text, "each flag belongs to a group: argparse's default one is printed first"
     assert "1e+06" not in text and "(default: 1000000)" in text
     assert "(default: 64m)" in text and "(default: 1m)" in text and "(default: 1g)" in text
     assert "67108864" not in text and "1073741824" not in text
