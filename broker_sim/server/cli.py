@@ -147,8 +147,8 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     """The flags, in groups: where to start first (--config, --data-dir, the ports), then the rest."""
     p = _Parser(prog=PROG, add_help=False,
-                usage="%(prog)s [--config FILE] [--data-dir DIR] [--host HOST] [--port PORT] "
-                      "[--remoting-port PORT] [more flags below]",
+                usage="%(prog)s [--config FILE] [--data-dir DIR] [--host HOST] [--port PORT]\n"
+                      "                      [--remoting-port PORT] [more flags below]",
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="A local broker with RocketMQ's batch storage model.",
                 epilog="Every flag is also a key of --config's file, without its dashes (remoting-port=9876,\n"
@@ -156,8 +156,9 @@ def parser() -> argparse.ArgumentParser:
                        "read too. deploy/broker.conf shows them.")
     start = p.add_argument_group("where to start")
     start.add_argument("-h", "--help", action="help", help="show this help and exit")
-    start.add_argument("--config", type=Path, default=None, metavar="FILE",
-                       help="read settings from FILE, key=value lines: RocketMQ's broker.conf keys where this "
+    start.add_argument("-c", "--config", type=Path, default=None, metavar="FILE",
+                       help="read settings from FILE (-c as RocketMQ's mqbroker -c), key=value lines: RocketMQ's "
+                            "broker.conf keys where this "
                             "broker has the setting, and these flags without their dashes for the rest; a RocketMQ "
                             "key with no effect here is warned about, an unknown key refused. Flags given on the "
                             "command line win over the file")

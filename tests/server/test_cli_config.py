@@ -61,6 +61,8 @@ def test_our_keys_are_the_flags_without_their_dashes_and_flags_win_over_the_file
         500, 16 << 20, True, "DEBUG", 9877)
     args = settings(tmp_path, text, "--max-queues", "7", "--remoting-port", "9878")
     assert (args.max_queues, args.remoting_port, args.segment_bytes) == (7, 9878, 16 << 20)
+    args = arguments(parser(), ["--max-queues", "8", "-c", str(tmp_path / "broker.conf")])  # mqbroker's -c
+    assert (args.max_queues, args.remoting_port) == (8, 9877)
 
 
 def test_every_flag_is_a_key(tmp_path):
