@@ -108,7 +108,7 @@ def annotate_help(parser: argparse.ArgumentParser) -> None:
 def read(path: Path, parser: argparse.ArgumentParser) -> BrokerConf:
     """The settings of the file at ``path`` for ``parser``'s flags; ConfigError when one is wrong."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM is no part of the first key
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"--config {path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
     ours = keys(parser)

@@ -65,6 +65,12 @@ def test_our_keys_are_the_flags_without_their_dashes_and_flags_win_over_the_file
     assert (args.max_queues, args.remoting_port) == (8, 9877)
 
 
+def test_a_file_saved_with_a_byte_order_mark_and_crlf_lines_reads(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes(b"\xef\xbb\xbfbrokerName=b\r\nlistenPort=9877\r\n")
+    assert arguments(parser(), ["--config", str(conf)]).broker_name == "b"
+
+
 def test_every_flag_is_a_key(tmp_path):
     """A flag added later is a key too, with nothing to add to the config reader."""
     p = parser()
