@@ -1,22 +1,26 @@
 """`rmq-broker-sim`: run a broker until SIGTERM or SIGINT, then stop cleanly.
 
-    rmq-broker-sim --data-dir ./rmq-data --host 127.0.0.1 --port 10911 [--flush async|sync]
-                   [--dispatch serial|concurrent] [--remoting-port 9876 [--broker-name broker-a]
-                   [--cluster-name DefaultCluster] [--namesrv HOST:PORT[;HOST:PORT]]]
+    rmq-broker-sim [--config broker.conf] --data-dir ./rmq-data --host 127.0.0.1 --port 10911
+                   [--flush async|sync] [--dispatch serial|concurrent] [--remoting-port 9876
+                   [--broker-name broker-a] [--cluster-name DefaultCluster] [--namesrv HOST:PORT[;HOST:PORT]]]
                    [--acl-file plain_acl.yml] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
                    [--max-connections-per-ip N ...: the per-client limits, --help lists them]
 
-It prints one line once it serves, ``rmq-broker-sim listening on HOST:PORT, data in DIR``
-(``--port 0`` takes any free port: read it there). Exit codes: 0 after a clean stop, 2 for a
-bad flag (a TLS file it cannot use too), a data directory in use by another broker, an
-address it cannot listen on, state it cannot trust (lost or damaged: ``--accept-state-loss``
-starts anyway and logs the loss) or a disk too full to start.
+``--config FILE`` reads settings from key=value lines (RocketMQ's broker.conf keys where this
+broker has the setting, the flags without their dashes for the rest: ``broker_conf``); flags
+given on the command line win over it. It prints one line once it serves,
+``rmq-broker-sim listening on HOST:PORT, data in DIR`` (``--port 0`` takes any free port: read
+it there). Exit codes: 0 after a clean stop, 2 for a bad flag, said in one line (a TLS file or a
+config file it cannot use too), a data directory in use by another broker, an address it cannot
+listen on, state it cannot trust (lost or damaged: ``--accept-state-loss`` starts anyway and
+logs the loss) or a disk too full to start.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import errno
 import logging
 import os
@@ -40,6 +44,8 @@ from broker_sim.store import (  # noqa: E402
 )
 from broker_sim.tls import TlsOptions  # noqa: E402
 from broker_sim.txn.service import TransactionConfig  # noqa: E402
+
+from . import broker_conf  # noqa: E402
 
 PROG = "rmq-broker-sim"
 _SIZE = re.compile(r"^(\d+)\s*([kmg]i?b?|b)?$", re.IGNORECASE)
@@ -101,11 +107,11 @@ def _limit_type(name: str):
 
 
 def _shown(value) -> str:
-    """A default as the flag takes it: 64m for 67108864 bytes."""
+    """A size's default as the flag takes it: 64m for 67108864 bytes."""
     for suffix, unit in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
-        if isinstance(value, int) and value >= unit and value % unit == 0:
+        if value >= unit and value % unit == 0:
             return f"{value // unit}{suffix}"
-    return f"{value:g}"
+    return str(value)
 
 
 def _add_limit_flags(p: argparse.ArgumentParser) -> None:
@@ -115,7 +121,8 @@ def _add_limit_flags(p: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(ClientLimits):
         kind = _limit_type(field.name)
         metavar = {byte_size: "BYTES", float: "SECONDS", int: "N"}[kind]
-        shown = _shown(field.default) if kind is byte_size else f"{field.default:g}"
+        shown = _shown(field.default) if kind is byte_size else f"{field.default:g}" if kind is float else \
+            str(field.default)
         group.add_argument("--" + field.name.replace("_", "-"), dest=field.name, type=kind, metavar=metavar,
                            default=field.default, help=f"{_LIMIT_HELP[field.name]} (default: {shown})")
 
@@ -125,57 +132,104 @@ def limits_of(args: argparse.Namespace) -> ClientLimits:
     return ClientLimits(**{field.name: getattr(args, field.name) for field in dataclasses.fields(ClientLimits)})
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a wrong flag said in one line, not after the whole usage."""
+
+    def error(self, message: str):
+        message = re.sub(r"^argument (--[\w-]+)(/\S+)?: ", r"\1: ", message)
+        unknown = re.match(r"unrecognized arguments: (--[\w-]+)", message)
+        if unknown:
+            close = difflib.get_close_matches(unknown.group(1), self._option_string_actions, n=1)
+            message += f" (did you mean {close[0]}?)" if close else f" ({self.prog} --help lists the flags)"
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="A local broker with RocketMQ's batch storage model.")
-    p.add_argument("--data-dir", type=Path, default=Path("./rmq-data"),
-                   help="where the commitlog, indexes and offsets live (default: ./rmq-data)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=port_number, default=10911,
-                   help="port to listen on (default: 10911; 0: any free port, printed at start)")
-    p.add_argument("--flush", choices=["async", "sync"], default="async",
-                   help="async: flush on an interval (default); sync: acknowledge writes once on disk")
-    p.add_argument("--dispatch", choices=["serial", "concurrent"], default="serial",
-                   help="how the indexes are built: serial, one thread (default); concurrent, chunks parsed by "
-                        "worker processes and written in order (RocketMQ's RIP-52)")
-    p.add_argument("--segment-bytes", type=byte_size, default=StoreConfig.segment_bytes,
-                   help="size of a commitlog segment file (default: 1g)")
-    p.add_argument("--disk-reserve", type=byte_size, default=StoreConfig.disk_reserve_bytes,
-                   help="refuse sends while the data directory's disk has less free than this, so that indexes "
-                        "and metadata keep room (default: 64m)")
-    p.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms,
-                   help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
-    p.add_argument("--remoting-port", type=port_number, default=None,
-                   help="also serve RocketMQ's remoting protocol on this port, as a broker and a name server, so "
-                        "that RocketMQ's own clients and mqadmin use this broker (0: any free port; default: off)")
-    p.add_argument("--broker-name", default="broker-a", help="this broker's name in routes (default: broker-a)")
-    p.add_argument("--cluster-name", default="DefaultCluster", help="its cluster's name (default: DefaultCluster)")
-    p.add_argument("--namesrv", type=name_servers, default=(),
-                   help="other name servers HOST:PORT[;HOST:PORT] this broker registers with every 30 s, as "
-                        "RocketMQ's brokers do: brokers registered with one name server make one cluster")
-    p.add_argument("--transaction-check-interval-ms", type=int, default=30_000,
-                   help="remoting: check a transactional message left unknown this long with its producer, again "
-                        "every interval; rolled back after 15 checks (default: 30000, RocketMQ's)")
-    p.add_argument("--acl-file", type=Path, default=None,
-                   help="RocketMQ's plain_acl.yml: accounts (accessKey, secretKey), their permissions per topic and "
-                        "group, admin accounts. Every request on every port must then be signed by an account; the "
-                        "file is read again when it changes (default: off, anyone who reaches the ports may do "
-                        "anything)")
-    p.add_argument("--acl-clock-skew-s", type=int, default=MAX_CLOCK_SKEW_S,
-                   help="a gRPC call's signed date may be this far from the broker's clock: older ones are refused "
-                        f"as replays (default: {MAX_CLOCK_SKEW_S})")
-    p.add_argument("--tls-cert", type=Path, default=None,
-                   help="serve TLS only, on the gRPC port and the remoting port, with this PEM certificate (chain); "
-                        "give --tls-key too")
-    p.add_argument("--tls-key", type=Path, default=None, help="the certificate's PEM private key, unencrypted")
-    p.add_argument("--tls-client-ca", type=Path, default=None,
-                   help="mutual TLS: clients must present a certificate signed by a CA of this PEM file")
-    p.add_argument("--accept-state-loss", action="store_true",
-                   help="start even when state the broker had is missing or damaged (the consumer offsets file, "
-                        "the pop or transaction RocksDB): what was lost is logged, a damaged RocksDB is moved "
-                        "aside. Without it such a start is refused with a sentence naming the file (default: off)")
-    p.add_argument("--log-level", type=str.upper, default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
+    """The flags, in groups: where to start first (--config, --data-dir, the ports), then the rest."""
+    p = _Parser(prog=PROG, add_help=False,
+                usage="%(prog)s [--config FILE] [--data-dir DIR] [--host HOST] [--port PORT]\n"
+                      "                      [--remoting-port PORT] [more flags below]",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="A local broker with RocketMQ's batch storage model.",
+                epilog="Every flag is also a key of --config's file, without its dashes (remoting-port=9876,\n"
+                       "accept-state-loss=true); [broker.conf: KEY] names RocketMQ's key for the same setting,\n"
+                       "read too. deploy/broker.conf shows them.")
+    start = p.add_argument_group("where to start")
+    start.add_argument("-h", "--help", action="help", help="show this help and exit")
+    start.add_argument("-c", "--config", type=Path, default=None, metavar="FILE",
+                       help="read settings from FILE (-c as RocketMQ's mqbroker -c), key=value lines: RocketMQ's "
+                            "broker.conf keys where this "
+                            "broker has the setting, and these flags without their dashes for the rest; a RocketMQ "
+                            "key with no effect here is warned about, an unknown key refused. Flags given on the "
+                            "command line win over the file")
+    start.add_argument("--data-dir", type=Path, default=Path("./rmq-data"), metavar="DIR",
+                       help="where the commitlog, indexes and offsets live (default: ./rmq-data)")
+    start.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on, both ports (default: 127.0.0.1; 0.0.0.0: every interface)")
+    start.add_argument("--port", type=port_number, default=10911,
+                       help="our gRPC contract (rmq_spark, Spark) and RocketMQ 5's gRPC clients (default: 10911; "
+                            "0: any free port, printed at start)")
+    start.add_argument("--remoting-port", type=port_number, default=None, metavar="PORT",
+                       help="also serve RocketMQ's remoting protocol on this port, as a broker and a name server, so "
+                            "that RocketMQ's own clients and mqadmin use this broker (0: any free port; default: "
+                            "off)")
+
+    store = p.add_argument_group("storage")
+    store.add_argument("--flush", choices=["async", "sync"], default="async",
+                       help="async: flush on an interval (default); sync: acknowledge writes once on disk")
+    store.add_argument("--dispatch", choices=["serial", "concurrent"], default="serial",
+                       help="how the indexes are built: serial, one thread (default); concurrent, chunks parsed by "
+                            "worker processes and written in order (RocketMQ's RIP-52)")
+    store.add_argument("--segment-bytes", type=byte_size, default=StoreConfig.segment_bytes, metavar="SIZE",
+                       help=f"size of a commitlog segment file (default: {_shown(StoreConfig.segment_bytes)})")
+    store.add_argument("--disk-reserve", type=byte_size, default=StoreConfig.disk_reserve_bytes, metavar="SIZE",
+                       help="refuse sends while the data directory's disk has less free than this, so that indexes "
+                            f"and metadata keep room (default: {_shown(StoreConfig.disk_reserve_bytes)})")
+    store.add_argument("--accept-state-loss", action="store_true",
+                       help="start even when state the broker had is missing or damaged (the consumer offsets "
+                            "file, the pop or transaction RocksDB): what was lost is logged, a damaged RocksDB is "
+                            "moved aside. Without it such a start is refused with a sentence naming the file "
+                            "(default: off)")
+
+    cluster = p.add_argument_group("RocketMQ cluster (with --remoting-port)")
+    cluster.add_argument("--broker-name", default="broker-a", metavar="NAME",
+                         help="this broker's name in routes (default: broker-a)")
+    cluster.add_argument("--cluster-name", default="DefaultCluster", metavar="NAME",
+                         help="its cluster's name (default: DefaultCluster)")
+    cluster.add_argument("--namesrv", type=name_servers, default=(), metavar="HOST:PORT[;HOST:PORT]",
+                         help="other name servers this broker registers with every 30 s, as RocketMQ's brokers "
+                              "do: brokers registered with one name server make one cluster")
+
+    txn = p.add_argument_group("transactions")
+    txn.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms, metavar="MS",
+                     help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
+    txn.add_argument("--transaction-check-interval-ms", type=int, default=30_000, metavar="MS",
+                     help="remoting: check a transactional message left unknown this long with its producer, again "
+                          "every interval; rolled back after 15 checks (default: 30000, RocketMQ's)")
+
+    trust = p.add_argument_group("accounts and TLS")
+    trust.add_argument("--acl-file", type=Path, default=None, metavar="FILE",
+                       help="RocketMQ's plain_acl.yml: accounts (accessKey, secretKey), their permissions per topic "
+                            "and group, admin accounts. Every request on every port must then be signed by an "
+                            "account; the file is read again when it changes (default: off, anyone who reaches the "
+                            "ports may do anything) [broker.conf: aclEnable=true with acl-file=FILE]")
+    trust.add_argument("--acl-clock-skew-s", type=int, default=MAX_CLOCK_SKEW_S, metavar="SECONDS",
+                       help="a gRPC call's signed date may be this far from the broker's clock: older ones are "
+                            f"refused as replays (default: {MAX_CLOCK_SKEW_S})")
+    trust.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
+                       help="serve TLS only, on the gRPC port and the remoting port, with this PEM certificate "
+                            "(chain); give --tls-key too")
+    trust.add_argument("--tls-key", type=Path, default=None, metavar="FILE",
+                       help="the certificate's PEM private key, unencrypted")
+    trust.add_argument("--tls-client-ca", type=Path, default=None, metavar="FILE",
+                       help="mutual TLS: clients must present a certificate signed by a CA of this PEM file")
+
     _add_limit_flags(p)
+
+    logs = p.add_argument_group("logging")
+    logs.add_argument("--log-level", type=str.upper, default="INFO",
+                      choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
+    broker_conf.annotate_help(p)
     return p
 
 
@@ -203,9 +257,30 @@ def _start_failure(err: Exception, bind_error: type) -> str | None:
     return None
 
 
+def arguments(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The settings of ``argv``: --config's file, if given, then the flags over it. A wrong one
+    exits 2 with its sentence (``p.error``); a RocketMQ key with no effect here is warned about."""
+    args = p.parse_args(argv)
+    if args.config is not None:  # the file's settings, then the command line's flags over them
+        try:
+            conf = broker_conf.read(args.config, p)
+        except broker_conf.ConfigError as err:
+            p.error(str(err))
+        for warning in conf.warnings:
+            print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+        args = p.parse_args(conf.argv + argv)
+        if conf.acl_enabled and args.acl_file is None:
+            p.error(f"{args.config}: aclEnable=true needs the accounts' plain_acl.yml: add acl-file=PATH to the "
+                    "file, or give --acl-file PATH")
+    if args.remoting_port is not None and args.remoting_port == args.port != 0:
+        p.error(f"--port and --remoting-port are both {args.port}: give each its own port (RocketMQ's listenPort "
+                "is --remoting-port; --port serves gRPC)")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    args = p.parse_args(argv)
+    args = arguments(p, sys.argv[1:] if argv is None else list(argv))
     try:
         config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch,
                              disk_reserve_bytes=args.disk_reserve)

@@ -304,7 +304,8 @@ def test_cli_bad_flags(tmp_path, args, expected):
     result = subprocess.run(cli_command() + ["--data-dir", str(tmp_path / "data"), *args], capture_output=True,
                             text=True, timeout=STOP_TIMEOUT_S)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("usage: rmq-broker-sim") and expected in result.stderr, result.stderr
+    assert result.stderr.startswith("rmq-broker-sim: error: ") and expected in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, "one line, not the usage"
     assert not (tmp_path / "data").exists()
 
 

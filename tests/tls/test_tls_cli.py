@@ -39,7 +39,7 @@ def test_unusable_tls_files_are_refused_with_a_sentence(certs, tmp_path):
         result = subprocess.run(CLI + ["--data-dir", str(tmp_path / "data"), *args], capture_output=True, text=True,
                                 timeout=TIMEOUT_S)
         assert result.returncode == 2 and result.stdout == "", (args, result.stderr)
-        assert result.stderr.startswith("usage: rmq-broker-sim") and expected in result.stderr, result.stderr
+        assert result.stderr.startswith("rmq-broker-sim: error: ") and expected in result.stderr, result.stderr
         assert not (tmp_path / "data").exists()
 
 
