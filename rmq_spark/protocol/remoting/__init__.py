@@ -11,9 +11,11 @@ from .command import (
     FrameReader,
     HeaderError,
     RemotingCommand,
+    WrongProtocolError,
     decode,
     encode,
 )
 
 __all__ = ["FLAG_ONEWAY", "FLAG_RESPONSE", "LANGUAGES", "MAX_FRAME_BYTES", "FrameError", "FrameReader", "HeaderError",
-           "RemotingCommand", "RemotingConnection", "RequestCode", "ResponseCode", "SerializeType", "decode", "encode"]
+           "RemotingCommand", "RemotingConnection", "RequestCode", "ResponseCode", "SerializeType",
+           "WrongProtocolError", "decode", "encode"]

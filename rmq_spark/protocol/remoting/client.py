@@ -12,7 +12,7 @@ from concurrent.futures import Future
 
 from ..signing import sign_remoting
 from .codes import SerializeType
-from .command import FLAG_ONEWAY, FrameError, FrameReader, RemotingCommand, decode, encode
+from .command import FLAG_ONEWAY, FrameError, FrameReader, RemotingCommand, WrongProtocolError, decode, encode
 from .tls_stream import TlsStream
 
 
@@ -118,6 +118,11 @@ class RemotingConnection:
                     break
                 for frame in reader.feed(data):
                     self._deliver(decode(frame))
+        except WrongProtocolError:
+            error = ConnectionError(
+                f"{self.address} speaks HTTP/2 (gRPC), not RocketMQ's remoting protocol: it is a gRPC port "
+                "(broker_sim's --port, for the option endpoint; a RocketMQ proxy's gRPC port); give a name server's "
+                "port instead (rmq-broker-sim --remoting-port; RocketMQ's name server listens on 9876)")
         except (OSError, FrameError, ValueError) as err:
             error = ConnectionError(f"the connection to {self.address} failed: {err}")
         with self._lock:

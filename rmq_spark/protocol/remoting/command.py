@@ -32,6 +32,29 @@ class FrameError(ValueError):
     """The byte stream cannot be read on (a length no frame may have): close the connection."""
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # what an HTTP/2 (gRPC) client sends first
+
+
+class WrongProtocolError(FrameError):
+    """The peer speaks HTTP/2 (gRPC), not RocketMQ's remoting protocol: a gRPC client at a
+    remoting port (``peer_is_client``), or a remoting client at a gRPC port."""
+
+    def __init__(self, message: str, peer_is_client: bool):
+        super().__init__(message)
+        self.peer_is_client = peer_is_client
+
+
+def http2_peer(start: bytes) -> bool | None:
+    """Whether the first bytes of a connection are HTTP/2's: True for a client's preface, False
+    for a server's first SETTINGS frame (a header length of 0 or 1 << 24, which no remoting
+    frame has), None for neither (or too few bytes to tell)."""
+    if len(start) >= 4 and HTTP2_PREFACE.startswith(bytes(start[:len(HTTP2_PREFACE)])):
+        return True
+    if len(start) >= 9 and start[3] == 0x04 and start[4] in (0, 1) and bytes(start[5:9]) == b"\0\0\0\0":
+        return False
+    return None
+
+
 class HeaderError(ValueError):
     """A whole frame was read but its header is not a command; ``opaque`` is the request's id
     when it could be read (answer it), else None."""
@@ -111,11 +134,19 @@ class FrameReader:
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES):
         self.max_frame_bytes = max_frame_bytes
         self._buffer = bytearray()
+        self._started = False  # the connection's first frame is checked for HTTP/2
 
     def feed(self, data: bytes) -> list[bytes]:
-        """The frames completed by ``data``. Raises FrameError on a length no frame may have."""
+        """The frames completed by ``data``. Raises FrameError on a length no frame may have,
+        WrongProtocolError when the connection opens in HTTP/2 (gRPC)."""
         buffer = self._buffer
         buffer += data
+        if not self._started and len(buffer) >= 9:
+            self._started = True
+            peer_is_client = http2_peer(buffer)
+            if peer_is_client is not None:
+                raise WrongProtocolError("the peer speaks HTTP/2 (gRPC), not RocketMQ's remoting protocol",
+                                         peer_is_client)
         frames, pos, end = [], 0, len(buffer)
         while end - pos >= 4:
             (length,) = _INT.unpack_from(buffer, pos)
