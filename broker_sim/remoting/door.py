@@ -75,7 +75,7 @@ class RemotingDoor:
         self.guard = guard
         self.clients = ClientRegistry()
         self.server = RemotingServer({}, host, options.port, limits=limits, tls=tls)
-        self.hold = PullHold(self.server.loop)
+        self.hold = PullHold(self.server.loop, self.server.limits.max_parked_pulls)
         self._advertised_ip = advertised_ip
         self._stop = threading.Event()
         self._registrar: threading.Thread | None = None
@@ -91,6 +91,7 @@ class RemotingDoor:
         """Serve ``core``: every handler is in place before the first request is read (a client
         that connected while the broker recovered is answered, not refused as unsupported)."""
         self.core = core
+        self.server.memory = core.memory  # one budget for every door
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)

@@ -1,37 +1,67 @@
 """Suspended pulls (RocketMQ's PullRequestHoldService): a pull that finds nothing new waits,
 holding no thread, until messages arrive (the store's arrival listener wakes it) or its
 suspend timeout passes, then answers with what a pull finds then. The v2 door's PullMessage
-waits the same way (``arrival``)."""
+waits the same way (``arrival``).
+
+At most ``max_parked`` pulls wait at once (``ClientLimits.max_parked_pulls``): one past it is
+refused at once (TOO_MANY_REQUESTS: SYSTEM_BUSY on remoting, whose clients wait and pull
+again). Each waiting remoting pull counts ``PARKED_PULL_BYTES`` in its connection's share of
+the broker's memory budget. Arrivals wake the waiting pulls ``WAKE_BATCH`` at a time, one batch
+a turn of the event loop, so that other clients' requests are read between batches.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
+from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.limits import ClientLimits, Holding
 from rmq_spark.protocol.remoting import RemotingCommand, ResponseCode
+
+PARKED_PULL_BYTES = 4 << 10  # what a waiting pull holds (its request, task, future), about
+WAKE_BATCH = 256  # pulls woken in one turn of the event loop, at most
 
 
 class PullHold:
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_parked: int = ClientLimits.max_parked_pulls):
         self._loop = loop
+        self.max_parked = max_parked
         self._waiting: set[asyncio.Future] = set()
         self._wake_scheduled = False
+        self._to_wake: list[asyncio.Future] = []  # woken by batches, last first
 
-    def suspend(self, request: RemotingCommand, pull, requests):
-        """A coroutine answering ``pull`` once it finds messages or its suspend time is over."""
+    @property
+    def parked(self) -> int:
+        """Pulls waiting for messages now."""
+        return len(self._waiting)
+
+    def suspend(self, request: RemotingCommand, pull, requests, memory: Holding | None = None):
+        """A coroutine answering ``pull`` once it finds messages or its suspend time is over;
+        raises TOO_MANY_REQUESTS when as many pulls wait as allowed, or past the client's share
+        of the memory budget (``memory``: its connection's holding)."""
+        self._check_room()
+        if memory is not None:
+            memory.reserve(PARKED_PULL_BYTES)
         pull.commit_offset = -1  # committed by the first try
 
         async def wait() -> RemotingCommand:
-            deadline = self._loop.time() + pull.suspend_ms / 1000
-            while True:
-                await self.arrival(deadline - self._loop.time())
-                answer = requests.pull_once(request, pull)
-                if answer.code != ResponseCode.PULL_NOT_FOUND or self._loop.time() >= deadline:
-                    return answer
+            try:
+                deadline = self._loop.time() + pull.suspend_ms / 1000
+                while True:
+                    await self.arrival(deadline - self._loop.time())
+                    answer = requests.pull_once(request, pull)
+                    if answer.code != ResponseCode.PULL_NOT_FOUND or self._loop.time() >= deadline:
+                        return answer
+            finally:
+                if memory is not None:
+                    memory.release(PARKED_PULL_BYTES)
 
         return wait()
 
     async def arrival(self, timeout_s: float) -> None:
-        """Return when messages next become readable, or after ``timeout_s``."""
+        """Return when messages next become readable, or after ``timeout_s``; raises
+        TOO_MANY_REQUESTS when ``max_parked`` pulls wait already."""
+        self._check_room()
         woken = self._loop.create_future()
         self._waiting.add(woken)
         try:
@@ -40,6 +70,13 @@ class PullHold:
             pass
         finally:
             self._waiting.discard(woken)
+
+    def _check_room(self) -> None:
+        if len(self._waiting) >= self.max_parked:
+            raise BrokerError(Reason.TOO_MANY_REQUESTS,
+                              f"[TOO_MANY_REQUESTS] {len(self._waiting)} pulls wait for messages on this broker, its "
+                              "limit (--max-parked-pulls): pull again later, hold fewer pulls waiting at once, or "
+                              "raise --max-parked-pulls")
 
     def arrived(self) -> None:
         """Messages became readable (called on the dispatcher's thread): wake the held pulls,
@@ -50,6 +87,16 @@ class PullHold:
 
     def _wake(self) -> None:
         self._wake_scheduled = False
-        for woken in list(self._waiting):
+        running = bool(self._to_wake)
+        self._to_wake = list(self._waiting)  # those waiting now; a batch chain under way takes these instead
+        if not running:
+            self._wake_batch()
+
+    def _wake_batch(self) -> None:
+        batch = self._to_wake[-WAKE_BATCH:]
+        del self._to_wake[-WAKE_BATCH:]
+        for woken in batch:
             if not woken.done():
                 woken.set_result(None)
+        if self._to_wake:
+            self._loop.call_soon(self._wake_batch)  # the next batch after the loop's next look at its sockets

@@ -160,7 +160,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         self.checks = TransactionChecks(core, options.transaction_check_interval_ms, options.transaction_check_max)
         self.inner = receipts.InnerReceipts()
         self.queues = QueueChooser()
-        self.hold = PullHold(loop)
+        self.hold = PullHold(loop, core.limits.max_parked_pulls)
         core.store.add_arrival_listener(self.hold.arrived)
         self._loop = loop
         self._checker = None
