@@ -120,3 +120,32 @@ def test_stalled_streams_hold_no_more_than_the_budget_and_another_client_reads(b
         for c in stalled:
             c.close()
         forwarder.close()
+
+
+def resident_bytes() -> int:
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_the_memory_of_cancelled_streams_goes_back_to_the_system(tmp_path):
+    """glibc keeps freed buffers in its arenas: without a trim the broker stayed at its peak."""
+    with Broker(tmp_path / "data") as broker, channel(broker.endpoint) as ch:
+        pb_grpc.AdminStub(ch).CreateTopic(pb.CreateTopicRequest(topic=pb.Topic(name="big", queue_count=1,
+                                                                               queue_type=pb.SIMPLE_CQ)))
+        body = os.urandom(512 << 10)
+        for _ in range(32):
+            pb_grpc.MessagingStub(ch).Send(pb.SendRequest(topic="big", queue_id=0, single=pb.SingleMessage(body=body)),
+                                           timeout=TIMEOUT_S)
+        wait_until(lambda: read_all(broker.endpoint) == 32, "the messages are readable", timeout_s=30)
+        before = resident_bytes()
+        stalled = [channel(broker.endpoint) for _ in range(STALLED_STREAMS * 3)]
+        calls = [pb_grpc.MessagingStub(c).ReadRanges(pb.ReadRangesRequest(
+            ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=TIMEOUT_S) for c in stalled]
+        wait_until(lambda: broker.core.counters.responses_waiting == len(calls), "every stream stalls", timeout_s=30)
+        grown = resident_bytes() - before
+        assert grown > 64 * MiB  # each holds a response or two of 4 MiB
+        for call, c in zip(calls, stalled):
+            call.cancel()
+            c.close()
+        wait_until(lambda: broker.core.counters.responses_waiting == 0, "the streams end")
+        wait_until(lambda: resident_bytes() - before < grown / 3, "most of the streams' memory is given back",
+                   timeout_s=15)
