@@ -92,6 +92,7 @@ class RemotingDoor:
         that connected while the broker recovered is answered, not refused as unsupported)."""
         self.core = core
         self.server.memory = core.memory  # one budget for every door
+        self.hold.end_offset = core.store.max_offset
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)

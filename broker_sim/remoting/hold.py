@@ -6,13 +6,17 @@ waits the same way (``arrival``).
 At most ``max_parked`` pulls wait at once (``ClientLimits.max_parked_pulls``): one past it is
 refused at once (TOO_MANY_REQUESTS: SYSTEM_BUSY on remoting, whose clients wait and pull
 again). Each waiting remoting pull counts ``PARKED_PULL_BYTES`` in its connection's share of
-the broker's memory budget. Arrivals wake the waiting pulls ``WAKE_BATCH`` at a time, one batch
-a turn of the event loop, so that other clients' requests are read between batches.
+the broker's memory budget. A pull waits under its queue and offset, as RocketMQ's hold keys
+its pulls by topic@queueId: an arrival wakes only the pulls of queues that now end past their
+offset (one look at each queue's end offset, ``end_offset``), not every pull of the broker;
+those are woken ``WAKE_BATCH`` at a time, one batch a turn of the event loop, so that other
+clients' requests are read between batches.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 from broker_sim.core.errors import BrokerError, Reason
 from broker_sim.core.limits import ClientLimits, Holding
@@ -23,17 +27,16 @@ WAKE_BATCH = 256  # pulls woken in one turn of the event loop, at most
 
 
 class PullHold:
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_parked: int = ClientLimits.max_parked_pulls):
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_parked: int = ClientLimits.max_parked_pulls,
+                 end_offset: Callable[[str, int], int] | None = None):
         self._loop = loop
         self.max_parked = max_parked
-        self._waiting: set[asyncio.Future] = set()
+        self.end_offset = end_offset  # (topic, queue id) -> the queue's end offset; raises LookupError
+        self.parked = 0  # pulls waiting for messages now
+        self._waiting: set[asyncio.Future] = set()  # waiting for any arrival
+        self._by_queue: dict[tuple, dict[asyncio.Future, int]] = {}  # (topic, queue id) -> {waiter: its offset}
         self._wake_scheduled = False
         self._to_wake: list[asyncio.Future] = []  # woken by batches, last first
-
-    @property
-    def parked(self) -> int:
-        """Pulls waiting for messages now."""
-        return len(self._waiting)
 
     def suspend(self, request: RemotingCommand, pull, requests, memory: Holding | None = None):
         """A coroutine answering ``pull`` once it finds messages or its suspend time is over;
@@ -48,7 +51,7 @@ class PullHold:
             try:
                 deadline = self._loop.time() + pull.suspend_ms / 1000
                 while True:
-                    await self.arrival(deadline - self._loop.time())
+                    await self.arrival(deadline - self._loop.time(), (pull.topic, pull.queue_id, pull.offset))
                     answer = requests.pull_once(request, pull)
                     if answer.code != ResponseCode.PULL_NOT_FOUND or self._loop.time() >= deadline:
                         return answer
@@ -58,39 +61,63 @@ class PullHold:
 
         return wait()
 
-    async def arrival(self, timeout_s: float) -> None:
-        """Return when messages next become readable, or after ``timeout_s``; raises
-        TOO_MANY_REQUESTS when ``max_parked`` pulls wait already."""
+    async def arrival(self, timeout_s: float, queue: tuple | None = None) -> None:
+        """Return when messages next become readable (with ``queue``, (topic, queue id, offset):
+        once that queue ends past the offset), or after ``timeout_s``; raises TOO_MANY_REQUESTS
+        when ``max_parked`` pulls wait already."""
         self._check_room()
         woken = self._loop.create_future()
-        self._waiting.add(woken)
+        if queue is None or self.end_offset is None:
+            self._waiting.add(woken)
+        else:
+            self._by_queue.setdefault(queue[:2], {})[woken] = queue[2]
+        self.parked += 1
         try:
             await asyncio.wait_for(woken, max(0.0, timeout_s))
         except TimeoutError:
             pass
         finally:
-            self._waiting.discard(woken)
+            self.parked -= 1
+            if queue is None or self.end_offset is None:
+                self._waiting.discard(woken)
+            else:
+                waiters = self._by_queue.get(queue[:2])
+                if waiters is not None:
+                    waiters.pop(woken, None)
+                    if not waiters:
+                        del self._by_queue[queue[:2]]
 
     def _check_room(self) -> None:
-        if len(self._waiting) >= self.max_parked:
+        if self.parked >= self.max_parked:
             raise BrokerError(Reason.TOO_MANY_REQUESTS,
-                              f"[TOO_MANY_REQUESTS] {len(self._waiting)} pulls wait for messages on this broker, its "
+                              f"[TOO_MANY_REQUESTS] {self.parked} pulls wait for messages on this broker, its "
                               "limit (--max-parked-pulls): pull again later, hold fewer pulls waiting at once, or "
                               "raise --max-parked-pulls")
 
     def arrived(self) -> None:
-        """Messages became readable (called on the dispatcher's thread): wake the held pulls,
-        once per loop turn however many dispatches came."""
-        if not self._wake_scheduled and self._waiting:
+        """Messages became readable (called on the dispatcher's thread): wake the held pulls
+        they are for, once per loop turn however many dispatches came."""
+        if not self._wake_scheduled and self.parked:
             self._wake_scheduled = True
             self._loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         self._wake_scheduled = False
         running = bool(self._to_wake)
-        self._to_wake = list(self._waiting)  # those waiting now; a batch chain under way takes these instead
+        self._to_wake = [*self._waiting, *self._readable()]  # a batch chain under way takes these instead
         if not running:
             self._wake_batch()
+
+    def _readable(self) -> list[asyncio.Future]:
+        """The waiters whose queue now ends past their offset (all of a queue that is gone)."""
+        found = []
+        for (topic, queue_id), waiters in self._by_queue.items():
+            try:
+                end = self.end_offset(topic, queue_id)
+            except LookupError:
+                end = None
+            found += [woken for woken, offset in waiters.items() if end is None or end > offset]
+        return found
 
     def _wake_batch(self) -> None:
         batch = self._to_wake[-WAKE_BATCH:]

@@ -148,10 +148,11 @@ class Connection(asyncio.Protocol):
             self.server.refusing.discard(self)
             return
         self.server.release(self)
-        self.memory.close()
         if self.reader.pending_bytes:
             log.debug("connection from %s closed inside a frame (%d bytes unread)", self.remote,
                       self.reader.pending_bytes)
+        self.reader = FrameReader()  # its unfinished frame is freed now, not when the connection is collected
+        self.memory.close()
         for listener in self.server.close_listeners:
             listener(self)
 
@@ -237,7 +238,7 @@ class Connection(asyncio.Protocol):
     def send(self, command: RemotingCommand) -> None:
         """Write a command, from the loop's thread; dropped when the connection is gone. A
         client with more answers waiting than the broker keeps for one is disconnected."""
-        if self.closed:
+        if self.closed or self.transport.is_closing():  # asyncio logs a warning for each write past its end
             return
         waiting = self.transport.get_write_buffer_size()
         if waiting > self.server.limits.max_buffered_bytes_per_connection:

@@ -119,3 +119,22 @@ def test_refused_connections_are_logged_at_a_bounded_rate(tmp_path, stopped, cap
             sock.close()
     lines = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(lines) <= 10, f"{len(lines)} lines for 200 refused connections"
+
+
+def test_an_arrival_wakes_only_the_pulls_of_queues_that_end_past_their_offset():
+    ends = {("orders", 0): 5, ("quiet", 0): 0}
+
+    async def scenario():
+        hold = PullHold(asyncio.get_running_loop(), max_parked=10_000, end_offset=lambda t, q: ends[(t, q)])
+        quiet = [asyncio.ensure_future(hold.arrival(30.0, ("quiet", 0, 0))) for _ in range(1000)]
+        orders = asyncio.ensure_future(hold.arrival(30.0, ("orders", 0, 5)))
+        await asyncio.sleep(0)
+        ends[("orders", 0)] = 6  # a message arrives on orders
+        hold.arrived()
+        await asyncio.wait_for(orders, TIMEOUT_S)
+        woken = sum(w.done() for w in quiet)
+        for waiter in quiet:
+            waiter.cancel()
+        return woken, hold.parked
+
+    assert asyncio.run(scenario()) == (0, 1000)  # the 1,000 pulls of the quiet queue slept on
