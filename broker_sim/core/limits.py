@@ -149,15 +149,17 @@ class MemoryBudget:
     holds more, that greediest client is cut instead: the ``cut`` of each of its holdings is
     called with the sentence (the door ends the stream or closes the connection), its bytes
     are counted free at once, and the asking client goes on. Thread-safe; ``cut`` is called
-    outside the lock and must return at once (hand the work to its door's loop).
+    outside the lock and must return at once (hand the work to its door's loop). So the broker
+    may hold, for the moment a cut takes to free its buffers, up to a client's share more than
+    the budget: budget + share is the ceiling.
 
     Freed buffers go back to the allocator; glibc keeps large freed areas of its arenas in the
     process rather than give them to the system, so after many megabytes are released the
     budget asks it to (``malloc_trim``), at most once a second.
     """
 
-    TRIM_AFTER_BYTES = 64 << 20  # released since the last trim before the next one
-    TRIM_INTERVAL_S = 1.0
+    TRIM_AFTER_BYTES = 16 << 20  # released since the last trim before the next one
+    TRIM_INTERVAL_S = 0.25
 
     def __init__(self, total_bytes: int, per_client_bytes: int):
         self.total_bytes = total_bytes
