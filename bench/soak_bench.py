@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests" / "limits"))
 import grpc  # noqa: E402
 
 from bench import report  # noqa: E402
-from bench.process_memory import rss_bytes  # noqa: E402
+from bench.process_memory import anon_rss_bytes, rss_bytes  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
 from forwarder import Forwarder  # noqa: E402
 from peers.process import free_port  # noqa: E402
@@ -295,17 +295,18 @@ def run(args) -> None:
                 messaging.Send(pb.SendRequest(topic="big", single=pb.SingleMessage(body=body)), timeout=30)
         good = GoodClient(endpoint, f"127.0.0.1:{remoting[1]}")
         good.measure(1.0)  # warm
-        rest_rss = rss_bytes(process.pid)
+        rest_rss, rest_anon = rss_bytes(process.pid), anon_rss_bytes(process.pid)
         baseline = good.measure(args.baseline_s)
         context = multiprocessing.get_context("spawn")
         started_event, stop, results = context.Event(), context.Event(), context.Queue()
         hostiles = context.Process(target=hostile_process, args=(endpoint, remoting, started_event, stop, results))
-        peak = [rest_rss]
+        peak = [rest_rss, rest_anon]
         sampling = threading.Event()
 
         def sample():
             while not sampling.wait(0.2):
                 peak[0] = max(peak[0], rss_bytes(process.pid))
+                peak[1] = max(peak[1], anon_rss_bytes(process.pid))
 
         threading.Thread(target=sample, daemon=True).start()
         started = time.monotonic()
@@ -317,7 +318,7 @@ def run(args) -> None:
         stream_count, streams, outcome = results.get(timeout=60)
         hostiles.join(30)
         time.sleep(5)  # the broker lets go of what they held
-        after_rss = rss_bytes(process.pid)
+        after_rss, after_anon = rss_bytes(process.pid), anon_rss_bytes(process.pid)
         elapsed = time.monotonic() - started
         good.close()
         rows = []
@@ -327,13 +328,16 @@ def run(args) -> None:
                          "under hostile clients": round(p50, 2), "ratio / note": f"{p50 / b50:.2f}x"})
             rows.append({"figure": f"good client {call} p99 ms", "baseline": round(b99, 2),
                          "under hostile clients": round(p99, 2), "ratio / note": f"{p99 / b99:.2f}x ({pn} calls)"})
+        budget_text = f"budget {budget // MiB} MiB" if budget else "no budget (before)"
         rows.append({"figure": "broker RSS MiB (peak while pushed)", "baseline": rest_rss // MiB,
                      "under hostile clients": peak[0] // MiB,
-                     "ratio / note": f"+{(peak[0] - rest_rss) // MiB} MiB, budget "
-                                     + (f"{budget // MiB} MiB" if budget else "none (before)")})
+                     "ratio / note": f"+{(peak[0] - rest_rss) // MiB} MiB, {budget_text}"})
+        rows.append({"figure": "broker heap (RssAnon) MiB (peak while pushed)", "baseline": rest_anon // MiB,
+                     "under hostile clients": peak[1] // MiB,
+                     "ratio / note": f"+{(peak[1] - rest_anon) // MiB} MiB, {budget_text}"})
         rows.append({"figure": "broker RSS MiB (5 s after they left)", "baseline": rest_rss // MiB,
                      "under hostile clients": after_rss // MiB,
-                     "ratio / note": f"+{(after_rss - rest_rss) // MiB} MiB"})
+                     "ratio / note": f"+{(after_rss - rest_rss) // MiB} MiB (heap +{(after_anon - rest_anon) // MiB})"})
         rows.append({"figure": "broker log lines (WARNING)", "baseline": 0,
                      "under hostile clients": output.count("WARNING"),
                      "ratio / note": f"{BURST} connections in a burst"})

@@ -144,14 +144,15 @@ class MemoryBudget:
     A door opens a ``Holding`` for each thing that buffers (a ReadRanges stream, a remoting
     connection), reserves bytes before it buffers them and releases them once they are gone
     (sent, parsed, answered). ``reserve`` refuses, raising TOO_MANY_REQUESTS with a sentence
-    naming the limit and its flag, when the client would hold more than its share, or when the
-    budget is full and this client holds the most. When the budget is full and another client
-    holds more, that greediest client is cut instead: the ``cut`` of each of its holdings is
-    called with the sentence (the door ends the stream or closes the connection), its bytes
-    are counted free at once, and the asking client goes on. Thread-safe; ``cut`` is called
-    outside the lock and must return at once (hand the work to its door's loop). So the broker
-    may hold, for the moment a cut takes to free its buffers, up to a client's share more than
-    the budget: budget + share is the ceiling.
+    naming the limit and its flag, when the client would hold more than its share, or the
+    budget is full and this client holds the most. Past the cut line (the budget less a
+    client's share, or half the budget) a client that holds more than the asking one is cut:
+    the ``cut`` of each of its holdings is called with the sentence (the door ends the stream
+    or closes the connection), its bytes are counted free at once, and the asking client goes
+    on. The cut client's buffers are freed a moment later (when its door has ended them): the
+    room between the cut line and the budget is what keeps the broker within its budget
+    meanwhile. Thread-safe; ``cut`` is called outside the lock and must return at once (hand
+    the work to its door's loop).
 
     Freed buffers go back to the allocator; glibc keeps large freed areas of its arenas in the
     process rather than give them to the system, so after many megabytes are released the
@@ -164,6 +165,7 @@ class MemoryBudget:
     def __init__(self, total_bytes: int, per_client_bytes: int):
         self.total_bytes = total_bytes
         self.per_client_bytes = per_client_bytes
+        self.cut_line_bytes = total_bytes - min(per_client_bytes, total_bytes // 2)
         self.held = 0
         self.clients: dict[str, int] = {}  # client -> bytes held
         self._holdings: dict[str, set] = {}  # client -> its open Holdings
@@ -193,23 +195,22 @@ class MemoryBudget:
                 raise self._refusal(f"client {client} holds {mine} bytes of the broker's buffers and {holding.what} "
                                     f"asks {size} more, over its share of {self.per_client_bytes}",
                                     "memory-budget-per-client-bytes")
-            if self.held + size > self.total_bytes:
+            if self.held + size > self.cut_line_bytes:
                 greediest = max(self.clients, key=self.clients.get, default=client)
                 greed = self.clients.get(greediest, 0)
-                if greediest == client or greed <= mine + size:
+                if greediest != client and greed > mine + size:
+                    why = (f"the broker's buffers neared their budget ({self.held} bytes held of "
+                           f"{self.total_bytes}, --memory-budget-bytes) and client {greediest} held the most of them "
+                           f"({greed} bytes): read what the broker sends and finish requests as you send them, then "
+                           "retry")
+                    for victim in list(self._holdings.get(greediest, ())):
+                        if victim.cut is not None:
+                            self._drop(victim)
+                            victims.append(victim)
+                if self.held + size > self.total_bytes:
                     raise self._refusal(f"the broker's buffers hold {self.held} bytes of their budget of "
                                         f"{self.total_bytes} and client {client}, the one holding the most, asks "
                                         f"{size} more", "memory-budget-bytes")
-                why = (f"the broker's buffers were full ({self.held} bytes of {self.total_bytes}, "
-                       f"--memory-budget-bytes) and client {greediest} held the most of them ({greed} bytes): read "
-                       "what the broker sends and finish requests as you send them, then retry")
-                for victim in list(self._holdings.get(greediest, ())):
-                    if victim.cut is not None:
-                        self._drop(victim)
-                        victims.append(victim)
-                if self.held + size > self.total_bytes:  # nothing of the greediest could be cut
-                    raise self._refusal(f"the broker's buffers hold {self.held} bytes of their budget of "
-                                        f"{self.total_bytes}", "memory-budget-bytes")
             self.held += size
             self.clients[client] = mine + size
             holding.held += size
