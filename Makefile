@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo lint peers test fuzz bench bench-store bench-read bench-model bench-pop bench-trust check-java setup clean protos
+.PHONY: demo lint peers test fuzz bench bench-store bench-read bench-model bench-pop bench-trust bench-soak check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
@@ -38,6 +38,9 @@ bench-pop: $(STAMP)
 
 bench-trust: $(STAMP)  ## what ACLs and TLS cost: plain, ACL, TLS, both, through each door
 	$(PY) bench/trust_bench.py
+
+bench-soak: $(STAMP)  ## the broker's memory budget under hostile clients, beside a good client's latency alone (< 2 min)
+	$(PY) bench/soak_bench.py
 
 bench-store: $(STAMP)
 	$(PY) bench/store_bench.py

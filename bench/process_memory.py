@@ -14,6 +14,15 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def anon_rss_bytes(pid: int) -> int:
+    """Resident anonymous memory of a process (RssAnon): its heap, without the pages of the files it
+    maps (the store's commitlog and indexes, which the kernel may drop at will)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def peak_rss_bytes(pid: int) -> int:
     """Peak resident memory of a process (VmHWM)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -22,4 +31,4 @@ def peak_rss_bytes(pid: int) -> int:
     return 0
 
 
-__all__ = ["rss_bytes", "peak_rss_bytes"]
+__all__ = ["anon_rss_bytes", "rss_bytes", "peak_rss_bytes"]

@@ -47,7 +47,7 @@ from broker_sim.txn import EndResult, TransactionConfig, TransactionService
 from . import sends
 from .errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
 from .groups import GroupTable
-from .limits import ClientLimits, TopicQuota
+from .limits import ClientLimits, MemoryBudget, TopicQuota
 from .reads import OffsetRange, RangeCursor, ReadBudget
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,9 @@ class BrokerCore:
                  pop: PopService, revive: ReviveService, schedule: ScheduleService, groups: GroupTable,
                  limits: ClientLimits | None = None):
         self.store = store
-        self.quota = TopicQuota(limits or ClientLimits(), store)
+        self.limits = limits or ClientLimits()
+        self.quota = TopicQuota(self.limits, store)
+        self.memory = MemoryBudget.of(self.limits)  # what every door buffers for clients
         self.groups = groups
         self.schedule = schedule
         self.offsets = offsets

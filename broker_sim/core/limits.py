@@ -12,8 +12,11 @@ and the broker goes on serving everyone else.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -59,6 +62,24 @@ class ClientLimits:
         Topics (100000) and queues (1000000) on the broker in all, its own topics included:
         past them every client's creations are refused (the broker's own retry and dead-letter
         topics are still made, so that no message is lost).
+    memory_budget_bytes : int
+        The broker's memory for what its doors buffer for clients, all clients together (1 GiB):
+        answers waiting for a slow reader (ReadRanges responses, remoting answers), unfinished
+        remoting frames, parked pulls. Past it the client holding the most is cut off (its
+        stream ended, its connection closed, with a sentence) and the others go on
+        (``MemoryBudget``).
+    memory_budget_per_client_bytes : int
+        What one client may hold of that budget (256 MiB): past it its next buffer is refused.
+    idle_connection_timeout_s : float
+        A remoting connection that sends nothing, is sent nothing and has no request being
+        served for this long (120 s, RocketMQ's serverChannelMaxIdleTimeSeconds) is closed.
+    unfinished_frame_timeout_s : float
+        A remoting connection that started a frame (a request) and has not finished it this
+        long (30 s) is closed: half-sent requests hold memory and room.
+    max_parked_pulls : int
+        Long-polling pulls waiting for messages at once, all clients and doors' holds each
+        (10000): a pull past it is answered at once (SYSTEM_BUSY on remoting, its client waits
+        and pulls again). Woken pulls are answered a batch at a time.
     """
 
     max_connections_per_ip: int = 512
@@ -73,6 +94,11 @@ class ClientLimits:
     max_queues_created_per_client: int = 200_000
     max_topics: int = 100_000
     max_queues: int = 1_000_000
+    memory_budget_bytes: int = 1 << 30
+    memory_budget_per_client_bytes: int = 256 << 20
+    idle_connection_timeout_s: float = 120.0
+    unfinished_frame_timeout_s: float = 30.0
+    max_parked_pulls: int = 10_000
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -85,6 +111,10 @@ class ClientLimits:
                              f"{self.write_buffer_high_bytes} <= max_buffered_bytes_per_connection "
                              f"{self.max_buffered_bytes_per_connection} do not hold: raise "
                              "--max-buffered-bytes-per-connection")
+        if self.memory_budget_per_client_bytes > self.memory_budget_bytes:
+            raise ValueError(f"memory_budget_per_client_bytes {self.memory_budget_per_client_bytes} is over "
+                             f"memory_budget_bytes {self.memory_budget_bytes}: a client's share is part of the "
+                             "budget; lower --memory-budget-per-client-bytes or raise --memory-budget-bytes")
 
 
 def client_key(address: str, account: str | None = None) -> str:
@@ -105,6 +135,203 @@ def too_many_connections(holding: str, flag: str) -> str:
     """The remark answering a connection past a connection limit; ``holding`` says who holds how many."""
     return (f"{holding}, the broker's limit (--{flag}): close connections no longer used (a process needs "
             f"one per broker), or raise --{flag}")
+
+
+class MemoryBudget:
+    """One budget of memory for what every door buffers for its clients (``ClientLimits``'
+    ``memory_budget_bytes``), with a share per client (``memory_budget_per_client_bytes``).
+
+    A door opens a ``Holding`` for each thing that buffers (a ReadRanges stream, a remoting
+    connection), reserves bytes before it buffers them and releases them once they are gone
+    (sent, parsed, answered). ``reserve`` refuses, raising TOO_MANY_REQUESTS with a sentence
+    naming the limit and its flag, when the client would hold more than its share, or the
+    budget is full and this client holds the most. Past the cut line (the budget less a
+    client's share, or half the budget) a client that holds more than the asking one is cut:
+    the ``cut`` of each of its holdings is called with the sentence (the door ends the stream
+    or closes the connection), its bytes are counted free at once, and the asking client goes
+    on. The cut client's buffers are freed a moment later (when its door has ended them): the
+    room between the cut line and the budget is what keeps the broker within its budget
+    meanwhile. Thread-safe; ``cut`` is called outside the lock and must return at once (hand
+    the work to its door's loop).
+
+    Freed buffers go back to the allocator; glibc keeps large freed areas of its arenas in the
+    process rather than give them to the system, so after many megabytes are released the
+    budget asks it to (``malloc_trim``), at most once a second.
+    """
+
+    TRIM_AFTER_BYTES = 16 << 20  # released since the last trim before the next one
+    TRIM_INTERVAL_S = 0.25
+
+    def __init__(self, total_bytes: int, per_client_bytes: int):
+        self.total_bytes = total_bytes
+        self.per_client_bytes = per_client_bytes
+        self.cut_line_bytes = total_bytes - min(per_client_bytes, total_bytes // 2)
+        self.held = 0
+        self.clients: dict[str, int] = {}  # client -> bytes held
+        self._holdings: dict[str, set] = {}  # client -> its open Holdings
+        self._lock = threading.Lock()
+        self._released_since_trim = 0
+        self._last_trim = 0.0
+        self._trim_timer: threading.Timer | None = None
+
+    @classmethod
+    def of(cls, limits: ClientLimits) -> "MemoryBudget":
+        return cls(limits.memory_budget_bytes, limits.memory_budget_per_client_bytes)
+
+    def holding(self, client: str, what: str, cut: Callable[[str], None] | None = None) -> "Holding":
+        """A holder of ``client``'s buffers; ``what`` names it in sentences ("ReadRanges stream");
+        ``cut(sentence)`` ends it when the broker needs its memory back (None: never cut)."""
+        return Holding(self, client, what, cut)
+
+    def _reserve(self, holding: "Holding", size: int) -> None:
+        client = holding.client
+        victims = []
+        with self._lock:
+            if holding.closed:
+                raise self._refusal(f"{holding.what} of client {client} was ended (the broker needed its memory)",
+                                    "memory-budget-bytes")
+            mine = self.clients.get(client, 0)
+            if mine + size > self.per_client_bytes:
+                raise self._refusal(f"client {client} holds {mine} bytes of the broker's buffers and {holding.what} "
+                                    f"asks {size} more, over its share of {self.per_client_bytes}",
+                                    "memory-budget-per-client-bytes")
+            if self.held + size > self.cut_line_bytes:
+                greediest = max(self.clients, key=self.clients.get, default=client)
+                greed = self.clients.get(greediest, 0)
+                if greediest != client and greed > mine + size:
+                    why = (f"the broker's buffers neared their budget ({self.held} bytes held of "
+                           f"{self.total_bytes}, --memory-budget-bytes) and client {greediest} held the most of them "
+                           f"({greed} bytes): read what the broker sends and finish requests as you send them, then "
+                           "retry")
+                    for victim in list(self._holdings.get(greediest, ())):
+                        if victim.cut is not None:
+                            self._drop(victim)
+                            victims.append(victim)
+                if self.held + size > self.total_bytes:
+                    raise self._refusal(f"the broker's buffers hold {self.held} bytes of their budget of "
+                                        f"{self.total_bytes} and client {client}, the one holding the most, asks "
+                                        f"{size} more", "memory-budget-bytes")
+            self.held += size
+            self.clients[client] = mine + size
+            holding.held += size
+            self._holdings.setdefault(client, set()).add(holding)
+        for victim in victims:
+            victim.cut(why)
+
+    def _release(self, holding: "Holding", size: int) -> None:
+        with self._lock:
+            size = min(size, holding.held)
+            if not size:
+                return
+            holding.held -= size
+            self._uncount(holding.client, size)
+            if not holding.held:
+                self._forget(holding)
+            trim = self._trim_due(size)
+        if trim:
+            malloc_trim()
+
+    def _close(self, holding: "Holding") -> None:
+        with self._lock:
+            size = holding.held
+            if not holding.closed:
+                self._drop(holding)
+            trim = self._trim_due(size)
+        if trim:
+            malloc_trim()
+
+    def _drop(self, holding: "Holding") -> None:
+        """Count the holding's bytes free and forget it (under the lock)."""
+        holding.closed = True
+        if holding.held:
+            self._uncount(holding.client, holding.held)
+            holding.held = 0
+        self._forget(holding)
+
+    def _uncount(self, client: str, size: int) -> None:
+        self.held -= size
+        left = self.clients.pop(client, 0) - size
+        if left > 0:
+            self.clients[client] = left
+
+    def _forget(self, holding: "Holding") -> None:
+        mine = self._holdings.get(holding.client)
+        if mine is not None:
+            mine.discard(holding)
+            if not mine:
+                del self._holdings[holding.client]
+
+    def _trim_due(self, released: int) -> bool:
+        """Whether to trim now (under the lock); a trim due within the interval of the last one
+        is made by a timer at the interval's end, so that a burst of releases is trimmed too."""
+        self._released_since_trim += released
+        if self._released_since_trim < self.TRIM_AFTER_BYTES or self._trim_timer is not None:
+            return False
+        wait_s = self._last_trim + self.TRIM_INTERVAL_S - time.monotonic()
+        if wait_s > 0:
+            self._trim_timer = threading.Timer(wait_s, self._trim_later)
+            self._trim_timer.daemon = True
+            self._trim_timer.start()
+            return False
+        self._released_since_trim, self._last_trim = 0, time.monotonic()
+        return True
+
+    def _trim_later(self) -> None:
+        with self._lock:
+            self._trim_timer = None
+            self._released_since_trim, self._last_trim = 0, time.monotonic()
+        malloc_trim()
+
+    @staticmethod
+    def _refusal(holding: str, flag: str) -> BrokerError:
+        return BrokerError(Reason.TOO_MANY_REQUESTS,
+                           f"[TOO_MANY_REQUESTS] {holding}, the broker's limit (--{flag}): read what the broker "
+                           f"sends as it comes, send fewer requests at once, retry later, or raise --{flag}")
+
+
+class Holding:
+    """What one holder (a stream, a connection) has reserved of a ``MemoryBudget``."""
+
+    __slots__ = ("budget", "client", "what", "cut", "held", "closed")
+
+    def __init__(self, budget: MemoryBudget, client: str, what: str, cut):
+        self.budget = budget
+        self.client = client
+        self.what = what
+        self.cut = cut
+        self.held = 0
+        self.closed = False
+
+    def reserve(self, size: int) -> None:
+        """Count ``size`` more bytes held; raises TOO_MANY_REQUESTS past the budget or the share."""
+        if size > 0:
+            self.budget._reserve(self, size)
+
+    def release(self, size: int) -> None:
+        if size > 0:
+            self.budget._release(self, size)
+
+    def close(self) -> None:
+        """All its bytes are free; it reserves no more."""
+        self.budget._close(self)
+
+
+def malloc_trim() -> None:
+    """Give the allocator's free memory back to the system (glibc's malloc_trim; nothing elsewhere)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc()
 
 
 class TopicQuota:

@@ -194,7 +194,7 @@ class BrokerRequests:
         pull = PullRequest.read(fields, self.clients)
         answer = self.pull_once(request, pull)
         if answer.code == ResponseCode.PULL_NOT_FOUND and pull.suspend_ms > 0:
-            return self.hold.suspend(request, pull, self)
+            return self.hold.suspend(request, pull, self, connection.memory)
         return answer
 
     def pull_once(self, request: RemotingCommand, pull: "PullRequest") -> RemotingCommand:

@@ -76,7 +76,7 @@ class RemotingDoor:
         self.guard = guard
         self.clients = ClientRegistry()
         self.server = RemotingServer({}, host, options.port, limits=limits, tls=tls)
-        self.hold = PullHold(self.server.loop, self.server.pool)
+        self.hold = PullHold(self.server.loop, self.server.limits.max_parked_pulls, pool=self.server.pool)
         self._advertised_ip = advertised_ip
         self._stop = threading.Event()
         self._registrar: threading.Thread | None = None
@@ -92,6 +92,8 @@ class RemotingDoor:
         """Serve ``core``: every handler is in place before the first request is read (a client
         that connected while the broker recovered is answered, not refused as unsupported)."""
         self.core = core
+        self.server.memory = core.memory  # one budget for every door
+        self.hold.end_offset = core.store.indexed_offset
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)

@@ -14,7 +14,14 @@ in all) has its first request answered SYSTEM_BUSY with a remark saying so, then
 request past the requests in flight allowed per connection is answered SYSTEM_BUSY at once;
 answers waiting for a client that does not read them stop the reading of its requests above
 the high water mark, and close its connection past ``max_buffered_bytes_per_connection`` or
-after ``slow_reader_timeout_s`` above the mark.
+after ``slow_reader_timeout_s`` above the mark. What a connection buffers (an unfinished
+frame, answers waiting while its reading is paused, its parked pulls) is reserved in the
+broker's memory budget (``MemoryBudget``): past its client's share, or when the budget is full
+and its client holds the most, the connection is closed with a line in the log saying why. A
+connection silent for ``idle_connection_timeout_s`` (no request, nothing in flight), or
+inside one frame for ``unfinished_frame_timeout_s``, is closed. Connections closed for a
+limit are logged at a bounded rate (``ThrottledLog``): a burst of refusals writes a few lines
+and a count, not a line each.
 """
 
 from __future__ import annotations
@@ -25,13 +32,14 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
 from broker_sim.core import BrokerError
 from broker_sim.core.errors import from_exception
-from broker_sim.core.limits import ClientLimits, client_key, too_many_connections, too_many_requests
+from broker_sim.core.limits import ClientLimits, MemoryBudget, client_key, too_many_connections, too_many_requests
 from rmq_spark.protocol.remoting import (
     FrameError,
     FrameReader,
@@ -50,6 +58,39 @@ _STOP_TIMEOUT_S = 10.0
 REFUSAL_WAIT_S = 2.0  # a refused connection waits this long for a request to answer with the refusal
 MAX_REFUSALS_WAITING = 64  # refused connections waiting so, at most; past it they are closed at once
 REFUSED_FRAME_BYTES = 64 << 10  # what a refused connection's first request may hold; a larger one closes it
+SWEEP_INTERVAL_S = 1.0  # how often connections are looked over for the idle and unfinished frame timeouts
+
+
+class ThrottledLog:
+    """Warnings of one kind at a bounded rate: ``burst`` lines per ``interval_s``, then one line
+    counting those left out, so that a burst of thousands of refused connections writes a few
+    lines rather than a line each."""
+
+    def __init__(self, logger: logging.Logger, burst: int = 5, interval_s: float = 10.0):
+        self._log = logger
+        self.burst = burst
+        self.interval_s = interval_s
+        self._window_start = -interval_s
+        self._written = 0
+        self._left_out = 0
+
+    def warning(self, message: str, *args) -> None:
+        self.roll()
+        if self._written < self.burst:
+            self._written += 1
+            self._log.warning(message, *args)
+        else:
+            self._left_out += 1
+
+    def roll(self) -> None:
+        """Start a new window once the last one is over, counting the lines it left out."""
+        now = time.monotonic()
+        if now - self._window_start < self.interval_s:
+            return
+        if self._left_out:
+            self._log.warning("%d more connections were closed for limits in the last %.0f s (their lines left out)",
+                              self._left_out, now - self._window_start)
+        self._window_start, self._written, self._left_out = now, 0, 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +115,11 @@ class Connection(asyncio.Protocol):
         self.refusal = ""  # why the connection is refused: its first request is answered so
         self.in_flight = 0  # requests being served (touched on the loop only)
         self._slow_reader: asyncio.TimerHandle | None = None
+        self.memory = None  # its holding in the broker's memory budget, once admitted
+        self.last_active = server.loop.time()  # a read, a write, or a request answered
+        self.frame_started = 0.0  # when the unfinished frame began (the loop's clock), if one has
+        self._frame_held = 0  # bytes of the unfinished frame reserved in the memory budget
+        self._answers_held = 0  # bytes of answers waiting, reserved while the reading is paused
 
     @property
     def remote(self) -> str:
@@ -92,6 +138,11 @@ class Connection(asyncio.Protocol):
         self.refusal = self.server.admit(self)
         if self.refusal:
             self.reader = FrameReader(REFUSED_FRAME_BYTES)
+        else:
+            loop = self.server.loop
+            self.memory = self.server.memory.holding(
+                self.client, f"its remoting connection {self.remote}",
+                cut=lambda why: loop.call_soon_threadsafe(self._disconnect, why))
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -103,6 +154,8 @@ class Connection(asyncio.Protocol):
         if self.reader.pending_bytes:
             log.debug("connection from %s closed inside a frame (%d bytes unread)", self.remote,
                       self.reader.pending_bytes)
+        self.reader = FrameReader()  # its unfinished frame is freed now, not when the connection is collected
+        self.memory.close()
         for listener in self.server.close_listeners:
             listener(self)
 
@@ -114,8 +167,11 @@ class Connection(asyncio.Protocol):
             if self.server.tls is None and data[:1] == bytes([TLS_HANDSHAKE_RECORD]):
                 reason = ("it opened with a TLS handshake, and this port serves plain remoting: connect without TLS, "
                           "or start the broker with --tls-cert and --tls-key")
-            log.warning("closing the connection from %s: %s", self.remote, reason)
+            self.server.closing_log.warning("closing the connection from %s: %s", self.remote, reason)
             self.transport.close()
+            return
+        self.last_active = self.server.loop.time()
+        if self.memory is not None and not self._hold_frame():
             return
         for frame in frames:
             if self.closed:  # disconnected while serving this read: the rest is not served
@@ -124,6 +180,21 @@ class Connection(asyncio.Protocol):
                 self._answer_refusal(frame)
                 return
             self.server.dispatch(self, frame)
+
+    def _hold_frame(self) -> bool:
+        """Reserve what the unfinished frame holds (release what completed frames held); False
+        when the memory budget refuses it: the connection is closed."""
+        pending = self.reader.pending_bytes
+        if pending and not self._frame_held:
+            self.frame_started = self.server.loop.time()
+        try:
+            self.memory.reserve(pending - self._frame_held)
+        except BrokerError as refused:
+            self._disconnect(f"its unfinished request of {pending} bytes so far: {refused.message}")
+            return False
+        self.memory.release(self._frame_held - pending)
+        self._frame_held = pending
+        return True
 
     def _answer_refusal(self, frame: bytes) -> None:
         """Answer a refused connection's first request with the refusal, then close."""
@@ -138,7 +209,8 @@ class Connection(asyncio.Protocol):
     def close_refused(self) -> None:
         """A refused connection that sent no request in time: closed without an answer."""
         if not self.closed:
-            log.warning("closing the connection from %s without an answer: %s", self.remote, self.refusal)
+            self.server.closing_log.warning("closing the connection from %s without an answer: %s", self.remote,
+                                            self.refusal)
             self.transport.abort()
 
     def pause_writing(self) -> None:
@@ -146,6 +218,7 @@ class Connection(asyncio.Protocol):
         so that a slow client holds a bounded amount of the broker's memory; one that reads
         none of them for the slow reader timeout is disconnected."""
         self.transport.pause_reading()
+        self._hold_answers(self.transport.get_write_buffer_size())
         self._stop_slow_reader_timer()
         timeout = self.server.limits.slow_reader_timeout_s
         self._slow_reader = self.server.loop.call_later(timeout, self._disconnect, (
@@ -154,6 +227,9 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._stop_slow_reader_timer()
+        if self.memory is not None:
+            self.memory.release(self._answers_held)
+        self._answers_held = 0
         if not self.closed:
             self.transport.resume_reading()
 
@@ -165,7 +241,7 @@ class Connection(asyncio.Protocol):
     def send(self, command: RemotingCommand) -> None:
         """Write a command, from the loop's thread; dropped when the connection is gone. A
         client with more answers waiting than the broker keeps for one is disconnected."""
-        if self.closed:
+        if self.closed or self.transport.is_closing():  # asyncio logs a warning for each write past its end
             return
         waiting = self.transport.get_write_buffer_size()
         if waiting > self.server.limits.max_buffered_bytes_per_connection:
@@ -173,7 +249,24 @@ class Connection(asyncio.Protocol):
                              f"{self.server.limits.max_buffered_bytes_per_connection} a connection may hold "
                              "(--max-buffered-bytes-per-connection): the client does not read them")
             return
-        self.transport.write(encode(command))
+        data = encode(command)
+        if self._slow_reader is not None and not self._hold_answers(waiting + len(data)):
+            return
+        self.last_active = self.server.loop.time()
+        self.transport.write(data)
+
+    def _hold_answers(self, waiting: int) -> bool:
+        """While its reading is paused (answers wait above the high mark), reserve the answers
+        waiting in the memory budget; False when it refuses them: the connection is closed."""
+        if self.memory is None:
+            return True
+        try:
+            self.memory.reserve(waiting - self._answers_held)
+        except BrokerError as refused:
+            self._disconnect(f"{waiting} bytes of answers wait for it: {refused.message}")
+            return False
+        self._answers_held = max(self._answers_held, waiting)
+        return True
 
     def send_threadsafe(self, command: RemotingCommand) -> None:
         self.server.loop.call_soon_threadsafe(self.send, command)
@@ -181,9 +274,21 @@ class Connection(asyncio.Protocol):
     def _disconnect(self, why: str) -> None:
         """Close at once, dropping the answers waiting (their memory is what is freed)."""
         if not self.closed:
-            log.warning("closing the connection from %s: %s", self.remote, why)
+            self.server.closing_log.warning("closing the connection from %s: %s", self.remote, why)
             self.closed = True
             self.transport.abort()
+
+    def timed_out(self, now: float) -> str:
+        """Why the connection is to be closed now for a timeout, or "" (its server's sweep)."""
+        limits = self.server.limits
+        if self._frame_held and now - self.frame_started > limits.unfinished_frame_timeout_s:
+            return (f"it began a request {now - self.frame_started:.0f} s ago and sent {self._frame_held} bytes of it "
+                    f"(--unfinished-frame-timeout-s {limits.unfinished_frame_timeout_s:g}): send whole requests")
+        if (not self.in_flight and not self._frame_held and now - self.last_active > limits.idle_connection_timeout_s
+                and not self.transport.get_write_buffer_size()):
+            return (f"it sent nothing for {now - self.last_active:.0f} s (--idle-connection-timeout-s "
+                    f"{limits.idle_connection_timeout_s:g}); clients send heartbeats, or connect again when needed")
+        return ""
 
 
 class RemotingServer:
@@ -197,6 +302,8 @@ class RemotingServer:
         self.check_request: Callable[[RemotingCommand], None] | None = None  # raises to refuse one (ACLs)
         self.host, self.port = host, port
         self.limits = limits or ClientLimits()
+        self.memory = MemoryBudget.of(self.limits)  # the door's start sets the broker's one budget
+        self.closing_log = ThrottledLog(log)
         self.tls = tls
         self.connections: set[Connection] = set()
         self.per_client: dict[str, int] = {}  # client -> connections admitted
@@ -229,6 +336,7 @@ class RemotingServer:
         return self.port
 
     async def _listen(self) -> asyncio.AbstractServer | TlsListener:
+        self.loop.call_later(SWEEP_INTERVAL_S, self._sweep)
         if self.tls is None:
             return await self.loop.create_server(lambda: Connection(self), sock=self._socket)
         listener = TlsListener(self.loop, self._socket, self.tls, lambda: Connection(self))
@@ -264,6 +372,16 @@ class RemotingServer:
         if tasks:
             await asyncio.wait(tasks, timeout=_STOP_TIMEOUT_S / 2)
 
+    def _sweep(self) -> None:
+        """Close the connections idle or inside one frame past their timeouts; again in a second."""
+        now = self.loop.time()
+        for connection in list(self.connections):
+            why = connection.timed_out(now)
+            if why:
+                connection._disconnect(why)
+        self.closing_log.roll()
+        self.loop.call_later(SWEEP_INTERVAL_S, self._sweep)
+
     def _stop_loop(self) -> None:
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -290,7 +408,7 @@ class RemotingServer:
             connection.admitted = True
             return ""
         if len(self.refusing) >= MAX_REFUSALS_WAITING:
-            log.warning("closing the connection from %s at once: %s", connection.remote, refusal)
+            self.closing_log.warning("closing the connection from %s at once: %s", connection.remote, refusal)
             connection.transport.abort()
         else:
             self.refusing.add(connection)
@@ -357,6 +475,7 @@ class RemotingServer:
             task.add_done_callback(lambda done: self._respond(connection, request, done.result()))
             return
         connection.in_flight -= 1
+        connection.last_active = self.loop.time()
         if answer is not None and not request.is_oneway:
             connection.send(answer)
 

@@ -99,7 +99,20 @@ _LIMIT_HELP = {
     "max_queues_created_per_client": "queues, in all its topics, one client address may create and hold",
     "max_topics": "topics on this broker in all, its own included; past it creations are refused",
     "max_queues": "queues on this broker in all, its own included",
+    "memory_budget_bytes": "memory for what the broker buffers for clients, all together (answers waiting for slow "
+                           "readers, unfinished remoting frames, parked pulls); past it the client holding the most "
+                           "is cut off with a sentence and the others go on",
+    "memory_budget_per_client_bytes": "what one client address may hold of that memory; past it its next buffer is "
+                                      "refused",
+    "idle_connection_timeout_s": "a remoting connection with no traffic and no request being served this long is "
+                                 "closed",
+    "unfinished_frame_timeout_s": "a remoting connection that began a request and has not finished it this long is "
+                                  "closed",
+    "max_parked_pulls": "long-polling pulls waiting for messages at once, per door; past it a pull is answered at once "
+                        "(SYSTEM_BUSY on remoting)",
 }
+# Shorter names some limits are also known by.
+_LIMIT_ALIASES = {"memory_budget_bytes": ("--memory-budget",)}
 
 
 def _limit_type(name: str):
@@ -123,8 +136,9 @@ def _add_limit_flags(p: argparse.ArgumentParser) -> None:
         metavar = {byte_size: "BYTES", float: "SECONDS", int: "N"}[kind]
         shown = _shown(field.default) if kind is byte_size else f"{field.default:g}" if kind is float else \
             str(field.default)
-        group.add_argument("--" + field.name.replace("_", "-"), dest=field.name, type=kind, metavar=metavar,
-                           default=field.default, help=f"{_LIMIT_HELP[field.name]} (default: {shown})")
+        names = ("--" + field.name.replace("_", "-"), *_LIMIT_ALIASES.get(field.name, ()))
+        group.add_argument(*names, dest=field.name, type=kind, metavar=metavar, default=field.default,
+                           help=f"{_LIMIT_HELP[field.name]} (default: {shown})")
 
 
 def limits_of(args: argparse.Namespace) -> ClientLimits:

@@ -199,9 +199,10 @@ def translated_async(method):
 
 def translated_stream(method):
     """Decorate a response-streaming handler for the asyncio server: ``method`` is an async
-    generator of responses, each sent by the servicer's ``write_response``. A client that takes
-    none for ``write_timeout_s`` gets STREAM_STALLED and its stream ends (waiting, it held no
-    thread: only the response on its way). Exceptions of ``method`` become statuses as in
+    generator of responses, each sent by the servicer's ``write_response``, which answers the
+    refusal that ends the stream when it cannot be sent: a client that takes none for
+    ``write_timeout_s`` gets STREAM_STALLED (waiting, it held no thread: only the response on
+    its way), one cut by the broker's memory budget TOO_MANY_REQUESTS. Exceptions of ``method`` become statuses as in
     ``translated``, also after some responses; a failed write (the client went away) is gRPC's
     to handle."""
 
@@ -220,11 +221,8 @@ def translated_stream(method):
                 except Exception as err:
                     error = from_exception(err)
                     break
-                if not await self.write_response(context, response):
-                    error = BrokerError(Reason.STREAM_STALLED, f"the client took no response of this stream for "
-                                                               f"{self.write_timeout_s:g} s, so the broker ended it; "
-                                                               "read the responses as they come, and read again from "
-                                                               "the last next_offset received")
+                error = await self.write_response(context, response)
+                if error is not None:
                     break
         await abort_stream(context, error)
 

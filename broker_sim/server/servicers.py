@@ -19,7 +19,7 @@ from broker_sim.core import (
     SendRequest,
     SingleSend,
 )
-from broker_sim.core.errors import bad_range, from_exception, invalid
+from broker_sim.core.errors import BrokerError, Reason, bad_range, from_exception, invalid
 from broker_sim.store import ZERO_HOST, QueueType, TopicConfig
 from broker_sim.store import format as fmt
 from rmq_spark.protocol.v1 import broker_pb2 as pb
@@ -36,6 +36,7 @@ CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger reco
 _RESPONSES_PER_STEP = 256  # ranges answered in one hand-off to the pool, at most: steps stay short
 CORRUPTED_LISTED = 100  # damaged records BrokerStats lists (it counts all)
 STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
+STEP_HOLDS_BYTES = 3 * CHUNK_BYTES  # what a ReadRanges step may leave held, at most: a chunk twice, the next begun
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}
 _QUEUE_TYPES_PB = {v: k for k, v in _QUEUE_TYPES.items()}
@@ -113,6 +114,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
     def __init__(self, core: BrokerCore, write_timeout_s: float = STREAM_WRITE_TIMEOUT_S):
         self._core = core
         self.write_timeout_s = write_timeout_s  # of each ReadRanges response
+        self._ended: dict = {}  # a ReadRanges call's context -> a future set when the memory budget cuts it
 
     # Sends run on the event loop when they never wait for a disk flush: an append is a write
     # into the page cache, and the hand-off to a pool thread and back cost more (~130 us a call).
@@ -157,28 +159,65 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             raise bad_range(f"max_bytes {request.max_bytes} is negative: give a byte budget, or 0 for the "
                             f"broker's default of {DEFAULT_READ_BUDGET >> 20} MiB")
         ranges = [OffsetRange(r.topic, r.queue_id, r.start_offset, r.end_offset or None) for r in request.ranges]
-        cursors = self._core.open_ranges(ranges, request.tag_filter, request.max_bytes or DEFAULT_READ_BUDGET)
         loop = asyncio.get_running_loop()
+        ended = self._ended[context] = loop.create_future()  # the broker's memory budget cut this stream
+
+        def cut(why: str) -> None:
+            loop.call_soon_threadsafe(lambda: ended.done() or ended.set_result(why))
+
+        # What the stream holds, in the broker's memory budget: each response made and not yet
+        # sent counts twice (ours, and gRPC's copy while it is written), the start of the next
+        # one once. A step is reserved at its most before it runs.
+        memory = self._core.memory.holding(client_of(context), "a ReadRanges stream", cut)
+        cursors = self._core.open_ranges(ranges, request.tag_filter, request.max_bytes or DEFAULT_READ_BUDGET)
         position = _Position(cursors)
         try:
             while not position.finished:  # steps in the broker's thread pool: the loop never waits for the disk
-                for response in await loop.run_in_executor(None, position.step):
-                    yield response
+                memory.reserve(STEP_HOLDS_BYTES - memory.held)
+                responses = await loop.run_in_executor(None, position.step)
+                holds = 2 * sum(map(len, responses)) + position.pending_bytes
+                memory.reserve(holds - memory.held)
+                memory.release(memory.held - holds)
+                for response in responses:
+                    yield response  # resumed once it is written
+                    memory.release(2 * len(response))
         finally:  # a cancelled or failed call counts what it read too
+            memory.close()
+            del self._ended[context]
             if cursors:
                 self._core.counters.add(read=cursors[0].budget.messages)
 
-    async def write_response(self, context, response) -> bool:
-        """Send one response of a stream (translated_stream); False when the client took none
-        for write_timeout_s."""
+    async def write_response(self, context, response) -> BrokerError | None:
+        """Send one response of a stream (translated_stream); the refusal ending the stream
+        when the client took none for write_timeout_s, or the broker's memory budget cut it."""
         self._core.counters.add(waiting=1)
+        write = asyncio.ensure_future(context.write(response))
+        ended = self._ended.get(context)
         try:
-            await asyncio.wait_for(context.write(response), self.write_timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            waits = (write, ended) if ended is not None else (write,)
+            done, _ = await asyncio.wait(waits, timeout=self.write_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            if write in done:
+                write.result()
+                return None
+            write.cancel()
+            if ended is not None and ended.done():
+                return BrokerError(Reason.TOO_MANY_REQUESTS, f"[TOO_MANY_REQUESTS] the broker ended this stream: "
+                                                             f"{ended.result()}")
+            return BrokerError(Reason.STREAM_STALLED, f"the client took no response of this stream for "
+                                                      f"{self.write_timeout_s:g} s, so the broker ended it; read the "
+                                                      "responses as they come, and read again from the last "
+                                                      "next_offset received")
         finally:
+            if not write.done():  # the call was cancelled (the client went away)
+                write.cancel()
+            write.add_done_callback(_retrieved)
             self._core.counters.add(waiting=-1)
+
+
+def _retrieved(write: asyncio.Future) -> None:
+    """A write's failure after its stream ended (the client went away) is no fault to report."""
+    if not write.cancelled():
+        write.exception()
 
 
 class _Position:
@@ -195,6 +234,11 @@ class _Position:
     @property
     def finished(self) -> bool:
         return self.index >= len(self.cursors)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Records taken for the next response, held until it is made."""
+        return self.chunks.part_bytes if self.chunks is not None else 0
 
     def step(self) -> list:
         out, size = [], 0

@@ -499,6 +499,12 @@ class MessageStore:
         queue = self._readable_queue(self._existing_queue(topic, queue_id), topic, queue_id)
         return queue.max_offset if queue else 0
 
+    def indexed_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's indexed end, never waiting for the dispatcher: what an arrival made
+        readable (the pull hold looks at it on an event loop, which must not wait)."""
+        queue = self._existing_queue(topic, queue_id)
+        return queue.max_offset if queue else 0
+
     def next_offset(self, topic: str, queue_id: int) -> int:
         """The offset the queue's next message gets: every offset below it is stored, the
         latest ones maybe not indexed yet (``max_offset`` is the indexed end)."""

@@ -160,7 +160,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         self.checks = TransactionChecks(core, options.transaction_check_interval_ms, options.transaction_check_max)
         self.inner = receipts.InnerReceipts()
         self.queues = QueueChooser()
-        self.hold = PullHold(loop)
+        self.hold = PullHold(loop, core.limits.max_parked_pulls, core.store.indexed_offset)
         core.store.add_arrival_listener(self.hold.arrived)
         self._loop = loop
         self._checker = None
@@ -486,7 +486,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
                 found = await loop.run_in_executor(None, self._pull_once, topic, queue_id, request, tags)
                 if found[0] != RangeStatus.NO_MESSAGE or loop.time() >= deadline:
                     break
-                await self.hold.arrival(deadline - loop.time())
+                await self.hold.arrival(deadline - loop.time(), (topic, queue_id, request.offset))
         except Exception as err:
             yield v2.PullMessageResponse(status=refusal_status(err))
             return

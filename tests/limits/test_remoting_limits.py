@@ -10,7 +10,6 @@ import socket
 import time
 
 import grpc
-import pytest
 
 from broker_sim.core.limits import ClientLimits
 from broker_sim.remoting import RemotingOptions
@@ -29,15 +28,6 @@ def start(tmp_path, **limits) -> Broker:
     broker = Broker(tmp_path / "data", remoting=RemotingOptions(port=0), limits=ClientLimits(**limits))
     broker.start()
     return broker
-
-
-@pytest.fixture
-def stopped():
-    """Brokers to stop at the end of the test."""
-    brokers = []
-    yield brokers
-    for broker in brokers:
-        broker.stop(grace=1.0)
 
 
 def fill_topic(broker: Broker, name: str, messages: int) -> None:
