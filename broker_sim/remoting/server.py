@@ -46,12 +46,14 @@ from rmq_spark.protocol.remoting import (
     HeaderError,
     RemotingCommand,
     ResponseCode,
+    WrongProtocolError,
     decode,
     encode,
 )
 
 from .errors import HeaderFieldError, response_code
 from .tls import TLS_HANDSHAKE_RECORD, TlsListener
+from .wrong_door import GrpcClientAnswer
 
 log = logging.getLogger(__name__)
 _STOP_TIMEOUT_S = 10.0
@@ -120,6 +122,7 @@ class Connection(asyncio.Protocol):
         self.frame_started = 0.0  # when the unfinished frame began (the loop's clock), if one has
         self._frame_held = 0  # bytes of the unfinished frame reserved in the memory budget
         self._answers_held = 0  # bytes of answers waiting, reserved while the reading is paused
+        self.grpc_answer: GrpcClientAnswer | None = None  # a gRPC client here is told where gRPC is
 
     @property
     def remote(self) -> str:
@@ -160,8 +163,17 @@ class Connection(asyncio.Protocol):
             listener(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.grpc_answer is not None:
+            self._answer_grpc_client(data)
+            return
         try:
             frames = self.reader.feed(data)
+        except WrongProtocolError as wrong:
+            if wrong.peer_is_client:
+                self._start_grpc_answer(wrong.received)
+            else:
+                self.transport.close()
+            return
         except FrameError as bad:
             reason = bad
             if self.server.tls is None and data[:1] == bytes([TLS_HANDSHAKE_RECORD]):
@@ -180,6 +192,25 @@ class Connection(asyncio.Protocol):
                 self._answer_refusal(frame)
                 return
             self.server.dispatch(self, frame)
+
+    def _start_grpc_answer(self, received: bytes) -> None:
+        """A gRPC (HTTP/2) client at this port: answered in HTTP/2 with the port it wants
+        (``wrong_door``), and one line in the log."""
+        port = self.transport.get_extra_info("sockname")[1]
+        grpc_port = f"port {self.server.grpc_port}" if self.server.grpc_port else "the broker's --port"
+        sentence = (f"broker_sim: port {port} serves RocketMQ's remoting protocol (the option nameServer, RocketMQ's "
+                    f"remoting clients and mqadmin); gRPC (the option endpoint, RocketMQ 5's gRPC clients) is served "
+                    f"on {grpc_port}")
+        self.server.closing_log.warning("a gRPC (HTTP/2) client at %s reached the remoting port %d; it was told: "
+                                        "gRPC is served on %s", self.remote, port, grpc_port)
+        self.grpc_answer = GrpcClientAnswer(sentence)
+        self.transport.write(self.grpc_answer.start())
+        self._answer_grpc_client(received)
+
+    def _answer_grpc_client(self, data: bytes) -> None:
+        self.transport.write(self.grpc_answer.feed(data))
+        if self.grpc_answer.done:
+            self.transport.close()
 
     def _hold_frame(self) -> bool:
         """Reserve what the unfinished frame holds (release what completed frames held); False
@@ -305,6 +336,7 @@ class RemotingServer:
         self.memory = MemoryBudget.of(self.limits)  # the door's start sets the broker's one budget
         self.closing_log = ThrottledLog(log)
         self.tls = tls
+        self.grpc_port: int | None = None  # the broker's gRPC port, named to gRPC clients that come here
         self.connections: set[Connection] = set()
         self.per_client: dict[str, int] = {}  # client -> connections admitted
         self.refusing: set[Connection] = set()  # refused, waiting for a request to answer

@@ -141,6 +141,7 @@ class Broker:
                 remoting = self._bind_remoting()
                 if remoting is not None:
                     started.callback(remoting.stop)
+                    remoting.server.grpc_port = port  # named to gRPC clients that reach the remoting port
                 # RocketMQ's clients find a message's broker by its store host: the remoting door's.
                 core = BrokerCore.open(self.data_dir, self._core_options(remoting.server.port if remoting else port))
                 started.callback(core.close, _DRAIN_TIMEOUT_S)

@@ -6,6 +6,7 @@ from .codes import LANGUAGES, RequestCode, ResponseCode, SerializeType
 from .command import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
+    HTTP2_PREFACE,
     MAX_FRAME_BYTES,
     FrameError,
     FrameReader,
@@ -14,8 +15,9 @@ from .command import (
     WrongProtocolError,
     decode,
     encode,
+    http2_peer,
 )
 
-__all__ = ["FLAG_ONEWAY", "FLAG_RESPONSE", "LANGUAGES", "MAX_FRAME_BYTES", "FrameError", "FrameReader", "HeaderError",
-           "RemotingCommand", "RemotingConnection", "RequestCode", "ResponseCode", "SerializeType",
-           "WrongProtocolError", "decode", "encode"]
+__all__ = ["FLAG_ONEWAY", "FLAG_RESPONSE", "HTTP2_PREFACE", "LANGUAGES", "MAX_FRAME_BYTES", "FrameError", "FrameReader",
+           "HeaderError", "RemotingCommand", "RemotingConnection", "RequestCode", "ResponseCode", "SerializeType",
+           "WrongProtocolError", "decode", "encode", "http2_peer"]

@@ -39,9 +39,10 @@ class WrongProtocolError(FrameError):
     """The peer speaks HTTP/2 (gRPC), not RocketMQ's remoting protocol: a gRPC client at a
     remoting port (``peer_is_client``), or a remoting client at a gRPC port."""
 
-    def __init__(self, message: str, peer_is_client: bool):
+    def __init__(self, message: str, peer_is_client: bool, received: bytes = b""):
         super().__init__(message)
         self.peer_is_client = peer_is_client
+        self.received = received  # what the peer sent so far
 
 
 def http2_peer(start: bytes) -> bool | None:
@@ -146,7 +147,7 @@ class FrameReader:
             peer_is_client = http2_peer(buffer)
             if peer_is_client is not None:
                 raise WrongProtocolError("the peer speaks HTTP/2 (gRPC), not RocketMQ's remoting protocol",
-                                         peer_is_client)
+                                         peer_is_client, bytes(buffer))
         frames, pos, end = [], 0, len(buffer)
         while end - pos >= 4:
             (length,) = _INT.unpack_from(buffer, pos)
