@@ -91,6 +91,7 @@ class RemotingDoor:
         """Serve ``core``: every handler is in place before the first request is read (a client
         that connected while the broker recovered is answered, not refused as unsupported)."""
         self.core = core
+        self.clients.consumers = core.consumers
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)
