@@ -2,7 +2,12 @@
 
     rmq-admin --endpoint 127.0.0.1:10911 topic create orders --queues 16 --type BatchCQ
     rmq-admin --name-server 127.0.0.1:9876 topic describe orders   # any RocketMQ cluster
-    rmq-admin topic list | topic describe orders | group offsets my-group [--json]
+    rmq-admin topic list | topic describe orders | topic delete orders [--json]
+    rmq-admin group list | group offsets my-group
+    rmq-admin group reset-offsets my-group --topic orders --to-earliest [--dry-run]   # or --to-latest,
+                                              # --to-datetime 2026-11-27T10:00:00Z, --to-offset 42
+    rmq-admin message send orders [--file F] [--keys K] [--tags T] < lines   # a message a line
+    rmq-admin message peek orders [--queue 0 --offset 10 --count 5]
     rmq-admin broker stats | broker corrupted
     rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
     RMQ_SECRET_KEY=... rmq-admin --access-key ops topic list            # a broker with ACLs
@@ -13,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import difflib
 import json
 import sys
 
-from ..errors import RmqError
+from ..errors import ConfigError, RmqError, TopicNotFoundError
 from ..structs import SECRET_KEY_VARIABLE, Credentials
 from .admin import Admin
 from .transactions import Transactions
@@ -33,7 +40,7 @@ def main(argv=None) -> int:
         with Admin(args.endpoint if args.name_server is None else None, args.transport,
                    name_server=args.name_server) as admin:
             rows, columns = args.run(admin, args)
-    except RmqError as err:
+    except (RmqError, OSError) as err:
         print(f"rmq-admin: {err}", file=sys.stderr)
         return 1
     if args.json:
@@ -43,9 +50,35 @@ def main(argv=None) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's, saying a misspelled command's nearest name ("did you mean") and every
+    mistake in one line."""
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            close = difflib.get_close_matches(value, list(action.choices), n=1, cutoff=0.5)
+            names = ", ".join(action.choices)
+            raise argparse.ArgumentError(None, f"{value!r} is not a command here" +
+                                         (f": did you mean {close[0]!r}?" if close else f" (use one of {names})"))
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def version() -> str:
+    """The installed package's version; "unknown" when run from a source tree not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("rocketmq-batch-spark")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rmq-admin", description="Administer a broker_sim broker, or a RocketMQ "
-                                                                  "cluster through its name servers.")
+    parser = _Parser(prog="rmq-admin", description="Administer a broker_sim broker, or a RocketMQ cluster through "
+                                                   "its name servers.")
+    parser.add_argument("--version", action="version", version=f"rmq-admin {version()}")
     parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT,
                         help=f"broker_sim's HOST:PORT (default {DEFAULT_ENDPOINT})")
     parser.add_argument("--name-server", help="instead: RocketMQ's name servers, HOST:PORT[;HOST:PORT]")
@@ -81,10 +114,45 @@ def parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     delete.set_defaults(run=_delete)
 
-    group = commands.add_parser("group", help="consumer group offsets").add_subparsers(dest="verb", required=True)
+    group = commands.add_parser("group", help="consumer groups and their offsets").add_subparsers(
+        dest="verb", required=True)
+    group.add_parser("list", help="the groups the brokers know, with their live consumers",
+                     parents=[after]).set_defaults(run=_group_list)
     offsets = group.add_parser("offsets", help="committed offsets and lag of a group", parents=[after])
     offsets.add_argument("group")
     offsets.set_defaults(run=_group_offsets)
+    reset = group.add_parser("reset-offsets", help="move a group's offsets of a topic (refused while the group has "
+                                                   "live consumers)", parents=[after])
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="each queue's first stored offset")
+    to.add_argument("--to-latest", action="store_true", help="each queue's max offset (skip what is stored)")
+    to.add_argument("--to-datetime", metavar="ISO", type=_timestamp_ms,
+                    help="the first offset stored at or after this time, as 2026-11-27T10:00:00Z (UTC unless it "
+                         "names its offset)")
+    to.add_argument("--to-offset", metavar="N", type=int, help="offset N of every queue (kept within each queue's "
+                                                               "stored offsets)")
+    reset.add_argument("--dry-run", action="store_true", help="show the new offsets, commit nothing")
+    reset.set_defaults(run=_reset_offsets)
+
+    message = commands.add_parser("message", help="send and peek at messages").add_subparsers(
+        dest="verb", required=True)
+    send = message.add_parser("send", help="send each line of stdin (or --file) as a message", parents=[after])
+    send.add_argument("topic")
+    send.add_argument("--file", help="read the lines from this file rather than stdin")
+    send.add_argument("--keys", help="the keys of every message (space-separated)")
+    send.add_argument("--tags", help="the tag of every message")
+    send.add_argument("--key-separator", metavar="SEP",
+                      help="each line is KEYS SEP BODY: the keys of that message come before the first SEP")
+    send.set_defaults(run=_send)
+    peek = message.add_parser("peek", help="the first messages of a topic (or of a queue from an offset)",
+                              parents=[after])
+    peek.add_argument("topic")
+    peek.add_argument("--queue", type=int, help="only this queue")
+    peek.add_argument("--offset", type=int, help="with --queue: start at this offset (default: the first stored)")
+    peek.add_argument("--count", type=int, default=10, help="messages to show in all (default 10)")
+    peek.set_defaults(run=_peek)
 
     broker = commands.add_parser("broker", help="the broker's state").add_subparsers(dest="verb", required=True)
     broker.add_parser("stats", help="log positions, dispatch lag, counters, damaged records",
@@ -124,7 +192,10 @@ def _describe(admin: Admin, args):
 
 
 def _delete(admin: Admin, args):
-    return [{"name": args.name, "deleted": admin.delete_topic(args.name)}], ["name", "deleted"]
+    if not admin.delete_topic(args.name):
+        raise TopicNotFoundError(f"topic {args.name!r} does not exist, so nothing was deleted (rmq-admin topic list "
+                                 "shows the topics)")
+    return [{"name": args.name, "deleted": True}], ["name", "deleted"]
 
 
 def _group_offsets(admin: Admin, args):
@@ -136,6 +207,113 @@ def _group_offsets(admin: Admin, args):
         end = latest.get((o.topic, o.broker, o.queue_id), o.offset)
         rows.append({**dataclasses.asdict(o), "max_offset": end, "lag": max(0, end - o.offset)})
     return rows, _with_broker(rows, ["group", "topic", "queue_id", "offset", "max_offset", "lag"], at=2)
+
+
+def _send(admin: Admin, args):
+    from ..producer import Producer
+    from ..structs import Message
+
+    if args.file:
+        with open(args.file, "rb") as lines:
+            messages = [_message(args, line) for line in lines]
+    else:
+        messages = [_message(args, line) for line in sys.stdin.buffer]
+    queues: dict[tuple[str, int], dict] = {}
+    with _client(Producer, args) as producer:  # each message to the queue the selector picks (by its keys)
+        futures = [producer.send_async(Message(args.topic, body, args.tags, keys)) for body, keys in messages]
+        producer.flush()
+        for future in futures:
+            sent = future.result()
+            row = queues.setdefault((sent.broker, sent.queue_id), {
+                "topic": args.topic, "broker": sent.broker, "queue_id": sent.queue_id, "messages": 0,
+                "first_offset": sent.queue_offset})
+            row["messages"] += 1
+            row["last_offset"] = sent.queue_offset
+    rows = [queues[key] for key in sorted(queues)]
+    return rows, _with_broker(rows, ["topic", "queue_id", "messages", "first_offset", "last_offset"], at=1)
+
+
+def _message(args, line: bytes) -> tuple[bytes, str | None]:
+    """A line's body (without its line end) and keys."""
+    body = line.rstrip(b"\r\n")
+    if args.key_separator:
+        keys, sep, rest = body.partition(args.key_separator.encode())
+        if sep:
+            return rest, keys.decode() or args.keys
+    return body, args.keys
+
+
+PREVIEW_CHARS = 60  # of a body, in a peek's table
+
+
+def _peek(admin: Admin, args):
+    from ..consumer import RangeReader
+    from ..structs import OffsetRange
+
+    if args.offset is not None and args.queue is None:
+        raise ConfigError("--offset is an offset of one queue: give --queue too")
+    if args.count < 1:
+        raise ConfigError(f"--count {args.count}: give 1 or more")
+    _topic, queues = admin.describe_topic(args.topic)
+    if args.queue is not None:
+        queues = [q for q in queues if q.queue_id == args.queue]
+        if not queues:
+            raise ConfigError(f"topic {args.topic!r} has no queue {args.queue} (rmq-admin topic describe "
+                              f"{args.topic} lists its queues)")
+    ranges = []
+    for q in queues:
+        start = q.min_offset if args.offset is None else args.offset
+        if start < q.max_offset:
+            ranges.append(OffsetRange(args.topic, q.queue_id, start, min(q.max_offset, start + args.count), q.broker))
+    rows = []
+    with _client(RangeReader, args, on_data_loss="fail") as reader:
+        for batch in reader.read(ranges):
+            for m in batch.to_pylist():
+                body = m["body"]
+                text = body.decode("utf-8", "replace")
+                rows.append({"broker": m["broker"] or "", "queue_id": m["queue_id"], "offset": m["queue_offset"],
+                             "keys": m["keys"] or "", "tags": m["tags"] or "",
+                             "time": m["store_timestamp"].isoformat(timespec="milliseconds"),
+                             "bytes": len(body), "body": text if args.json else _preview(text)})
+    rows = sorted(rows, key=lambda r: (r["broker"], r["queue_id"], r["offset"]))[:args.count]
+    return rows, _with_broker(rows, ["queue_id", "offset", "keys", "tags", "time", "bytes", "body"])
+
+
+def _preview(text: str) -> str:
+    text = text.replace("\n", "\\n").replace("\t", "\\t")
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 3] + "..."
+
+
+def _client(kind, args, **options):
+    """A Producer or RangeReader to where the flags point."""
+    if args.name_server is not None:
+        return kind(name_server=args.name_server, transport=args.transport, **options)
+    return kind(args.endpoint, transport=args.transport, **options)
+
+
+def _timestamp_ms(text: str) -> int:
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO time (for example 2026-11-27T10:00:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _group_list(admin: Admin, args):
+    rows = [{"group": g.name, "consumers": len(g.consumers), "consumer_ids": " ".join(g.consumers)}
+            for g in admin.groups()]
+    return rows, ["group", "consumers", "consumer_ids"]
+
+
+def _reset_offsets(admin: Admin, args):
+    to = next(name for name in ("earliest", "latest", "datetime", "offset")
+              if getattr(args, f"to_{name}") not in (None, False))
+    resets = admin.reset_group_offsets(args.group, args.topic, to=to, timestamp_ms=args.to_datetime,
+                                       offset=args.to_offset, dry_run=args.dry_run)
+    rows = [{**dataclasses.asdict(r), "committed": not args.dry_run} for r in resets]
+    return rows, _with_broker(rows, ["group", "topic", "queue_id", "offset", "new_offset", "committed"], at=2)
 
 
 def _broker_stats(admin: Admin, args):
