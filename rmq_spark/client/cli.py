@@ -97,10 +97,10 @@ def parser() -> argparse.ArgumentParser:
     # command's parser from resetting a --json given before the command.
     after = argparse.ArgumentParser(add_help=False)
     after.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for machines")
-    commands = parser.add_subparsers(dest="noun", required=True)
+    commands = parser.add_subparsers(dest="noun", required=True, metavar="COMMAND")
 
     topic = commands.add_parser("topic", help="create, list and describe topics").add_subparsers(
-        dest="verb", required=True)
+        dest="verb", required=True, metavar="COMMAND")
     create = topic.add_parser("create", help="create a topic", parents=[after])
     create.add_argument("name")
     create.add_argument("--queues", type=int, required=True, help="number of queues")
@@ -115,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
     delete.set_defaults(run=_delete)
 
     group = commands.add_parser("group", help="consumer groups and their offsets").add_subparsers(
-        dest="verb", required=True)
+        dest="verb", required=True, metavar="COMMAND")
     group.add_parser("list", help="the groups the brokers know, with their live consumers",
                      parents=[after]).set_defaults(run=_group_list)
     offsets = group.add_parser("offsets", help="committed offsets and lag of a group", parents=[after])
@@ -137,7 +137,7 @@ def parser() -> argparse.ArgumentParser:
     reset.set_defaults(run=_reset_offsets)
 
     message = commands.add_parser("message", help="send and peek at messages").add_subparsers(
-        dest="verb", required=True)
+        dest="verb", required=True, metavar="COMMAND")
     send = message.add_parser("send", help="send each line of stdin (or --file) as a message", parents=[after])
     send.add_argument("topic")
     send.add_argument("--file", help="read the lines from this file rather than stdin")
@@ -154,14 +154,15 @@ def parser() -> argparse.ArgumentParser:
     peek.add_argument("--count", type=int, default=10, help="messages to show in all (default 10)")
     peek.set_defaults(run=_peek)
 
-    broker = commands.add_parser("broker", help="the broker's state").add_subparsers(dest="verb", required=True)
+    broker = commands.add_parser("broker", help="the broker's state").add_subparsers(
+        dest="verb", required=True, metavar="COMMAND")
     broker.add_parser("stats", help="log positions, dispatch lag, counters, damaged records",
                       parents=[after]).set_defaults(run=_broker_stats)
     broker.add_parser("corrupted", help="damaged records the broker keeps and never serves",
                       parents=[after]).set_defaults(run=_corrupted)
 
     txn = commands.add_parser("transaction", help="prepared transactions and sink batches").add_subparsers(
-        dest="verb", required=True)
+        dest="verb", required=True, metavar="COMMAND")
     listing = txn.add_parser("list", help="open transactions, or the ones named", parents=[after])
     listing.add_argument("ids", nargs="*")
     listing.set_defaults(run=_transactions)
@@ -263,6 +264,9 @@ def _peek(admin: Admin, args):
     ranges = []
     for q in queues:
         start = q.min_offset if args.offset is None else args.offset
+        if start < q.min_offset:
+            raise ConfigError(f"queue {q.queue_id} of topic {args.topic!r} holds offsets from {q.min_offset} (the "
+                              f"ones before were deleted or never were): give --offset {q.min_offset} or more")
         if start < q.max_offset:
             ranges.append(OffsetRange(args.topic, q.queue_id, start, min(q.max_offset, start + args.count), q.broker))
     rows = []
@@ -385,7 +389,7 @@ def _transport(p: argparse.ArgumentParser, args) -> TransportConfig:
 def _table(rows: list[dict], columns: list[str]) -> str:
     if not rows:
         return "(none)"
-    cells = [[str(row[c]) for c in columns] for row in rows]
+    cells = [["-" if row[c] is None else str(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])

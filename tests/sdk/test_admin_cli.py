@@ -137,6 +137,9 @@ def test_reset_offsets_to_earliest_latest_offset_and_datetime(capsys, endpoint, 
     code, out, _ = run(capsys, endpoint, "group", "reset-offsets", group, "--topic", topic_name, "--to-offset",
                        "1", "--dry-run")
     assert code == 0 and "new_offset" in out.splitlines()[0] and offsets() != [1, 1]  # nothing committed
+    _, out, _ = run(capsys, endpoint, "group", "reset-offsets", f"{group}-new", "--topic", topic_name,
+                    "--to-offset", "1", "--dry-run")
+    assert out.splitlines()[2].split() == [f"{group}-new", topic_name, "0", "-", "1", "False"]  # never committed
 
 
 def test_reset_offsets_is_refused_while_the_group_has_live_consumers(capsys, endpoint, topic_name):
@@ -182,6 +185,8 @@ def test_peek_mistakes_fail_with_a_sentence(capsys, endpoint, topic_name):
     assert code == 1 and "give --queue too" in err
     code, _, err = run(capsys, endpoint, "message", "peek", topic_name, "--queue", "7")
     assert code == 1 and "has no queue 7" in err
+    code, _, err = run(capsys, endpoint, "message", "peek", topic_name, "--queue", "0", "--offset", "-1")
+    assert code == 1 and "give --offset 0 or more" in err
     code, _, err = run(capsys, endpoint, "message", "send", topic_name, "--file", "/nonexistent/lines.txt")
     assert code == 1 and "/nonexistent/lines.txt" in err and len(err.strip().splitlines()) == 1
 
