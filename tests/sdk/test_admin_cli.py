@@ -215,6 +215,19 @@ def test_groups_through_name_servers_list_reset_and_refuse_while_consumed(capsys
     assert [r["offset"] for r in json.loads(out)] == [2, 2]
 
 
+def test_messages_through_name_servers(capsys, monkeypatch, broker_sim_remoting, topic_name):
+    target = broker_sim_remoting
+    topic = f"cli-{topic_name}-{time.time_ns()}"
+    target.create_topic(topic, 1)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"k1 one\nk2 two\n")))
+    code, out, _ = run_ns(capsys, target, "--json", "message", "send", topic, "--key-separator", " ", "--tags", "T")
+    assert code == 0 and [(r["queue_id"], r["messages"]) for r in json.loads(out)] == [(0, 2)]
+    wait_indexed(target.endpoint, topic, 2)
+    code, out, _ = run_ns(capsys, target, "--json", "message", "peek", topic)
+    assert code == 0 and [(r["broker"], r["offset"], r["keys"], r["tags"], r["body"]) for r in json.loads(out)] == [
+        ("broker-a", 0, "k1", "T", "one"), ("broker-a", 1, "k2", "T", "two")]
+
+
 def run_ns(capsys, target, *args):
     code = main(["--name-server", target.namesrv, *args])
     out, err = capsys.readouterr()
