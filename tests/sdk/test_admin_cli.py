@@ -215,6 +215,17 @@ def test_groups_through_name_servers_list_reset_and_refuse_while_consumed(capsys
     assert [r["offset"] for r in json.loads(out)] == [2, 2]
 
 
+def test_a_pop_through_the_remoting_door_is_a_live_consumer_by_its_address(capsys, broker_sim_remoting, topic_name):
+    target = broker_sim_remoting
+    topic, group = f"cli-{topic_name}-{time.time_ns()}", f"cli-{topic_name}-{time.time_ns()}-popper"
+    target.create_topic(topic, 1)
+    with PopConsumer(name_server=target.namesrv, group=group, topics=topic, poll_ms=0) as consumer:
+        consumer.receive()
+    with Admin(target.endpoint) as admin:  # our door lists every door's consumers
+        [info] = admin.groups([group])
+    assert len(info.consumers) == 1 and info.consumers[0].startswith("127.0.0.1:")
+
+
 def test_messages_through_name_servers(capsys, monkeypatch, broker_sim_remoting, topic_name):
     target = broker_sim_remoting
     topic = f"cli-{topic_name}-{time.time_ns()}"
