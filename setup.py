@@ -49,6 +49,6 @@ setup(
     },
     entry_points={"console_scripts": [
         "rmq-broker-sim = broker_sim.server.cli:main",
-        "rmq-admin = rmq_spark.client.cli:main",
+        "rmq-admin = rmq_spark.cli:main",
     ]},
 )

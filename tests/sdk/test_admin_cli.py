@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from rmq_spark import Admin, Message, PopConsumer, Producer
-from rmq_spark.client.cli import main
+from rmq_spark.cli import main
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 from sdk_helpers import wait_indexed
 

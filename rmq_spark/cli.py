@@ -23,11 +23,11 @@ import difflib
 import json
 import sys
 
-from ..errors import ConfigError, RmqError, TopicNotFoundError
-from ..structs import SECRET_KEY_VARIABLE, Credentials
-from .admin import Admin
-from .transactions import Transactions
-from .transport import TransportConfig
+from .client.admin import Admin
+from .client.transactions import Transactions
+from .client.transport import TransportConfig
+from .errors import ConfigError, RmqError, TopicNotFoundError
+from .structs import SECRET_KEY_VARIABLE, Credentials
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
@@ -211,8 +211,8 @@ def _group_offsets(admin: Admin, args):
 
 
 def _send(admin: Admin, args):
-    from ..producer import Producer
-    from ..structs import Message
+    from .producer import Producer  # here: pyarrow is loaded for the message commands only
+    from .structs import Message
 
     if args.file:
         with open(args.file, "rb") as lines:
@@ -248,8 +248,8 @@ PREVIEW_CHARS = 60  # of a body, in a peek's table
 
 
 def _peek(admin: Admin, args):
-    from ..consumer import RangeReader
-    from ..structs import OffsetRange
+    from .consumer import RangeReader  # here: pyarrow is loaded for the message commands only
+    from .structs import OffsetRange
 
     if args.offset is not None and args.queue is None:
         raise ConfigError("--offset is an offset of one queue: give --queue too")
