@@ -1,4 +1,5 @@
-"""rmq-admin: topics and consumer group offsets of a broker, as tables for people or --json.
+"""rmq-admin: topics, consumer groups, messages, transactions and the state of a broker, as
+tables for people or --json; a failure exits non-zero (2: a mistake in the command) with one line.
 
     rmq-admin --endpoint 127.0.0.1:10911 topic create orders --queues 16 --type BatchCQ
     rmq-admin --name-server 127.0.0.1:9876 topic describe orders   # any RocketMQ cluster
@@ -215,8 +216,11 @@ def _send(admin: Admin, args):
     from .structs import Message
 
     if args.file:
-        with open(args.file, "rb") as lines:
-            messages = [_message(args, line) for line in lines]
+        try:
+            with open(args.file, "rb") as lines:
+                messages = [_message(args, line) for line in lines]
+        except OSError as err:
+            raise ConfigError(f"cannot read --file {args.file}: {err.strerror or err}") from None
     else:
         messages = [_message(args, line) for line in sys.stdin.buffer]
     queues: dict[tuple[str, int], dict] = {}
