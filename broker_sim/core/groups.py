@@ -58,8 +58,13 @@ class LiveConsumers:
         self._seen: dict[str, dict[str, float]] = {}  # group -> client -> when last seen
 
     def seen(self, group: str, client: str) -> None:
+        now = self._clock_ms()
         with self._lock:
-            self._seen.setdefault(group, {})[client] = self._clock_ms()
+            clients = self._seen.setdefault(group, {})
+            if client not in clients:  # a new one: the expired ones go (clients that come and go do not pile up)
+                for gone in [c for c, at in clients.items() if at < now - self.expiry_ms]:
+                    del clients[gone]
+            clients[client] = now
 
     def gone(self, group: str, client: str) -> None:
         with self._lock:

@@ -53,3 +53,12 @@ def test_remoting_clients_are_live_consumers_from_heartbeat_to_unregister_or_dis
     assert consumers.of("g") == ["c2"]
     clients.unregister(connection, "c2", None, "g")
     assert consumers.of("g") == []
+
+
+def test_expired_consumers_do_not_pile_up_while_new_ones_come():
+    now = [0.0]
+    consumers = LiveConsumers(expiry_ms=1_000, clock_ms=lambda: now[0])
+    for i in range(100):
+        now[0] = i * 100.0
+        consumers.seen("g", f"peer-{i}")
+    assert len(consumers._seen["g"]) <= 11  # those of the last second, never asked for
