@@ -63,7 +63,22 @@ class _Parser(argparse.ArgumentParser):
                                          (f": did you mean {close[0]!r}?" if close else f" (use one of {names})"))
 
     def error(self, message):
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        flags = [flag for flag in unknown if flag.startswith("--")]
+        names = sorted(flag[2:] for flag in self._flags())  # compared without the "--" all share
+        close = difflib.get_close_matches(flags[0][2:], names, n=1, cutoff=0.6) if flags else []
+        if close:
+            message += f": did you mean --{close[0]}?"
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def _flags(self) -> set[str]:
+        """The long options of this parser and of its commands' parsers."""
+        flags = set()
+        for action in self._actions:
+            flags.update(option for option in action.option_strings if option.startswith("--"))
+            for command in (action.choices or {}).values() if isinstance(action.choices, dict) else ():
+                flags |= command._flags()
+        return flags
 
 
 def version() -> str:

@@ -76,8 +76,9 @@ def test_version_is_the_package_s(capsys):
     assert capsys.readouterr().out.strip() == f"rmq-admin {metadata.version('rocketmq-batch-spark')}"
 
 
-@pytest.mark.parametrize("argv, suggestion", [(["topic", "lst"], "'list'"), (["tpic", "list"], "'topic'"),
-                                              (["group", "ofsets", "g"], "'offsets'")])
+@pytest.mark.parametrize("argv, suggestion", [
+    (["topic", "lst"], "'list'"), (["tpic", "list"], "'topic'"), (["group", "ofsets", "g"], "'offsets'"),
+    (["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--dryrun"], "--dry-run")])
 def test_misspelled_commands_get_a_suggestion_in_one_line(capsys, argv, suggestion):
     with pytest.raises(SystemExit) as exited:
         main(argv)
