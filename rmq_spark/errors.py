@@ -119,6 +119,10 @@ class GroupNotFoundError(RmqError, LookupError):
     """The consumer group has popped nothing on this broker (acks need a group that popped)."""
 
 
+class GroupBusyError(RmqError):
+    """The consumer group has live consumers, so its offsets are not moved under them."""
+
+
 class ReceiptHandleError(RmqError):
     """Receipt handles that could not be acked or changed. ``failed`` maps each such handle to
     the broker's sentence; in an ack, the other handles were acked."""

@@ -194,6 +194,15 @@ class GroupOffset:
 
 
 @dataclass(frozen=True)
+class GroupInfo:
+    """A consumer group the brokers know, and its consumers alive now (their client ids; through
+    name servers, the ones the brokers know from their heartbeats)."""
+
+    name: str
+    consumers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class BrokerStats:
     topics: int
     queues: int

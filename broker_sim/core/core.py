@@ -46,7 +46,7 @@ from broker_sim.txn import EndResult, TransactionConfig, TransactionService
 
 from . import sends
 from .errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
-from .groups import GroupTable
+from .groups import GroupTable, LiveConsumers
 from .limits import ClientLimits, MemoryBudget, TopicQuota
 from .reads import OffsetRange, RangeCursor, ReadBudget
 
@@ -155,6 +155,7 @@ class BrokerCore:
         self.quota = TopicQuota(self.limits, store)
         self.memory = MemoryBudget.of(self.limits)  # what every door buffers for clients
         self.groups = groups
+        self.consumers = LiveConsumers()  # told by the doors (heartbeats) and by pops
         self.schedule = schedule
         self.offsets = offsets
         self.transactions = transactions
@@ -464,6 +465,16 @@ class BrokerCore:
     def group_orderly(self, group: str) -> bool:
         return self.groups.orderly(group)
 
+    def list_groups(self, names: list[str]) -> list[tuple[str, list[str]]]:
+        """The groups named (every group known when none is: those with offsets, settings or live
+        consumers), each with its live consumers."""
+        for name in names:
+            _check_group(name)
+        if not names:
+            with self.gate:
+                names = sorted(set(self.offsets.groups()) | self.groups.names() | set(self.consumers.groups()))
+        return [(name, self.consumers.of(name)) for name in names]
+
     def query_offsets(self, group: str, topics: list[str] | None) -> list[tuple[str, int, int]]:
         """The group's committed (topic, queue id, offset)s, of ``topics`` (None: all)."""
         _check_group(group)
@@ -473,9 +484,11 @@ class BrokerCore:
     # --- pop -------------------------------------------------------------------------------
 
     def pop(self, group: str, topic: str, queue_id: int, max_messages: int, invisible_time_ms: int,
-            poll_time_ms: int, tag_filter: str, orderly: bool, consume: Callable):
-        """Pop (PopService.pop) and call ``consume(result)`` while its records are valid; its result."""
+            poll_time_ms: int, tag_filter: str, orderly: bool, consume: Callable, client: str = ""):
+        """Pop (PopService.pop) and call ``consume(result)`` while its records are valid; its
+        result. ``client`` (who pops, as the door knows it) is a live consumer of the group now."""
         tags = parse_tag_filter(tag_filter)
+        self.consumers.seen(group, client or "(pop)")
         with self.gate:
             result = self.pop_service.pop(group, topic, queue_id, max_messages, invisible_time_ms, poll_time_ms,
                                           tags, orderly)

@@ -22,8 +22,11 @@ class _Client:
 
 
 class ClientRegistry:
+    """``consumers``: the core's LiveConsumers, told of the consumers that come and go here."""
+
     def __init__(self, clock_ms=lambda: time.monotonic() * 1000):
         self._clock_ms = clock_ms
+        self.consumers = None  # set when the door serves a core
         self._lock = threading.Lock()
         self._clients: dict[int, _Client] = {}  # by id(connection)
         self._subscriptions: dict[str, dict[str, str]] = {}  # group -> topic -> expression
@@ -51,6 +54,9 @@ class ClientRegistry:
                     subscriptions[topic] = expression or "*"
                 if model == "CLUSTERING":
                     clustering.append(group)
+        for group, _subscribed, _model in consumers:
+            if self.consumers is not None:
+                self.consumers.seen(group, client_id)
         return clustering
 
     def unregister(self, connection, client_id: str, producer_group: str | None, consumer_group: str | None) -> None:
@@ -60,11 +66,20 @@ class ClientRegistry:
                 return
             client.producer_groups.discard(producer_group)
             client.consumer_groups.discard(consumer_group)
+        self._gone(client.client_id, [consumer_group])
 
     def forget(self, connection) -> None:
         """A connection closed: its client is gone."""
         with self._lock:
-            self._clients.pop(id(connection), None)
+            client = self._clients.pop(id(connection), None)
+        if client is not None:
+            self._gone(client.client_id, client.consumer_groups)
+
+    def _gone(self, client_id: str, groups) -> None:
+        if self.consumers is not None:
+            for group in groups:
+                if group:
+                    self.consumers.gone(group, client_id)
 
     def consumer_ids(self, group: str) -> list[str]:
         with self._lock:

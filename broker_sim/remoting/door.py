@@ -94,6 +94,7 @@ class RemotingDoor:
         self.core = core
         self.server.memory = core.memory  # one budget for every door
         self.hold.end_offset = core.store.indexed_offset
+        self.clients.consumers = core.consumers
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)

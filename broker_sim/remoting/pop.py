@@ -31,7 +31,7 @@ class PopRequests:
         return {RequestCode.POP_MESSAGE: (self.pop, True), RequestCode.ACK_MESSAGE: (self.ack, False),
                 RequestCode.CHANGE_MESSAGE_INVISIBLETIME: (self.change_invisible_time, False)}
 
-    def pop(self, request: RemotingCommand, _connection) -> RemotingCommand:
+    def pop(self, request: RemotingCommand, connection) -> RemotingCommand:
         fields = Fields(request)
         group, topic = fields.text("consumerGroup"), fields.text("topic")
         invisible = fields.integer("invisibleTime")
@@ -48,7 +48,7 @@ class PopRequests:
             return request.response(ResponseCode.SUCCESS, ext_fields=header, body=result.records)
 
         return self.core.pop(group, topic, fields.integer("queueId"), fields.integer("maxMsgNums"), invisible,
-                             fields.integer("pollTime"), expression, orderly, answer)
+                             fields.integer("pollTime"), expression, orderly, answer, client=connection.remote)
 
     @staticmethod
     def _pop_header(result, invisible_ms: int, orderly: bool) -> dict:

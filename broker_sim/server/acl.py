@@ -132,6 +132,8 @@ DEMANDS = {
     "BrokerStats": lambda _r: [Demand.admin("read the broker's stats")],
     "CommitOffsets": lambda r: [Demand.group(r.group), *(Demand.topic(o.topic, Perm.SUB) for o in r.offsets)],
     "QueryOffsets": lambda r: [Demand.group(r.group), *(Demand.topic(t, Perm.SUB) for t in r.topics)],
+    "ListGroups": lambda r: [Demand.group(g) for g in r.groups] or [Demand.admin("list every group (name the "
+                                                                                  "groups)")],
     "Send": _topic(Perm.PUB),
     "SendMany": lambda r: [Demand.topic(t, Perm.PUB) for t in {s.topic for s in r.sends}],
     "ReadRanges": lambda r: [Demand.topic(t, Perm.SUB) for t in {x.topic for x in r.ranges}],

@@ -28,11 +28,11 @@ class PopServicer(pb_grpc.PopServicer):
     @translated_async
     async def Pop(self, request, context):
         if not self._core.pop_waits_for_disk and not self._core.reads_may_wait():
-            found, answer = self._pop(request, 0)
+            found, answer = self._pop(request, 0, context.peer())
             if found or not request.poll_time_ms:
                 return answer
         _found, answer = await asyncio.get_running_loop().run_in_executor(None, self._pop, request,
-                                                                          request.poll_time_ms)
+                                                                          request.poll_time_ms, context.peer())
         return answer
 
     @translated_async
@@ -41,8 +41,8 @@ class PopServicer(pb_grpc.PopServicer):
             return await asyncio.get_running_loop().run_in_executor(None, self._ack, request)
         return self._ack(request)
 
-    def _pop(self, request, poll_time_ms: int) -> tuple[bool, bytes]:
-        """Whether the pop found deliveries, and its answer."""
+    def _pop(self, request, poll_time_ms: int, peer: str) -> tuple[bool, bytes]:
+        """Whether the pop found deliveries, and its answer; ``peer``: who pops."""
         def answer(result):  # its records are views of the store: copied into the answer here
             found = result.deliveries
             checkpoints = [d.checkpoint for d in found]
@@ -56,7 +56,8 @@ class PopServicer(pb_grpc.PopServicer):
             return bool(found), with_bytes_field(head, _RECORDS_FIELD, result.parts)
 
         return self._core.pop(request.group, request.topic, request.queue_id, request.max_messages,
-                              request.invisible_time_ms, poll_time_ms, request.tag_filter, request.orderly, answer)
+                              request.invisible_time_ms, poll_time_ms, request.tag_filter, request.orderly, answer,
+                              client=peer)
 
     def _ack(self, request):
         failures = self._core.ack(request.group, list(request.receipt_handles))

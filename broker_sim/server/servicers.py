@@ -109,6 +109,11 @@ class AdminServicer(pb_grpc.AdminServicer):
         found = self._core.query_offsets(request.group, list(request.topics))
         return pb.QueryOffsetsResponse(offsets=[pb.GroupOffset(topic=t, queue_id=q, offset=o) for t, q, o in found])
 
+    @translated
+    def ListGroups(self, request, context):
+        return pb.ListGroupsResponse(groups=[pb.ConsumerGroup(name=name, consumers=consumers)
+                                             for name, consumers in self._core.list_groups(list(request.groups))])
+
 
 class MessagingServicer(pb_grpc.MessagingServicer):
     def __init__(self, core: BrokerCore, write_timeout_s: float = STREAM_WRITE_TIMEOUT_S):

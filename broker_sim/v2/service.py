@@ -364,7 +364,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
             return messages
 
         return self.core.pop(group, topic, -1, min(request.batch_size, MAX_RECEIVE_BATCH), invisible_ms, polling_ms,
-                             expression, fifo, found)
+                             expression, fifo, found, client=client_id_of(context))
 
     @answered(v2.AckMessageResponse)
     def AckMessage(self, request, context):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from ..structs import BrokerStats, GroupOffset, QueueOffsets, QueueType, TopicInfo
+from dataclasses import dataclass
+
+from ..errors import ConfigError, GroupBusyError
+from ..structs import BrokerStats, GroupInfo, GroupOffset, QueueOffsets, QueueType, TopicInfo
 from .transport import TransportConfig, connect
 
 
@@ -74,6 +76,46 @@ class Admin:
     def group_offsets(self, group: str, topics=None) -> list[GroupOffset]:
         return self._transport.group_offsets(group, list(topics or []))
 
+    def groups(self, names=None) -> list[GroupInfo]:
+        """The consumer groups named (every group the brokers know when none is), each with its
+        live consumers."""
+        return self._transport.groups(list(names or []))
+
+    def reset_group_offsets(self, group: str, topic: str, *, to: str, timestamp_ms: int | None = None,
+                            offset: int | None = None, dry_run: bool = False) -> list["OffsetReset"]:
+        """Move ``group``'s offsets of every queue of ``topic``, as ``kafka-consumer-groups
+        --reset-offsets`` does: ``to`` "earliest" (each queue's first stored offset), "latest"
+        (its max offset), "datetime" (the first stored at or after ``timestamp_ms``) or "offset"
+        (``offset``, kept within the queue's stored offsets). Refused with ``GroupBusyError``
+        while the group has live consumers (they would commit their own positions over the
+        new ones). ``dry_run``: only say what would be committed."""
+        if to not in ("earliest", "latest", "datetime", "offset"):
+            raise ConfigError(f"to={to!r}: use earliest, latest, datetime or offset")
+        if (to == "datetime") != (timestamp_ms is not None) or (to == "offset") != (offset is not None):
+            raise ConfigError("give timestamp_ms with to='datetime' and offset with to='offset', and only then")
+        [info] = self.groups([group])
+        if info.consumers and not dry_run:
+            raise GroupBusyError(f"group {group!r} has live consumers ({', '.join(info.consumers)}), whose commits "
+                                 "would overwrite the reset: stop them and reset again (a broker counts a consumer "
+                                 "live until 2 minutes after its last heartbeat or pop)")
+        _topic, queues = self.describe_topic(topic)
+        committed = {(o.broker, o.queue_id): o.offset for o in self.group_offsets(group, [topic])}
+        by_time = {}
+        if to == "datetime":
+            for broker in sorted({q.broker for q in queues}):
+                found = self.offsets_for_timestamp(topic, timestamp_ms, [q.queue_id for q in queues
+                                                                         if q.broker == broker], broker)
+                by_time.update({(broker, queue_id): at for queue_id, at in found.items()})
+        resets = []
+        for q in queues:
+            wanted = {"earliest": q.min_offset, "latest": q.max_offset, "offset": offset,
+                      "datetime": by_time.get((q.broker, q.queue_id), q.max_offset)}[to]
+            new = min(max(wanted, q.min_offset), q.max_offset)
+            resets.append(OffsetReset(group, topic, q.queue_id, committed.get((q.broker, q.queue_id)), new, q.broker))
+        if not dry_run:
+            self.commit_group_offsets(group, {(r.topic, r.broker, r.queue_id): r.new_offset for r in resets})
+        return resets
+
     def broker_stats(self) -> BrokerStats:
         return self._transport.broker_stats()
 
@@ -85,3 +127,15 @@ class Admin:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """A queue's offset of a group before a reset (None: never committed) and after it."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int | None
+    new_offset: int
+    broker: str = ""

@@ -24,6 +24,7 @@ from ..structs import (
     BrokerStats,
     CommitResult,
     CorruptedRecord,
+    GroupInfo,
     GroupOffset,
     InnerBatchIds,
     Message,
@@ -150,6 +151,10 @@ class GrpcTransport(Transport):
     def group_offsets(self, group: str, topics: list[str]) -> list[GroupOffset]:
         response = self._call(self._admin.QueryOffsets, pb.QueryOffsetsRequest(group=group, topics=topics))
         return [GroupOffset(group, o.topic, o.queue_id, o.offset) for o in response.offsets]
+
+    def groups(self, names: list[str]) -> list[GroupInfo]:
+        response = self._call(self._admin.ListGroups, pb.ListGroupsRequest(groups=names))
+        return [GroupInfo(g.name, tuple(g.consumers)) for g in response.groups]
 
     def broker_stats(self) -> BrokerStats:
         r = self._call(self._admin.BrokerStats, pb.BrokerStatsRequest())

@@ -46,6 +46,7 @@ from ..protocol.remoting import RemotingCommand, RemotingConnection, RequestCode
 from ..structs import (
     BrokerStats,
     CommitResult,
+    GroupInfo,
     GroupOffset,
     Message,
     OffsetRange,
@@ -83,6 +84,7 @@ _QUEUE_TYPE_ATTRIBUTE = "queue.type"
 _STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, 11, 12)  # 11, 12: the slave's lag: stored
 _HEARTBEAT_S = 60.0
 _PULL_GROUP = "rocketmq-batch-reader"
+_RETRY_PREFIX = "%RETRY%"  # a group's retry topic: %RETRY%{group}
 _CONNECT_S = 10.0
 
 
@@ -356,6 +358,16 @@ class RemotingTransport(Transport):
                                     f"servers {self.endpoint} list (only an admin lists them all)")
         return configs
 
+    def _topic_configs(self, masters: dict[str, str]) -> dict[str, dict]:
+        """Each broker's topic configs, by topic name (system topics too)."""
+        answers = self._invoke_all([(address, RequestCode.GET_ALL_TOPIC_CONFIG, {}) for address in masters.values()])
+        tables = {}
+        for broker, answer in zip(masters, answers):
+            if answer.code != ResponseCode.SUCCESS:
+                raise _refused(answer, f"broker {broker} refused its topic list")
+            tables[broker] = fastjson.loads(answer.body).get("topicConfigTable") or {}
+        return tables
+
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]:
         route = self.route(name)
         return self._topic_info(route), self.offsets([name])[name]
@@ -494,6 +506,25 @@ class RemotingTransport(Transport):
                     out.append(GroupOffset(group, queue["topic"], int(queue["queueId"]),
                                            int(stats["consumerOffset"]), queue.get("brokerName", broker)))
         return sorted(out, key=lambda o: (o.topic, o.broker, o.queue_id))
+
+    def groups(self, names: list[str]) -> list[GroupInfo]:
+        """The groups named, or every group with a retry topic on a broker (RocketMQ makes it at a
+        consumer's heartbeat; ``mqadmin consumerProgress`` finds groups so), each with the live
+        consumers the brokers know from their heartbeats (GET_CONSUMER_LIST_BY_GROUP)."""
+        masters = self.names.masters()
+        if not names:
+            names = sorted({name[len(_RETRY_PREFIX):] for table in self._topic_configs(masters).values()
+                            for name in table if name.startswith(_RETRY_PREFIX)})
+        calls = [(group, broker, address) for group in names for broker, address in masters.items()]
+        answers = self._invoke_all([(address, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+                                    for group, _broker, address in calls])
+        consumers: dict[str, set] = {group: set() for group in names}
+        for (group, broker, _address), answer in zip(calls, answers):
+            if answer.code == ResponseCode.SUCCESS:
+                consumers[group].update(fastjson.loads(answer.body).get("consumerIdList") or [])
+            elif answer.code != ResponseCode.SYSTEM_ERROR:  # SYSTEM_ERROR: no consumer of the group is connected
+                raise _refused(answer, f"broker {broker} refused the consumers of group {group!r}")
+        return [GroupInfo(group, tuple(sorted(consumers[group]))) for group in names]
 
     def broker_stats(self) -> BrokerStats:
         raise ConfigError("broker stats are broker_sim's (rmq-admin broker stats, through its endpoint); through "

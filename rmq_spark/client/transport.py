@@ -28,6 +28,7 @@ from ..structs import (
     BrokerStats,
     CommitResult,
     Credentials,
+    GroupInfo,
     GroupOffset,
     Message,
     OffsetRange,
@@ -259,6 +260,11 @@ class Transport(ABC):
 
     @abstractmethod
     def group_offsets(self, group: str, topics: list[str]) -> list[GroupOffset]: ...
+
+    @abstractmethod
+    def groups(self, names: list[str]) -> list[GroupInfo]:
+        """The consumer groups named (every group the brokers know when empty), with their live
+        consumers."""
 
     @abstractmethod
     def broker_stats(self) -> BrokerStats: ...

@@ -14,7 +14,7 @@ def admin(acl_broker, *args: str, secret: str | None = None) -> subprocess.Compl
     env = {k: v for k, v in os.environ.items() if k != "RMQ_SECRET_KEY"}
     if secret is not None:
         env["RMQ_SECRET_KEY"] = secret
-    return subprocess.run([sys.executable, "-m", "rmq_spark.client.cli", "--endpoint", acl_broker.endpoint, *args],
+    return subprocess.run([sys.executable, "-m", "rmq_spark.cli", "--endpoint", acl_broker.endpoint, *args],
                           capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
 
 

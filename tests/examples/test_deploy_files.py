@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from broker_sim.server import cli as broker_cli
-from rmq_spark.client import cli as admin_cli
+from rmq_spark import cli as admin_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -68,7 +68,7 @@ def test_clickstream_etl_as_docker_compose_runs_it_with_acls(spark, tmp_path, mo
     root = Path(__file__).resolve().parents[2]
     with broker_process(tmp_path / "data", "--acl-file", str(root / "deploy/acl/plain_acl.yml")) as (endpoint, _p):
         for name, queues in (("clicks", "8"), ("page-minute-counts", "4")):
-            subprocess.run([sys.executable, "-m", "rmq_spark.client.cli", "--endpoint", endpoint, "--access-key",
+            subprocess.run([sys.executable, "-m", "rmq_spark.cli", "--endpoint", endpoint, "--access-key",
                             "ops", "topic", "create", name, "--queues", queues, "--type", "BatchCQ"], check=True,
                            env={**os.environ, "RMQ_SECRET_KEY": "ops-change-me"}, timeout=60)
         monkeypatch.setenv("RMQ_SECRET_KEY", "etl-change-me")

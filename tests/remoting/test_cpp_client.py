@@ -146,7 +146,7 @@ def test_push_consumer_gets_every_message_once_and_commits(target):
 
 
 def group_offsets(target, group: str) -> list:
-    out = subprocess.run([sys.executable, "-m", "rmq_spark.client.cli", "--endpoint", target.endpoint, "--json",
+    out = subprocess.run([sys.executable, "-m", "rmq_spark.cli", "--endpoint", target.endpoint, "--json",
                           "group", "offsets", group], capture_output=True, text=True, timeout=60, check=True).stdout
     parsed = json.loads(out)
     return parsed if isinstance(parsed, list) else parsed.get("offsets", parsed.get("queues", []))

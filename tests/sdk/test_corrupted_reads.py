@@ -13,7 +13,7 @@ import broker_sim
 from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
 from rmq_spark import Admin, CorruptedRecordError, Message, OffsetRange, Producer, RangeReader
-from rmq_spark.client.cli import main
+from rmq_spark.cli import main
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.source import QueueRangesPartition, read_partition
 from sdk_helpers import wait_indexed

@@ -27,7 +27,7 @@ from rmq_spark import (
     RmqError,
     TransportConfig,
 )
-from rmq_spark.client import cli as admin_cli
+from rmq_spark import cli as admin_cli
 from rmq_spark.client.tls import ssl_context
 from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
 from tls_helpers import send

@@ -221,7 +221,7 @@ def test_half_log_positions_are_never_reused_across_restarts(tmp_path, clock):
 def test_rmq_admin_lists_rolls_back_and_answers_for_sink_batches(broker, topic, capsys):
     import json
 
-    from rmq_spark.client.cli import main
+    from rmq_spark.cli import main
 
     with Producer(broker.endpoint, transaction_id="stuck-writer") as writer:
         send_table(writer, topic, 0, table_of(bodies(2)))

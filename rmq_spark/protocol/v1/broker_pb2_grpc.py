@@ -79,6 +79,11 @@ class AdminStub(object):
                 request_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.QueryOffsetsRequest.SerializeToString,
                 response_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.QueryOffsetsResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Admin/ListGroups',
+                request_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer(object):
@@ -138,6 +143,12 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +196,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.QueryOffsets,
                     request_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.QueryOffsetsRequest.FromString,
                     response_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.QueryOffsetsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.ListGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +446,33 @@ class Admin(object):
             '/rmq_spark.protocol.v1.Admin/QueryOffsets',
             rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.QueryOffsetsRequest.SerializeToString,
             rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.QueryOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Admin/ListGroups',
+            rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+            rmq__spark_dot_protocol_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
