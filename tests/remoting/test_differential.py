@@ -1,7 +1,7 @@
 """The same raw remoting requests, as RocketMQ's clients write them, to broker_sim's broker and
 to the real RocketMQ broker (found through each one's name server): the response codes and
-header fields a client acts on must agree. Differences found are fixed, or listed in the
-README as deliberate."""
+header fields a client acts on must agree. Differences found are fixed, or listed in
+docs/remoting.md as deliberate."""
 
 from __future__ import annotations
 

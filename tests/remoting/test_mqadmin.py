@@ -1,5 +1,5 @@
 """RocketMQ's own admin tool, mqadmin (MQAdminStartup of the real RocketMQ's distribution),
-against broker_sim's name server and against the real RocketMQ: the commands the README lists,
+against broker_sim's name server and against the real RocketMQ: the commands docs/remoting.md lists,
 the same on both, each output checked for what an operator reads in it."""
 
 from __future__ import annotations
