@@ -174,7 +174,7 @@ class ConsumerOffsetTable:
                     self._offsets.setdefault(group, {})[(topic, int(queue_id))] = int(offset)
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise StoreError(f"consumer offsets file {self.path} is damaged ({err}); restore it from a backup, "
-                             "or move it away to start every group afresh") from err
+                             "or move it away and start with --accept-state-loss to start every group afresh") from err
 
     def __enter__(self) -> "ConsumerOffsetTable":
         return self
