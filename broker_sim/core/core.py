@@ -264,7 +264,7 @@ class BrokerCore:
     def describe_topic(self, name: str) -> tuple[TopicConfig, list[QueueOffsets]]:
         with self.gate:
             config = self.topic(name)
-            return config, self.queue_offsets_of(config)
+            return config, self.queue_offsets_of(config, wait_for_index=False)
 
     def list_topics(self) -> list[TopicConfig]:
         with self.gate:
@@ -294,13 +294,18 @@ class BrokerCore:
                 queues += config.queue_count
             return page, None
 
-    def queue_offsets_of(self, config: TopicConfig) -> list[QueueOffsets]:
-        return [QueueOffsets(q, *self.queue_offsets(config, q)) for q in range(config.queue_count)]
+    def queue_offsets_of(self, config: TopicConfig, wait_for_index: bool = True) -> list[QueueOffsets]:
+        return [QueueOffsets(q, *self.queue_offsets(config, q, wait_for_index)) for q in range(config.queue_count)]
 
-    def queue_offsets(self, config: TopicConfig, queue_id: int) -> tuple[int, int]:
-        """(min offset, max offset) of a queue; TOPIC_NOT_FOUND when deleted in the meantime."""
+    def queue_offsets(self, config: TopicConfig, queue_id: int, wait_for_index: bool = True) -> tuple[int, int]:
+        """(min offset, max offset) of a queue; TOPIC_NOT_FOUND when deleted in the meantime.
+        The max offset counts what was stored before the call (read-your-writes: GetOffsets, what
+        reads plan from), or with ``wait_for_index`` False the indexed end, never waiting: a
+        topic's description, which producers route by and sinks check topics with, must not
+        wait for the dispatcher."""
+        end = self.store.max_offset if wait_for_index else self.store.indexed_offset
         try:
-            return self.store.min_offset(config.name, queue_id), self.store.max_offset(config.name, queue_id)
+            return self.store.min_offset(config.name, queue_id), end(config.name, queue_id)
         except LookupError:
             raise self._topic_not_found(config.name) from None
 

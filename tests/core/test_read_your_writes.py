@@ -191,3 +191,16 @@ def test_a_read_waiting_for_the_index_leaves_the_door_s_event_loop_free(broker, 
         assert (seen[0] if isinstance(seen, list) else seen) >= 1  # "first", at least
     finally:
         pool.shutdown()
+
+
+def test_a_topic_description_never_waits_for_the_index(broker, topic):
+    """Producers route by a topic's description and the Spark sink checks its topic with it: a
+    write must not wait for the dispatcher (a Spark task's describe_topic waited index_wait_ms
+    behind its own task's rows and hit its deadline). Offsets are what reads plan from."""
+    with LaggingDispatch(broker.core.store) as lag, Producer(broker.endpoint) as producer, \
+            Admin(broker.endpoint) as admin:
+        producer.send(Message(topic, b"stored, not indexed", queue_id=0))
+        waits = broker.core.store.reads_waited_for_index
+        _info, queues = admin.describe_topic(topic)
+        assert broker.core.store.reads_waited_for_index == waits
+        assert lag.read(lambda: admin.offsets([topic])[topic][0].max_offset) >= 1
