@@ -261,10 +261,12 @@ class BrokerCore:
             raise self._topic_not_found(name)
         return config
 
-    def describe_topic(self, name: str) -> tuple[TopicConfig, list[QueueOffsets]]:
+    def describe_topic(self, name: str, wait_for_index: bool = False) -> tuple[TopicConfig, list[QueueOffsets]]:
+        """The topic and its queues' offsets: the indexed ends (``queue_offsets``), or with
+        ``wait_for_index`` everything stored before the call (an offset query: read-your-writes)."""
         with self.gate:
             config = self.topic(name)
-            return config, self.queue_offsets_of(config, wait_for_index=False)
+            return config, self.queue_offsets_of(config, wait_for_index)
 
     def list_topics(self) -> list[TopicConfig]:
         with self.gate:

@@ -375,7 +375,8 @@ class BrokerRequests:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(_data_version()))
 
     def topic_stats(self, request: RemotingCommand, _connection) -> RemotingCommand:
-        config, queues = self.core.describe_topic(Fields(request).text("topic"))
+        # RocketMQ's clients (and the SDK through name servers) read a topic's offsets here: read-your-writes
+        config, queues = self.core.describe_topic(Fields(request).text("topic"), wait_for_index=True)
         table = [(self._queue_json(config.name, q.queue_id), {"minOffset": q.min_offset, "maxOffset": q.max_offset,
                                                               "lastUpdateTimestamp": 0}) for q in queues]
         return request.response(ResponseCode.SUCCESS, body=b'{"offsetTable":' + object_keyed_map(table) + b"}")
