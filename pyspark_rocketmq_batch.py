@@ -61,16 +61,12 @@ def lead_sentence(error: BaseException) -> str | None:
     ours = _OUR_ERROR.findall(text)
     if ours:
         return f"{_FORMAT}: {ours[-1].strip()}"
-    return missing_format_hint(error)
+    return missing_format_hint(text)
 
 
-def missing_format_hint(error: BaseException) -> str | None:
-    """The sentence for ``error`` when it is Spark's DATA_SOURCE_NOT_FOUND for ``rocketmq-batch``
-    and the workers' Python cannot import this package; None otherwise."""
-    try:
-        text = str(error)
-    except Exception:  # noqa: BLE001 - a hint must never hide the error itself
-        return None
+def missing_format_hint(text: str) -> str | None:
+    """The sentence for an error whose ``text`` is Spark's DATA_SOURCE_NOT_FOUND for
+    ``rocketmq-batch`` when the workers' Python cannot import this package; None otherwise."""
     if "DATA_SOURCE_NOT_FOUND" not in text or _FORMAT not in text:
         return None
     python, chosen_by = _workers_python()

@@ -159,13 +159,14 @@ def check_topic(options: SinkOptions) -> None:
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
-def task_sink_id(options: SinkOptions) -> str | None:
+def task_sink_id(options: SinkOptions, required: bool = False) -> str | None:
     """The sink id of a stream's write task, the same on every run of the query: the option
     sinkId, else ``spark-<query id>``, the id Spark keeps in the checkpoint (a new checkpoint,
     even at the same location, is a new query and a new sink) and hands every task of the query,
     wherever the checkpoint is (``.option("checkpointLocation")``, the session's
     ``spark.sql.streaming.checkpointLocation``, a remote file system). Outside a Spark task (a
-    writer driven by hand) it is read from the checkpoint option; None when nothing names it."""
+    writer driven by hand) it is read from the checkpoint option; when nothing names it, None, or
+    with ``required`` the ConfigError saying what would."""
     if options.sink_id is not None:
         return options.sink_id
     context = TaskContext.get()
@@ -175,6 +176,8 @@ def task_sink_id(options: SinkOptions) -> str | None:
     try:
         return stream_sink_id(options)
     except ConfigError:
+        if required:
+            raise
         return None
 
 
@@ -385,9 +388,7 @@ class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
         self.run_name = f"{_NO_SINK_ID}-run-{uuid.uuid4().hex}" if options.address.native else _NO_SINK_ID
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        sink_id = task_sink_id(self.options)
-        if sink_id is None and self.options.exactly_once:
-            stream_sink_id(self.options)  # raises the sentence saying what names a sink
+        sink_id = task_sink_id(self.options, required=self.options.exactly_once)
         if sink_id is None and self.options.address.native:
             log.warning("rocketmq-batch: this write names its rows' message ids by its run (no query id, no sinkId "
                         "option): rows written again after a restart get new ids")
