@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed-stamp
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
 
-lint: $(STAMP)  ## ruff, configured in pyproject.toml; `$(PY) -m ruff check --fix .` fixes most of what it reports
+lint: $(STAMP)  ## ruff, and the layers' import contract (lint-imports); both configured in pyproject.toml
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 test: lint check-java peers
 	$(PY) -m pytest -q tests
@@ -56,7 +57,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
-protos: $(STAMP)  ## regenerate rmq_spark/protocol/v1 from protos/
+protos: $(STAMP)  ## regenerate rmq_wire/contract from protos/
 	PYTHON=$(PY) scripts/gen_protos.sh
 
 check-java:

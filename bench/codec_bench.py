@@ -39,12 +39,12 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from rmq_spark.codec import Compression, decode_batch, encode_batch  # noqa: E402
-from rmq_spark.codec.records import decode_records  # noqa: E402
+from rmq_wire.codec import Compression, decode_batch, encode_batch  # noqa: E402
+from rmq_wire.codec.records import decode_records  # noqa: E402
 
 BODY_BYTES = 1024
 TARGET = 3_000_000
-# V1 record header up to BODYLEN (RocketMQ's layout; see rmq_spark/codec/records.py).
+# V1 record header up to BODYLEN (RocketMQ's layout; see rmq_wire/codec/records.py).
 HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
 MAGIC_V1 = 0xDAA320A7
 INNER_BATCH, NEED_UNWRAP = 0x80, 0x40

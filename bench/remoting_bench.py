@@ -35,7 +35,7 @@ from broker_sim.testing import broker_process  # noqa: E402
 from peers.process import free_port  # noqa: E402
 from rmq_spark import Admin, Message, OffsetRange, Producer  # noqa: E402
 from rmq_spark.client.transport import connect  # noqa: E402
-from rmq_spark.protocol.remoting import (  # noqa: E402
+from rmq_wire.remoting import (  # noqa: E402
     FrameReader,
     RemotingCommand,
     RequestCode,
@@ -71,7 +71,7 @@ def remoting_requests(address: str, topic: str, count: int, in_flight: int) -> f
 
 
 def grpc_requests(endpoint: str, topic: str, count: int, in_flight: int) -> float:
-    from rmq_spark.protocol.v1 import broker_pb2, broker_pb2_grpc
+    from rmq_wire.contract import broker_pb2, broker_pb2_grpc
 
     transport = connect(endpoint)
     try:

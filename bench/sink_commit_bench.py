@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from broker_sim.server import Broker  # noqa: E402
+from broker_sim.broker import Broker  # noqa: E402
 from broker_sim.store import StoreConfig  # noqa: E402
 from broker_sim.txn.service import TransactionService  # noqa: E402
 from rmq_spark import Admin, Message, Producer, Transactions  # noqa: E402

@@ -46,7 +46,9 @@ from bench.process_memory import anon_rss_bytes, rss_bytes  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
 from forwarder import Forwarder  # noqa: E402
 from peers.process import free_port  # noqa: E402
-from rmq_spark.protocol.remoting import (  # noqa: E402
+from rmq_wire.contract import broker_pb2 as pb  # noqa: E402
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc  # noqa: E402
+from rmq_wire.remoting import (  # noqa: E402
     RemotingCommand,
     RemotingConnection,
     RequestCode,
@@ -54,8 +56,6 @@ from rmq_spark.protocol.remoting import (  # noqa: E402
     decode,
     encode,
 )
-from rmq_spark.protocol.v1 import broker_pb2 as pb  # noqa: E402
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc  # noqa: E402
 
 MiB = 1 << 20
 STREAM_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 6)]
@@ -354,7 +354,7 @@ def run(args) -> None:
 
 
 def _bytes(text: str) -> int:
-    from broker_sim.server.cli import byte_size
+    from broker_sim.cli import byte_size
 
     return byte_size(text)
 

@@ -6,6 +6,18 @@
         ...                                     # point clients at endpoint
 
 The same broker runs as a process with `rmq-broker-sim --data-dir DIR --port PORT`.
+
+The house, top to bottom (each layer imports only those below it; ``make lint`` checks it):
+
+- ``cli``, ``broker``, ``broker_conf``: the command, the assembly of doors over one core, its
+  configuration file;
+- ``doors``: our gRPC contract, RocketMQ 5's gRPC protocol, RocketMQ's remoting protocol;
+- ``acl``: accounts and permissions, asked by the doors;
+- ``core``: ``BrokerCore``, the one domain object behind every door, and its face for them;
+- ``pop``, ``txn``, ``schedule``: pop consumption, transactions, delayed messages;
+- ``store``: the commitlog, its indexes and the dispatcher; ``common``: loops and files.
+
+Beneath both this package and ``rmq_spark`` lies ``rmq_wire`` (record format, codecs, protocols).
 """
 
 from __future__ import annotations
@@ -14,7 +26,7 @@ import contextlib
 import shutil
 import tempfile
 
-import rmq_spark  # noqa: F401  (before grpc loads: it sets how gRPC treats fork(), see rmq_spark/__init__.py)
+import rmq_wire  # noqa: F401  (before grpc loads: it sets how gRPC treats fork(), see rmq_wire/__init__.py)
 
 __all__ = ["embedded", "embedded_unless"]
 
@@ -30,7 +42,7 @@ def embedded(data_dir=None, *, pop=None, transactions=None, limits=None, **store
     ``broker_sim.txn.TransactionConfig`` (``timeout_ms=...``), ``limits`` a
     ``broker_sim.core.limits.ClientLimits`` (``max_requests_in_flight_per_ip=...``).
     """
-    from broker_sim.server import Broker  # grpc only for those who run a broker
+    from broker_sim.broker import Broker  # grpc only for those who run a broker
     from broker_sim.store import StoreConfig
 
     config = StoreConfig(**store_options)

@@ -26,7 +26,7 @@ LISTENING = re.compile(r"listening on (\S+):(\d+)")
 def broker_process(data_dir: Path, *extra_args: str, timeout_s: float = 60):
     """Run `rmq-broker-sim` on a free port (unless ``extra_args`` name one); yields (endpoint,
     process) and stops it with SIGTERM (SIGKILL after ``timeout_s``) unless it is gone already."""
-    command = [sys.executable, "-m", "broker_sim.server.cli", "--port", "0", "--data-dir", str(data_dir), *extra_args]
+    command = [sys.executable, "-m", "broker_sim.cli", "--port", "0", "--data-dir", str(data_dir), *extra_args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         endpoint, _output = wait_listening(process, timeout_s)

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 
 from . import classpath, harness_classpath
 from .process import JavaProcess, free_port, port_open, run_java

@@ -2,20 +2,13 @@
 
     from rmq_spark import Admin, Producer, Message, RangeReader, OffsetRange, PopConsumer
 
-The names are imported on first use, so that importing a part of the package (the broker
-imports only ``rmq_spark.protocol``) does not load the whole SDK.
+The names are imported on first use, so that importing a part of the package does not load the whole
+SDK.
 """
 
 import importlib
-import os
 
-# gRPC's fork handlers (grpcio turns them on unless told otherwise, when grpc is imported) close and
-# reopen its pollers around every fork(). A fork made while a channel is busy then breaks: the
-# child's pipes are closed under it and the parent logs "epoll_wait error: Bad file descriptor".
-# PySpark starts its JVM with such a fork (Popen with preexec_fn), so a SparkSession started after
-# a Producer or an Admin failed with JAVA_GATEWAY_EXITED. Nothing here uses gRPC in a forked child.
-# A user who sets the variable keeps their choice; it must be set before grpc is first imported.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+import rmq_wire  # noqa: F401  (first: it sets how gRPC treats fork() before grpc loads)
 
 _HOMES = {
     "Admin": "client.admin",

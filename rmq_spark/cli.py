@@ -24,11 +24,11 @@ import difflib
 import json
 import sys
 
-from .client.admin import Admin
-from .client.transactions import Transactions
-from .client.transport import TransportConfig
-from .errors import ConfigError, RmqError, TopicNotFoundError
-from .structs import SECRET_KEY_VARIABLE, Credentials
+from rmq_spark.client.admin import Admin
+from rmq_spark.client.transactions import Transactions
+from rmq_spark.client.transport import TransportConfig
+from rmq_spark.errors import ConfigError, RmqError, TopicNotFoundError
+from rmq_spark.structs import SECRET_KEY_VARIABLE, Credentials
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
@@ -227,8 +227,8 @@ def _group_offsets(admin: Admin, args):
 
 
 def _send(admin: Admin, args):
-    from .producer import Producer  # here: pyarrow is loaded for the message commands only
-    from .structs import Message
+    from rmq_spark.producer import Producer  # here: pyarrow is loaded for the message commands only
+    from rmq_spark.structs import Message
 
     if args.file:
         try:
@@ -267,8 +267,8 @@ PREVIEW_CHARS = 60  # of a body, in a peek's table
 
 
 def _peek(admin: Admin, args):
-    from .consumer import RangeReader  # here: pyarrow is loaded for the message commands only
-    from .structs import OffsetRange
+    from rmq_spark.consumer import RangeReader  # here: pyarrow is loaded for the message commands only
+    from rmq_spark.structs import OffsetRange
 
     if args.offset is not None and args.queue is None:
         raise ConfigError("--offset is an offset of one queue: give --queue too")

@@ -8,20 +8,7 @@ Errors raised for a broker answer carry its gRPC ``code`` and the broker's ``rea
 
 from __future__ import annotations
 
-
-class RmqError(Exception):
-    """Base of every error of rmq_spark."""
-
-    retriable = False
-
-    def __init__(self, message: str, *, code=None, reason: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-
-
-class ConfigError(RmqError, ValueError):
-    """A bad argument or option on the client side; nothing was sent."""
+from rmq_wire.errors import CodecError, ConfigError, InvalidRequestError, RmqError  # noqa: F401  (the root and the wire's errors, re-exported)
 
 
 class BrokerUnavailableError(RmqError):
@@ -51,15 +38,6 @@ class QueueNotFoundError(RmqError, LookupError):
 
 class TopicConflictError(RmqError):
     """A topic of that name exists with another queue count or type."""
-
-
-class InvalidRequestError(RmqError, ValueError):
-    """The broker refused a malformed request."""
-
-
-class CodecError(InvalidRequestError):
-    """Messages or stored bytes that do not encode or decode: a bad column, message tuple,
-    property, codec name, or a damaged payload or record; the message says which and where."""
 
 
 class MessageTooLargeError(InvalidRequestError):
@@ -196,7 +174,7 @@ class BrokerError(RmqError):
     """Any other broker failure."""
 
 
-# The broker's reasons (broker_sim/server/errors.py) -> error classes.
+# The broker's reasons (broker_sim/doors/grpc_common.py) -> error classes.
 _BY_REASON = {
     "TOPIC_NOT_FOUND": TopicNotFoundError,
     "QUEUE_NOT_FOUND": QueueNotFoundError,

@@ -13,7 +13,7 @@ import orjson
 from broker_sim.testing import broker_process
 from peers.process import free_port
 from rmq_spark import Admin
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 
 
 class BrokerSimTarget:

@@ -1,7 +1,7 @@
 """Accounts and permissions (RocketMQ's ACL): config.py reads the ACL file, guard.py checks
 requests against it. The doors say what each request needs (their acl.py modules)."""
 
-from .config import Account, AclConfig, AclConfigError, Perm, load
-from .guard import MAX_CLOCK_SKEW_S, Demand, Guard
+from broker_sim.acl.config import Account, AclConfig, AclConfigError, Perm, load
+from broker_sim.acl.guard import MAX_CLOCK_SKEW_S, Demand, Guard
 
 __all__ = ["Account", "AclConfig", "AclConfigError", "Demand", "Guard", "MAX_CLOCK_SKEW_S", "Perm", "load"]

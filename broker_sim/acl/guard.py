@@ -1,11 +1,11 @@
 """The Guard: who sent a request (authentication, by RocketMQ's signatures) and whether that
 account may do what the request asks (authorization, by the ACL file's permissions).
 
-Each door says what a request needs as ``Demand``s (remoting/acl.py, server/acl.py, v2/acl.py)
-and asks the guard; a refusal is a BrokerError (UNAUTHENTICATED or PERMISSION_DENIED) that each
-door answers in its protocol, so nothing of the request happens. The ACL file is read again when
-it changes (looked at no more than once a second); a file that no longer parses leaves the
-accounts as they were, with an error in the log.
+Each door says what a request needs as ``Demand``s (doors/remoting/acl.py, doors/grpc_acl.py,
+doors/rocketmq_v2/acl.py) and asks the guard; a refusal is a BrokerError (UNAUTHENTICATED or
+PERMISSION_DENIED) that each door answers in its protocol, so nothing of the request happens.
+The ACL file is read again when it changes (looked at no more than once a second); a file that
+no longer parses leaves the accounts as they were, with an error in the log.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from broker_sim.acl.config import Account, AclConfig, AclConfigError, Perm, load
 from broker_sim.core import BrokerError, Reason
-from broker_sim.store import format as fmt
 from broker_sim.store.errors import echo
-from rmq_spark.protocol import signing
-
-from .config import Account, AclConfig, AclConfigError, Perm, load
+from rmq_wire import record as fmt
+from rmq_wire import signing
 
 log = logging.getLogger(__name__)
 

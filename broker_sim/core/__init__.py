@@ -1,16 +1,30 @@
 """broker_sim.core: the broker's one domain object (``BrokerCore``) behind every front door.
 
 Doors translate their protocol into core calls and ``BrokerError``s (a ``Reason`` and a
-sentence) into their protocol's statuses; RocketMQ's logic lives here and below."""
+sentence) into their protocol's statuses; RocketMQ's logic lives here and below. This face is
+all a door imports of the broker: never ``store``, ``pop``, ``txn`` or ``schedule`` (make lint)."""
 
-from .checks import OpenTransaction, TransactionChecks
-from .core import BrokerCore, BrokerStats, CallGate, CoreOptions, Counters, QueueOffsets, parse_tag_filter
-from .errors import BrokerError, Reason
-from .reads import OffsetRange, RangeCursor, RangeStatus, ReadBudget
-from .sends import EarlyBatchSend, InnerBatchSend, SendOutcome, SendRequest, SingleSend
+from broker_sim.core.checks import OpenTransaction, TransactionChecks
+from broker_sim.core.core import (
+    BrokerCore,
+    BrokerStats,
+    CallGate,
+    CoreOptions,
+    Counters,
+    QueueOffsets,
+    parse_tag_filter,
+)
+from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.reads import OffsetRange, RangeCursor, RangeStatus, ReadBudget
+from broker_sim.core.sends import EarlyBatchSend, InnerBatchSend, SendOutcome, SendRequest, SingleSend
+from broker_sim.pop import AckStatus, retry_topic
+from broker_sim.store import ZERO_HOST, TopicConfig
+from broker_sim.txn import TxnState
 
 __all__ = [
     "BrokerCore", "BrokerError", "BrokerStats", "CallGate", "CoreOptions", "Counters", "EarlyBatchSend",
     "InnerBatchSend", "OffsetRange", "OpenTransaction", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
     "Reason", "SendOutcome", "SendRequest", "SingleSend", "TransactionChecks", "parse_tag_filter",
+    # what the doors need of the parts below the core
+    "ZERO_HOST", "AckStatus", "TopicConfig", "TxnState", "retry_topic",
 ]

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import BrokerError
+from broker_sim.core.errors import BrokerError
 
 log = logging.getLogger(__name__)
 

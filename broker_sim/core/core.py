@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from broker_sim.core import sends
+from broker_sim.core.errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
+from broker_sim.core.groups import GroupTable, LiveConsumers
+from broker_sim.core.limits import ClientLimits, MemoryBudget, TopicQuota
+from broker_sim.core.reads import OffsetRange, RangeCursor, ReadBudget
 from broker_sim.pop import PopConfig, PopService, ReviveService
 from broker_sim.pop.state import decode_key
 from broker_sim.schedule import ScheduleService
@@ -41,14 +46,8 @@ from broker_sim.store import (
     system_topic_problem,
     wall_clock_ms,
 )
-from broker_sim.store import format as fmt
 from broker_sim.txn import EndResult, TransactionConfig, TransactionService
-
-from . import sends
-from .errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
-from .groups import GroupTable, LiveConsumers
-from .limits import ClientLimits, MemoryBudget, TopicQuota
-from .reads import OffsetRange, RangeCursor, ReadBudget
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

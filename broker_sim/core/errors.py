@@ -1,8 +1,8 @@
 """The broker core's refusals: a ``Reason`` (what kind) and a sentence a user can act on.
 
 Every fault the store, pop and transactions raise while serving a call becomes one here
-(``from_exception``); each door maps the reason to its protocol's status (server/errors.py for
-our gRPC contract). A sentence shows what the client sent (names, expressions, ids) through
+(``from_exception``); each door maps the reason to its protocol's status (doors/grpc_common.py
+for our gRPC contract). A sentence shows what the client sent (names, expressions, ids) through
 ``broker_sim.store.echo``, cut short: it never grows with the input.
 """
 

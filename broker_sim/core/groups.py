@@ -10,7 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from broker_sim.store import StoreError, write_atomically
+from broker_sim.common.files import write_atomically
+from broker_sim.store import StoreError
 
 
 class GroupTable:

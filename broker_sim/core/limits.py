@@ -20,9 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.core.errors import BrokerError, Reason
 from broker_sim.store import CreateStatus, creation_problem, echo
-
-from .errors import BrokerError, Reason
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,8 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.core.errors import BrokerError, Reason
 from broker_sim.store import GetStatus, TagFilter, TopicConfig
-
-from .errors import BrokerError, Reason
 
 
 class RangeStatus(enum.Enum):

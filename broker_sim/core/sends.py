@@ -12,11 +12,10 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from broker_sim.core.errors import invalid
 from broker_sim.store import ZERO_HOST, Compression, InnerBatch, PutContext, PutResult, echo
-from broker_sim.store import format as fmt
-from rmq_spark.structs import InnerBatchIds
-
-from .errors import invalid
+from rmq_wire import record as fmt
+from rmq_wire.types import InnerBatchIds
 
 # Properties the store writes itself, and the two that have fields of their own.
 _RESERVED_PROPERTIES = {fmt.PROPERTY_INNER_NUM, fmt.PROPERTY_INNER_BASE, fmt.PROPERTY_BATCH_CODEC,

@@ -5,12 +5,12 @@
 Knows nothing of gRPC.
 """
 
-from .config import PopConfig
-from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, PopError, ReceiptHandleExpired
-from .receipt import ReceiptSigner
-from .revive import ReviveService
-from .service import AckFailure, AckStatus, PoppedUnit, PopResult, PopService, dlq_topic, retry_topic
-from .state import PopCheckpoint, PopStateStore, RocksDBState
+from broker_sim.pop.config import PopConfig
+from broker_sim.pop.errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, PopError, ReceiptHandleExpired
+from broker_sim.pop.receipt import ReceiptSigner
+from broker_sim.pop.revive import ReviveService
+from broker_sim.pop.service import AckFailure, AckStatus, PoppedUnit, PopResult, PopService, dlq_topic, retry_topic
+from broker_sim.pop.state import PopCheckpoint, PopStateStore, RocksDBState
 
 __all__ = [
     "AckFailure", "AckStatus", "GroupNotFound", "InvalidPopRequest", "InvalidReceiptHandle", "PopCheckpoint",

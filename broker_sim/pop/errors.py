@@ -1,5 +1,5 @@
 """Faults and refusals of the pop service (expected outcomes are status values, see service.py).
-broker_sim/server/errors.py maps them to gRPC statuses."""
+broker_sim/doors/grpc_common.py maps them to gRPC statuses."""
 
 
 class PopError(Exception):

@@ -19,10 +19,9 @@ from binascii import a2b_base64, b2a_base64
 from pathlib import Path
 from typing import NamedTuple
 
-from broker_sim.store import write_atomically
-
-from .errors import InvalidReceiptHandle
-from .state import PopCheckpoint, decode_key
+from broker_sim.common.files import write_atomically
+from broker_sim.pop.errors import InvalidReceiptHandle
+from broker_sim.pop.state import PopCheckpoint, decode_key
 
 VERSION = 1
 _HEAD = struct.Struct(">Bqii")  # version, nonce, count, reconsume times

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from broker_sim.store import ServiceThread
-
-from .service import PopService
+from broker_sim.common.service_thread import ServiceThread
+from broker_sim.pop.service import PopService
 
 
 class ReviveService(ServiceThread):

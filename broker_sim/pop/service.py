@@ -26,28 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
 
-from broker_sim.store import (
-    ConsumerOffsetTable,
-    CreateStatus,
-    GetStatus,
-    InnerBatch,
-    MessageStore,
-    PutContext,
-    PutResult,
-    QueueType,
-    StateMarks,
-    StoredBatch,
-    StorePaths,
-    UnknownTopicError,
-    echo,
-    wall_clock_ms,
-)
-from broker_sim.store import format as fmt
-
-from .config import PopConfig, revive_backoff_ms
-from .errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
-from .receipt import ReceiptSigner
-from .state import (
+from broker_sim.pop.config import PopConfig, revive_backoff_ms
+from broker_sim.pop.errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
+from broker_sim.pop.receipt import ReceiptSigner
+from broker_sim.pop.state import (
     ORDERLY,
     PULL,
     REVIVABLE,
@@ -66,6 +48,23 @@ from .state import (
     queue_prefix,
     unit_suffix,
 )
+from broker_sim.store import (
+    ConsumerOffsetTable,
+    CreateStatus,
+    GetStatus,
+    InnerBatch,
+    MessageStore,
+    PutContext,
+    PutResult,
+    QueueType,
+    StateMarks,
+    StoredBatch,
+    StorePaths,
+    UnknownTopicError,
+    echo,
+    wall_clock_ms,
+)
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

@@ -24,17 +24,17 @@ import logging
 import threading
 from typing import Callable
 
+from broker_sim.common.files import write_atomically
+from broker_sim.common.service_thread import ServiceThread
 from broker_sim.store import (
     MessageStore,
     PutContext,
     QueueType,
-    ServiceThread,
     StorePaths,
     echo,
     wall_clock_ms,
-    write_atomically,
 )
-from broker_sim.store import format as fmt
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,14 @@
 """broker_sim.store: RocketMQ's batch storage model (commitlog, SimpleCQ, BatchCQ, dispatcher,
-checkpoint, recovery, consumer offsets). Knows nothing of gRPC, RocksDB or rmq_spark."""
+checkpoint, recovery, consumer offsets), and RocksDB as pop and transactions open it (rocks.py).
+Imported by the core and by pop, txn and schedule beneath it, never by a door; imports
+``broker_sim.common`` and ``rmq_wire`` (the record format) only."""
 
-from .commitlog import PendingRecord, wall_clock_ms
-from .config import FlushMode, StoreConfig
-from .consume_queue import IndexUnit
-from .consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS, ConsumerOffsetTable
-from .disk import DiskGuard, full_at_start_sentence, full_sentence
-from .errors import (
+from broker_sim.store.commitlog import PendingRecord, wall_clock_ms
+from broker_sim.store.config import FlushMode, StoreConfig
+from broker_sim.store.consume_queue import IndexUnit
+from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS, ConsumerOffsetTable
+from broker_sim.store.disk import DiskGuard, full_at_start_sentence, full_sentence
+from broker_sim.store.errors import (
     DataDirInUseError,
     DiskFailedError,
     DiskFullError,
@@ -15,18 +17,15 @@ from .errors import (
     UnknownTopicError,
     echo,
 )
-from .files import fsync_dir, write_atomically
-from .format import Compression, SysFlag, decode_record, encode_message_batch
-from .integrity import CorruptedRecord
-from .mapped_file import NAME_DIGITS, MappedFile, file_name
-from .message_filter import TagFilter
-from .message_store import MessageStore
-from .paths import StorePaths
-from .producer_state import stamp_problem
-from .recovery import RecoveryReport
-from .service_thread import ServiceThread
-from .state_marks import StateLossError, StateMarks
-from .status import (
+from broker_sim.store.integrity import CorruptedRecord
+from broker_sim.store.mapped_file import NAME_DIGITS, MappedFile, file_name
+from broker_sim.store.message_filter import TagFilter
+from broker_sim.store.message_store import MessageStore
+from broker_sim.store.paths import StorePaths
+from broker_sim.store.producer_state import stamp_problem
+from broker_sim.store.recovery import RecoveryReport
+from broker_sim.store.state_marks import StateLossError, StateMarks
+from broker_sim.store.status import (
     DEFAULT_PUT,
     ZERO_HOST,
     CreateStatus,
@@ -40,17 +39,18 @@ from .status import (
     QueueRecords,
     StoredBatch,
 )
-from .topics import QueueType, TopicConfig, creation_problem, system_topic_problem
+from broker_sim.store.topics import QueueType, TopicConfig, creation_problem, system_topic_problem
+from rmq_wire.record import Compression, SysFlag, decode_record, encode_message_batch
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL_MS", "DEFAULT_PUT", "NAME_DIGITS", "ZERO_HOST", "Compression", "ConsumerOffsetTable",
     "CorruptedRecord", "CreateStatus", "DataDirInUseError", "DiskFailedError", "DiskFullError", "DiskGuard",
     "FlushMode", "GetResult", "GetStatus", "IndexUnit", "InnerBatch", "LogPositions", "MappedFile", "MessageStore",
     "PendingRecord", "PutContext", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
-    "ServiceThread", "StateLossError", "StateMarks",
+    "StateLossError", "StateMarks",
     "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
     "TagFilter", "TopicConfig", "UnknownTopicError", "creation_problem", "decode_record", "echo",
     "encode_message_batch", "file_name",
-    "fsync_dir", "full_at_start_sentence",
-    "full_sentence", "stamp_problem", "system_topic_problem", "wall_clock_ms", "write_atomically",
+    "full_at_start_sentence",
+    "full_sentence", "stamp_problem", "system_topic_problem", "wall_clock_ms",
 ]

@@ -9,7 +9,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import write_atomically
+from broker_sim.common.files import write_atomically
 
 log = logging.getLogger(__name__)
 

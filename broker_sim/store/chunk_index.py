@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import format as fmt
-from .message_filter import tags_code
+from broker_sim.store.message_filter import tags_code
+from rmq_wire import record as fmt
 
 # Header field positions (see format.HEADER).
 _QUEUE_ID_AT = 12

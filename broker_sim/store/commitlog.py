@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import format as fmt
-from .config import StoreConfig
-from .disk import DiskGuard
-from .mapped_file import MappedFile, MappedFileQueue
+from broker_sim.store.config import StoreConfig
+from broker_sim.store.disk import DiskGuard
+from broker_sim.store.mapped_file import MappedFile, MappedFileQueue
+from rmq_wire import record as fmt
 
 _PROPS_LEN = struct.Struct(">h")
 _PHYSICAL = struct.Struct(">q")  # PHYSICALOFFSET, at byte 28 of a record

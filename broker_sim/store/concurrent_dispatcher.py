@@ -32,15 +32,15 @@ from typing import Callable
 
 import numpy as np
 
-from . import format as fmt
-from .chunk_index import ChunkIndex, SegmentChunk, parse_records, parse_segment_chunk, worker_started
-from .commitlog import CommitLog
-from .config import DispatchPool
-from .consume_queue import ConsumeQueueTable
-from .dispatcher import Dispatcher
-from .errors import StoreError
-from .mapped_file import MappedFile
-from .topics import QueueType, TopicTable
+from broker_sim.store.chunk_index import ChunkIndex, SegmentChunk, parse_records, parse_segment_chunk, worker_started
+from broker_sim.store.commitlog import CommitLog
+from broker_sim.store.config import DispatchPool
+from broker_sim.store.consume_queue import ConsumeQueueTable
+from broker_sim.store.dispatcher import Dispatcher
+from broker_sim.store.errors import StoreError
+from broker_sim.store.mapped_file import MappedFile
+from broker_sim.store.topics import QueueType, TopicTable
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from . import format as fmt
+from rmq_wire import record as fmt
 
 
 class FlushMode(str, enum.Enum):

@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .config import StoreConfig
-from .errors import IndexGapError
-from .files import fsync_dir
-from .mapped_file import PAGE_BYTES, MappedFile, MappedFileQueue
-from .paths import StorePaths
-from .topics import QueueType
+from broker_sim.common.files import fsync_dir
+from broker_sim.store.config import StoreConfig
+from broker_sim.store.errors import IndexGapError
+from broker_sim.store.mapped_file import PAGE_BYTES, MappedFile, MappedFileQueue
+from broker_sim.store.paths import StorePaths
+from broker_sim.store.topics import QueueType
 
 SIZE_AT = 8  # both unit kinds keep the record size at byte 8; 0 marks an unwritten unit
 _LARGEST_ALLOCATION_STEP = 1 << 20

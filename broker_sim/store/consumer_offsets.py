@@ -22,10 +22,10 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from .errors import StoreError
-from .files import write_atomically
-from .service_thread import ServiceThread
-from .state_marks import MISSING, StateMarks
+from broker_sim.common.files import write_atomically
+from broker_sim.common.service_thread import ServiceThread
+from broker_sim.store.errors import StoreError
+from broker_sim.store.state_marks import MISSING, StateMarks
 
 DEFAULT_FLUSH_INTERVAL_MS = 5000
 SEPARATOR = "@"

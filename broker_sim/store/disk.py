@@ -19,7 +19,7 @@ import os
 import threading
 from pathlib import Path
 
-from .errors import DiskFailedError, DiskFullError
+from broker_sim.store.errors import DiskFailedError, DiskFullError
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,13 @@ import logging
 import threading
 from typing import Callable
 
-from . import format as fmt
-from .commitlog import CommitLog
-from .consume_queue import ConsumeQueueTable
-from .errors import DiskFullError
-from .message_filter import tags_code
-from .service_thread import ServiceThread
-from .topics import QueueType, TopicTable
+from broker_sim.common.service_thread import ServiceThread
+from broker_sim.store.commitlog import CommitLog
+from broker_sim.store.consume_queue import ConsumeQueueTable
+from broker_sim.store.errors import DiskFullError
+from broker_sim.store.message_filter import tags_code
+from broker_sim.store.topics import QueueType, TopicTable
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import format as fmt
-from .files import write_atomically
+from broker_sim.common.files import write_atomically
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

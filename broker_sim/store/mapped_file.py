@@ -21,8 +21,8 @@ import resource
 import threading
 from pathlib import Path
 
-from .errors import DiskFullError, StoreError
-from .files import fsync_dir
+from broker_sim.common.files import fsync_dir
+from broker_sim.store.errors import DiskFullError, StoreError
 
 NAME_DIGITS = 20
 PAGE_BYTES = mmap.PAGESIZE

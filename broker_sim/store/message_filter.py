@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from . import format as fmt
+from rmq_wire import record as fmt
 
 _TAGS_KEY = fmt.PROPERTY_TAGS.encode()
 

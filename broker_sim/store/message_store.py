@@ -14,23 +14,29 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import format as fmt
-from .checkpoint import Checkpoint, load_queue_table, save_queue_table
-from .commitlog import CommitLog, PendingRecord, wall_clock_ms
-from .concurrent_dispatcher import ConcurrentDispatcher
-from .config import DispatchMode, FlushMode, StoreConfig
-from .consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
-from .disk import DiskGuard, full_sentence
-from .dispatcher import Dispatcher
-from .errors import DataDirInUseError, DiskFailedError, DiskFullError, StoreClosedError, UnknownTopicError, echo
-from .files import fsync_dir
-from .integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
-from .mapped_file import raise_open_file_limit
-from .paths import StorePaths
-from .producer_state import ProducerState, stamp_problem, stamp_property
-from .recovery import RecoveryReport, recover
-from .service_thread import ServiceThread
-from .status import (
+from broker_sim.common.files import fsync_dir
+from broker_sim.common.service_thread import ServiceThread
+from broker_sim.store.checkpoint import Checkpoint, load_queue_table, save_queue_table
+from broker_sim.store.commitlog import CommitLog, PendingRecord, wall_clock_ms
+from broker_sim.store.concurrent_dispatcher import ConcurrentDispatcher
+from broker_sim.store.config import DispatchMode, FlushMode, StoreConfig
+from broker_sim.store.consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
+from broker_sim.store.disk import DiskGuard, full_sentence
+from broker_sim.store.dispatcher import Dispatcher
+from broker_sim.store.errors import (
+    DataDirInUseError,
+    DiskFailedError,
+    DiskFullError,
+    StoreClosedError,
+    UnknownTopicError,
+    echo,
+)
+from broker_sim.store.integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
+from broker_sim.store.mapped_file import raise_open_file_limit
+from broker_sim.store.paths import StorePaths
+from broker_sim.store.producer_state import ProducerState, stamp_problem, stamp_property
+from broker_sim.store.recovery import RecoveryReport, recover
+from broker_sim.store.status import (
     DEFAULT_PUT,
     CreateStatus,
     GetResult,
@@ -43,7 +49,8 @@ from .status import (
     QueueRecords,
     StoredBatch,
 )
-from .topics import QueueType, TopicConfig, TopicTable, topic_name_problem
+from broker_sim.store.topics import QueueType, TopicConfig, TopicTable, topic_name_problem
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

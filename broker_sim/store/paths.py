@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .topics import QueueType
+from broker_sim.store.topics import QueueType
 
 _INDEX_DIRECTORIES = {QueueType.SIMPLE_CQ: "consumequeue", QueueType.BATCH_CQ: "batchconsumequeue"}
 

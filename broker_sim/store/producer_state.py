@@ -18,9 +18,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from . import format as fmt
-from .errors import echo
-from .status import PutResult, PutStatus
+from broker_sim.store.errors import echo
+from broker_sim.store.status import PutResult, PutStatus
+from rmq_wire import record as fmt
 
 PRODUCER_KEY = fmt.PROPERTY_PRODUCER.encode() + fmt.NAME_VALUE_SEPARATOR
 _IN_FLIGHT = object()  # the first send of a stamp is being stored

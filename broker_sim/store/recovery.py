@@ -28,16 +28,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from . import format as fmt
-from .checkpoint import Checkpoint
-from .commitlog import CommitLog, DamagedRecord
-from .consume_queue import ConsumeQueue, ConsumeQueueTable
-from .dispatcher import Dispatcher
-from .errors import IndexGapError, StoreError
-from .integrity import CorruptedRecord, CorruptionReport
-from .message_filter import tags_code
-from .producer_state import ProducerState, StampCollector
-from .topics import QueueType
+from broker_sim.store.checkpoint import Checkpoint
+from broker_sim.store.commitlog import CommitLog, DamagedRecord
+from broker_sim.store.consume_queue import ConsumeQueue, ConsumeQueueTable
+from broker_sim.store.dispatcher import Dispatcher
+from broker_sim.store.errors import IndexGapError, StoreError
+from broker_sim.store.integrity import CorruptedRecord, CorruptionReport
+from broker_sim.store.message_filter import tags_code
+from broker_sim.store.producer_state import ProducerState, StampCollector
+from broker_sim.store.topics import QueueType
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ import logging
 import threading
 from pathlib import Path
 
-from .errors import StoreError
-from .files import write_atomically
-from .paths import StorePaths
+from broker_sim.common.files import write_atomically
+from broker_sim.store.errors import StoreError
+from broker_sim.store.paths import StorePaths
 
 log = logging.getLogger(__name__)
 

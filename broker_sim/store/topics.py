@@ -17,7 +17,6 @@ as it is, with no journal.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import errno
 import json
 import logging
@@ -27,10 +26,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import format as fmt
-from .errors import StoreError, echo
-from .files import fsync_dir, write_atomically
-from .status import CreateStatus
+from broker_sim.common.files import fsync_dir, write_atomically
+from broker_sim.store.errors import StoreError, echo
+from broker_sim.store.status import CreateStatus
+from rmq_wire import record as fmt
+from rmq_wire.types import QueueType  # noqa: F401  (the store's topics are of these types)
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +38,6 @@ log = logging.getLogger(__name__)
 TOPIC_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]+$")
 MAX_QUEUES = 65536
 MIN_JOURNAL_LINES = 1024  # a journal this long is compacted, at the least
-
-
-class QueueType(str, enum.Enum):
-    BATCH_CQ = "BatchCQ"
-    SIMPLE_CQ = "SimpleCQ"
-
-    @classmethod
-    def parse(cls, value: "QueueType | str") -> "QueueType":
-        for member in cls:
-            if value == member or str(value).lower() == member.value.lower():
-                return member
-        raise ValueError(f"unknown queue type {value!r}; use BatchCQ or SimpleCQ")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ records, a rollback or the timeout discards them; state and sink batches live in
 (state.py). The protocol and its crash safety are described in service.py.
 """
 
-from .service import (
+from broker_sim.txn.service import (
                       EndResult,
                       Outcome,
                       PreparedPuts,
@@ -15,7 +15,7 @@ from .service import (
                       TransactionRefused,
                       TransactionService,
 )
-from .state import SinkRecord, Transaction, TxnState
+from broker_sim.txn.state import SinkRecord, Transaction, TxnState
 
 __all__ = ["EndResult", "Outcome", "PreparedPuts", "Refusal", "SinkRecord", "Transaction", "TransactionConfig",
            "TransactionRefused", "TransactionService", "TxnState"]

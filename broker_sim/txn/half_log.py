@@ -35,8 +35,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_sim.store import NAME_DIGITS, DiskFullError, DiskGuard, MappedFile, PendingRecord, file_name, fsync_dir
-from broker_sim.store import format as fmt
+from broker_sim.common.files import fsync_dir
+from broker_sim.store import NAME_DIGITS, DiskFullError, DiskGuard, MappedFile, PendingRecord, file_name
+from rmq_wire import record as fmt
 
 SEGMENT_MAGIC = b"RMQHALF1"
 _HEAD = struct.Struct(">IIIiiiiiq8sHHi")

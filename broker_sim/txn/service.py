@@ -49,6 +49,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.common.service_thread import ServiceThread
 from broker_sim.store import (
     DEFAULT_PUT,
     DiskFailedError,
@@ -60,7 +61,6 @@ from broker_sim.store import (
     PutStatus,
     QueueRecords,
     QueueType,
-    ServiceThread,
     StateMarks,
     StorePaths,
     echo,
@@ -68,10 +68,9 @@ from broker_sim.store import (
     stamp_problem,
     wall_clock_ms,
 )
-from broker_sim.store import format as fmt
-
-from .half_log import HalfLog, HalfLogError, HalfRecord
-from .state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
+from broker_sim.txn.half_log import HalfLog, HalfLogError, HalfRecord
+from broker_sim.txn.state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
+from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError, GroupBusyError
-from ..structs import BrokerStats, GroupInfo, GroupOffset, QueueOffsets, QueueType, TopicInfo
-from .transport import TransportConfig, connect
+from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.errors import ConfigError, GroupBusyError
+from rmq_spark.structs import BrokerStats, GroupInfo, GroupOffset, QueueOffsets, QueueType, TopicInfo
 
 
 class Admin:

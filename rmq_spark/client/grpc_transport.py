@@ -1,4 +1,4 @@
-"""GrpcTransport: the transport over our own gRPC contract (protos/rmq_spark/protocol/v1).
+"""GrpcTransport: the transport over our own gRPC contract (protos/rmq_wire/contract).
 
 The one module of the SDK that knows grpc and our protobuf messages: channel options,
 deadlines, retries with backoff for the retriable codes only, gRPC status -> a typed error of
@@ -15,12 +15,22 @@ from typing import Callable, Iterator, Sequence
 
 import grpc
 
-from ..codec import Codec, Compression
-from ..errors import ClosedError, ConfigError, RmqError, error_for
-from ..protocol import signing
-from ..protocol.v1 import broker_pb2 as pb
-from ..protocol.v1 import broker_pb2_grpc, pop_pb2, pop_pb2_grpc, txn_pb2, txn_pb2_grpc
-from ..structs import (
+from rmq_spark.client.tls import read_pem, tls_mismatch
+from rmq_spark.client.transport import (
+    AckFailure,
+    EarlyBatch,
+    Popped,
+    PopQuery,
+    RangeChunk,
+    ReadStatus,
+    Send,
+    SendAnswer,
+    Stored,
+    Transport,
+    TransportConfig,
+)
+from rmq_spark.errors import ClosedError, ConfigError, RmqError, error_for
+from rmq_spark.structs import (
     BrokerStats,
     CommitResult,
     CorruptedRecord,
@@ -39,20 +49,10 @@ from ..structs import (
     TransactionState,
     is_system_topic,
 )
-from .tls import read_pem, tls_mismatch
-from .transport import (
-    AckFailure,
-    EarlyBatch,
-    Popped,
-    PopQuery,
-    RangeChunk,
-    ReadStatus,
-    Send,
-    SendAnswer,
-    Stored,
-    Transport,
-    TransportConfig,
-)
+from rmq_wire import signing
+from rmq_wire.codec import Codec, Compression
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc, pop_pb2, pop_pb2_grpc, txn_pb2, txn_pb2_grpc
 
 MAX_MESSAGE_BYTES = 64 << 20
 # SendMany calls out at once per transport (a producer keeps max_in_flight_requests, 5 by default).
@@ -386,7 +386,7 @@ def _varint(value: int) -> bytes:
 
 def _leading_records(message_type):
     """A parser of ``message_type`` answers whose ``records`` bytes field the broker writes
-    first (broker_sim/server/serialized.py): (the answer without it, a view of the received
+    first (broker_sim/doors/contract/serialized.py): (the answer without it, a view of the received
     bytes). Protobuf would copy the records twice: parsing, then reading the field."""
     key = bytes([message_type.DESCRIPTOR.fields_by_name["records"].number << 3 | 2])
 

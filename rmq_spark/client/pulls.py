@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ..codec._bytes import ChainError, entry_starts
-from ..codec.records import FIXED_BYTES
-from ..errors import BrokerUnavailableError, CodecError, RequestTimeoutError
-from ..protocol.remoting import RequestCode, ResponseCode
-from .transport import RangeChunk, ReadStatus
+from rmq_spark.client.transport import RangeChunk, ReadStatus
+from rmq_spark.errors import BrokerUnavailableError, CodecError, RequestTimeoutError
+from rmq_wire.codec._bytes import ChainError, entry_starts
+from rmq_wire.codec.records import FIXED_BYTES
+from rmq_wire.remoting import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,23 @@ from typing import Callable, Iterator, Sequence
 
 import orjson
 
-from ..codec import Codec, Compression
-from ..codec.records import read_headers
-from ..errors import (
+from rmq_spark.client.message_ids import UniqueKeys
+from rmq_spark.client.pulls import Pulls
+from rmq_spark.client.routes import NameServers, TopicRoute
+from rmq_spark.client.tls import ssl_context, tls_mismatch
+from rmq_spark.client.transport import (
+    AckFailure,
+    InnerBatch,
+    Popped,
+    PopQuery,
+    RangeChunk,
+    Send,
+    SendAnswer,
+    Stored,
+    Transport,
+    TransportConfig,
+)
+from rmq_spark.errors import (
     BrokerError,
     BrokerUnavailableError,
     ConfigError,
@@ -42,8 +56,7 @@ from ..errors import (
     TopicConflictError,
     TopicNotFoundError,
 )
-from ..protocol.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, fastjson
-from ..structs import (
+from rmq_spark.structs import (
     BrokerStats,
     CommitResult,
     GroupInfo,
@@ -58,22 +71,9 @@ from ..structs import (
     TransactionInfo,
     is_system_topic,
 )
-from .message_ids import UniqueKeys
-from .pulls import Pulls
-from .routes import NameServers, TopicRoute
-from .tls import ssl_context, tls_mismatch
-from .transport import (
-    AckFailure,
-    InnerBatch,
-    Popped,
-    PopQuery,
-    RangeChunk,
-    Send,
-    SendAnswer,
-    Stored,
-    Transport,
-    TransportConfig,
-)
+from rmq_wire.codec import Codec, Compression
+from rmq_wire.codec.records import read_headers
+from rmq_wire.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, fastjson
 
 PRODUCER_GROUP = "rocketmq-batch-producer"  # RocketMQ's sends name a producer group
 TRANSACTIONS_REFUSED = (

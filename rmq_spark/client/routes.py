@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import BrokerError, TopicNotFoundError
-from ..protocol.remoting import RequestCode, ResponseCode, fastjson
+from rmq_spark.errors import BrokerError, TopicNotFoundError
+from rmq_wire.remoting import RequestCode, ResponseCode, fastjson
 
 PERM_WRITE = 0x2  # RocketMQ's PermName
 PERM_READ = 0x4

@@ -13,7 +13,7 @@ import socket
 import ssl
 from pathlib import Path
 
-from ..errors import ConfigError
+from rmq_spark.errors import ConfigError
 
 _PROBE_TIMEOUT_S = 2.0
 _ALERT_WAIT_S = 0.5  # TLS 1.3: a broker refuses a client certificate after the handshake, closing at once

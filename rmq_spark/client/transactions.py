@@ -29,9 +29,9 @@ from __future__ import annotations
 import re
 import uuid
 
-from ..errors import ConfigError
-from ..structs import CommitResult, PreparedTransaction, SinkBatchStatus, TransactionInfo
-from .transport import TransportConfig, connect
+from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.errors import ConfigError
+from rmq_spark.structs import CommitResult, PreparedTransaction, SinkBatchStatus, TransactionInfo
 
 # The broker's rule for transaction and sink ids (broker_sim/txn/service.py).
 ID_PATTERN = re.compile(r"^[A-Za-z0-9._:@+=-]{1,255}$")

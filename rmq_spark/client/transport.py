@@ -22,9 +22,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, Sequence
 
-from ..codec import Codec, Compression
-from ..errors import ConfigError, RmqError
-from ..structs import (
+from rmq_spark.errors import ConfigError, RmqError
+from rmq_spark.structs import (
     BrokerStats,
     CommitResult,
     Credentials,
@@ -39,6 +38,7 @@ from ..structs import (
     TopicInfo,
     TransactionInfo,
 )
+from rmq_wire.codec import Codec, Compression
 
 
 @dataclass(frozen=True)
@@ -342,9 +342,9 @@ def connect(endpoint: str | None = None, config: TransportConfig | None = None, 
         raise ConfigError("name exactly one of endpoint (broker_sim's HOST:PORT) and name_server (RocketMQ's name "
                           "servers, HOST:PORT;HOST:PORT)" + ("" if endpoint is None else "; got both"))
     if name_server is not None:
-        from .remoting_transport import RemotingTransport  # here: it builds on this module
+        from rmq_spark.client.remoting_transport import RemotingTransport  # here: it builds on this module
 
         return RemotingTransport(check_name_server(name_server), config or TransportConfig())
-    from .grpc_transport import GrpcTransport  # here: grpc_transport.py builds on this module
+    from rmq_spark.client.grpc_transport import GrpcTransport  # here: grpc_transport.py builds on this module
 
     return GrpcTransport(check_endpoint(endpoint), config or TransportConfig())

@@ -12,10 +12,9 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 
-from ..client.transport import Popped, PopQuery, TransportConfig, connect
-from ..codec.properties import SYSTEM_PROPERTIES, decode_properties
-from ..codec.records import RecordFormatError, decode_records
-from ..errors import (
+from rmq_spark.client.transport import Popped, PopQuery, TransportConfig, connect
+from rmq_spark.consumer.tag_filter import normalize_tag_filter
+from rmq_spark.errors import (
     ConfigError,
     InvalidReceiptHandleError,
     ReceiptHandleError,
@@ -23,8 +22,9 @@ from ..errors import (
     RmqError,
     UndecodableBatchError,
 )
-from ..structs import ReceivedMessage
-from .tag_filter import normalize_tag_filter
+from rmq_spark.structs import ReceivedMessage
+from rmq_wire.codec.properties import SYSTEM_PROPERTIES, decode_properties
+from rmq_wire.codec.records import RecordFormatError, decode_records
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..client.transport import RangeChunk, ReadStatus, TransportConfig, connect
-from ..codec import records as stored_records
-from ..codec.records import RecordFormatError, decode_records, iter_record_headers
-from ..errors import ConfigError, CorruptedRecordError, DataLossError, OffsetOutOfRangeError, UndecodableBatchError
-from ..structs import OffsetRange
-from .tag_filter import normalize_tag_filter
+from rmq_spark.client.transport import RangeChunk, ReadStatus, TransportConfig, connect
+from rmq_spark.consumer.tag_filter import normalize_tag_filter
+from rmq_spark.errors import (
+    ConfigError,
+    CorruptedRecordError,
+    DataLossError,
+    OffsetOutOfRangeError,
+    UndecodableBatchError,
+)
+from rmq_spark.structs import OffsetRange
+from rmq_wire.codec import records as stored_records
+from rmq_wire.codec.records import RecordFormatError, decode_records, iter_record_headers
 
 log = logging.getLogger(__name__)
 

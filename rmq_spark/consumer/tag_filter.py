@@ -3,7 +3,7 @@ FilterAPI.buildSubscriptionData reads it (and broker_sim's TagFilter.parse)."""
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from rmq_spark.errors import ConfigError
 
 
 def normalize_tag_filter(expression: str | None) -> str:

@@ -1,7 +1,7 @@
 """The producer, as kafka-python's: a facade (producer.py), a record accumulator, batches, a
 sender with the batch timer, and routing; settings in config.py."""
 
-from .config import ProducerConfig
-from .producer import Producer
+from rmq_spark.producer.config import ProducerConfig
+from rmq_spark.producer.producer import Producer
 
 __all__ = ["Producer", "ProducerConfig"]

@@ -6,10 +6,10 @@ import collections
 import threading
 from typing import Callable
 
-from ..errors import BufferFullError
-from ..structs import Message
-from .batch import BatchKey, ProducerBatch, SendFuture
-from .config import ProducerConfig
+from rmq_spark.errors import BufferFullError
+from rmq_spark.producer.batch import BatchKey, ProducerBatch, SendFuture
+from rmq_spark.producer.config import ProducerConfig
+from rmq_spark.structs import Message
 
 
 class RecordAccumulator:

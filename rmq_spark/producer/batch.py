@@ -11,9 +11,9 @@ import logging
 import threading
 from typing import Callable, NamedTuple
 
-from ..codec import Codec, Compression
-from ..errors import ResultTimeoutError
-from ..structs import InnerBatchIds, Message, QueueType, SendResult
+from rmq_spark.errors import ResultTimeoutError
+from rmq_spark.structs import InnerBatchIds, Message, QueueType, SendResult
+from rmq_wire.codec import Codec, Compression
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..codec import encode_pieces
-from ..codec.columns import to_batch_columns
-from ..errors import ConfigError, ResultTimeoutError
-from .batch import BatchForm, BatchKey, ProducerBatch
-from .routing import Route, Router
+from rmq_spark.errors import ConfigError, ResultTimeoutError
+from rmq_spark.producer.batch import BatchForm, BatchKey, ProducerBatch
+from rmq_spark.producer.routing import Route, Router
+from rmq_wire.codec import encode_pieces
+from rmq_wire.codec.columns import to_batch_columns
 
 MAX_BATCH_MESSAGES = 32767  # BatchCQ's batchSize is a Java short
 

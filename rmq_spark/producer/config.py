@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from rmq_spark.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,17 @@ import threading
 import time
 from typing import Callable
 
-from ..client.transactions import check_id
-from ..client.transport import TransportConfig, connect
-from ..codec import Codec, Compression
-from ..errors import ClosedError, ConfigError, RequestTimeoutError
-from ..structs import Message, PreparedTransaction, SendResult
-from .accumulator import RecordAccumulator
-from .batch import BatchKey, ProducerBatch, SendFuture
-from .columns import ArrowSend, as_record_batch, plan_batches, split_by_topic
-from .config import ProducerConfig
-from .routing import Router
-from .sender import BatchTimer, Sender
+from rmq_spark.client.transactions import check_id
+from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.errors import ClosedError, ConfigError, RequestTimeoutError
+from rmq_spark.producer.accumulator import RecordAccumulator
+from rmq_spark.producer.batch import BatchKey, ProducerBatch, SendFuture
+from rmq_spark.producer.columns import ArrowSend, as_record_batch, plan_batches, split_by_topic
+from rmq_spark.producer.config import ProducerConfig
+from rmq_spark.producer.routing import Router
+from rmq_spark.producer.sender import BatchTimer, Sender
+from rmq_spark.structs import Message, PreparedTransaction, SendResult
+from rmq_wire.codec import Codec, Compression
 
 # Messages that go out alone, as RocketMQ's AutoBatch sends them.
 _RETRY_TOPIC_PREFIX = "%RETRY%"
@@ -278,7 +278,7 @@ def _check_native(codec: Codec, compression: Compression, transaction_id: str) -
                           "a batch is RocketMQ's MessageBatch, uncompressed, which RocketMQ's brokers and clients "
                           "read; use codec='rmq' and compression='none' (the defaults)")
     if transaction_id:
-        from ..client.remoting_transport import TRANSACTIONS_REFUSED
+        from rmq_spark.client.remoting_transport import TRANSACTIONS_REFUSED
 
         raise ConfigError(TRANSACTIONS_REFUSED)
 

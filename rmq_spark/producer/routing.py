@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..client.transport import Transport
-from ..errors import ConfigError, QueueNotFoundError
-from ..structs import Message, TopicInfo
+from rmq_spark.client.transport import Transport
+from rmq_spark.errors import ConfigError, QueueNotFoundError
+from rmq_spark.structs import Message, TopicInfo
 
 QUEUE_SELECTORS = ("hash", "round_robin")
 

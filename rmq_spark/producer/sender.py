@@ -10,13 +10,13 @@ import uuid
 from itertools import count
 from typing import Callable
 
-from ..client.transport import EarlyBatch, InnerBatch, Send, Transport
-from ..codec import Codec, Compression, compress, encode_messages, rmq
-from ..errors import RmqError, TopicNotFoundError
-from .accumulator import RecordAccumulator
-from .batch import BatchForm, ProducerBatch, batch_form
-from .config import ProducerConfig
-from .routing import Router
+from rmq_spark.client.transport import EarlyBatch, InnerBatch, Send, Transport
+from rmq_spark.errors import RmqError, TopicNotFoundError
+from rmq_spark.producer.accumulator import RecordAccumulator
+from rmq_spark.producer.batch import BatchForm, ProducerBatch, batch_form
+from rmq_spark.producer.config import ProducerConfig
+from rmq_spark.producer.routing import Router
+from rmq_wire.codec import Codec, Compression, compress, encode_messages, rmq
 
 log = logging.getLogger(__name__)
 

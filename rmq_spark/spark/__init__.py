@@ -6,7 +6,7 @@ Installing the package registers the format by itself (the top-level module
 lookup is off or the package is not installed in Spark's Python, call ``register(spark)``.
 """
 
-from .datasource import NAME, RocketMQBatchDataSource
+from rmq_spark.spark.datasource import NAME, RocketMQBatchDataSource
 
 
 def register(spark) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from .. import ConfigError
-from . import kafka, sink
-from .options import SourceOptions, parse_options, parse_sink_options
-from .source import RocketMQBatchReader, RocketMQBatchStreamReader, spark_schema
+from rmq_spark import ConfigError
+from rmq_spark.spark import kafka, sink
+from rmq_spark.spark.options import SourceOptions, parse_options, parse_sink_options
+from rmq_spark.spark.source import RocketMQBatchReader, RocketMQBatchStreamReader, spark_schema
 
 NAME = "rocketmq-batch"
 

@@ -38,7 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .. import ConfigError
+from rmq_spark import ConfigError
 
 SCHEMAS = ("rocketmq", "kafka")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import Admin, ConfigError, QueueOffsets, TopicNotFoundError
-from .options import EARLIEST, LATEST, SourceOptions, Subscription, parse_queue, queue_text
+from rmq_spark import Admin, ConfigError, QueueOffsets, TopicNotFoundError
+from rmq_spark.spark.options import EARLIEST, LATEST, SourceOptions, Subscription, parse_queue, queue_text
 
 
 def to_json(positions: dict) -> dict:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import (
+from rmq_spark import (
     ConfigError,
     Credentials,
     ProducerConfig,
@@ -23,7 +23,7 @@ from .. import (
     check_name_server,
     normalize_tag_filter,
 )
-from . import kafka
+from rmq_spark.spark import kafka
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1

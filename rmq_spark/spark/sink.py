@@ -49,7 +49,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .. import (
+from rmq_spark import (
     Admin,
     ConfigError,
     PreparedTransaction,
@@ -59,8 +59,8 @@ from .. import (
     deterministic_keys,
     new_transaction_id,
 )
-from . import kafka
-from .options import SinkOptions
+from rmq_spark.spark import kafka
+from rmq_spark.spark.options import SinkOptions
 
 log = logging.getLogger(__name__)
 

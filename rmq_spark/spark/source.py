@@ -21,11 +21,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .. import Admin, ConfigError, DataLossError, OffsetRange, RangeReader, RmqError
-from . import compat, kafka
-from .offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
-from .options import SourceOptions, queue_text
-from .planning import QueueRange, plan_partitions, rate_limit, should_delay
+from rmq_spark import Admin, ConfigError, DataLossError, OffsetRange, RangeReader, RmqError
+from rmq_spark.spark import compat, kafka
+from rmq_spark.spark.offsets import Snapshot, ending_positions, from_json, snapshot, starting_positions, to_json
+from rmq_spark.spark.options import SourceOptions, queue_text
+from rmq_spark.spark.planning import QueueRange, plan_partitions, rate_limit, should_delay
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ def test_rmq_admin_signs_with_the_account_given(acl_broker):
 def test_the_broker_refuses_an_acl_file_it_cannot_use(tmp_path, content, says):
     acl_file = tmp_path / "plain_acl.yml"
     acl_file.write_text(content)
-    started = subprocess.run([sys.executable, "-m", "broker_sim.server.cli", "--data-dir", str(tmp_path / "data"),
+    started = subprocess.run([sys.executable, "-m", "broker_sim.cli", "--data-dir", str(tmp_path / "data"),
                               "--port", "0", "--acl-file", str(acl_file)], capture_output=True, text=True, timeout=60,
                              stdin=subprocess.DEVNULL)
     assert started.returncode == 2

@@ -10,14 +10,14 @@ import pytest
 
 from acl_helpers import ACL_FILE, SECRETS
 from broker_sim.acl import Guard
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
-from broker_sim.remoting.acl import DEMANDS, OPEN_CODES, RemotingAdmission
-from broker_sim.server.acl import DEMANDS as OUR_DEMANDS
-from broker_sim.server.acl import GrpcAdmission
-from broker_sim.v2.acl import DEMANDS as V2_DEMANDS
+from broker_sim.doors.grpc_acl import DEMANDS as OUR_DEMANDS
+from broker_sim.doors.grpc_acl import GrpcAdmission
+from broker_sim.doors.remoting.acl import DEMANDS, OPEN_CODES, RemotingAdmission
+from broker_sim.doors.rocketmq_v2.acl import DEMANDS as V2_DEMANDS
 from rmq_spark import Credentials
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
-from rmq_spark.protocol.v1 import broker_pb2, pop_pb2, txn_pb2
+from rmq_wire.contract import broker_pb2, pop_pb2, txn_pb2
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
 
 GROUP = "billing"  # the reader's group
 

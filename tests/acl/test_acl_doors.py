@@ -12,8 +12,6 @@ import grpc
 import pytest
 
 from acl_helpers import config
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 from rmq_spark import (
     Admin,
     AuthenticationError,
@@ -26,10 +24,12 @@ from rmq_spark import (
     Transactions,
     new_transaction_id,
 )
-from rmq_spark.protocol import signing
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_wire import signing
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
+from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 
 DOORS = ["endpoint", "name_server"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from broker_sim import cli
 from broker_sim.acl import Demand, Guard, Perm
 from broker_sim.core import BrokerError, Reason
-from broker_sim.server import cli
-from broker_sim.store.format import SINK_TOPIC
 from rmq_spark import Credentials
-from rmq_spark.protocol import signing
+from rmq_wire import signing
+from rmq_wire.record import SINK_TOPIC
 
 NOW_S = 1_800_000_000.0
 

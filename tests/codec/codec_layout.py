@@ -1,5 +1,5 @@
 """Stored records and MessageBatch payloads built by hand with struct, following the reference
-layout (../shared/reference/rocketmq-model.md), independently of rmq_spark.codec."""
+layout (../shared/reference/rocketmq-model.md), independently of rmq_wire.codec."""
 
 from __future__ import annotations
 

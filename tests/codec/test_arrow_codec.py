@@ -3,8 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from rmq_spark.codec import BATCH_SCHEMA, PROPERTIES_TYPE, check_batch, decode_batch, encode_messages
-from rmq_spark.codec.arrow import ArrowPayloadError, decode_payloads
+from rmq_wire.codec import BATCH_SCHEMA, PROPERTIES_TYPE, check_batch, decode_batch, encode_messages
+from rmq_wire.codec.arrow import ArrowPayloadError, decode_payloads
 
 
 def ipc(*batches, schema=None) -> bytes:

@@ -11,11 +11,11 @@ import pytest
 import zstandard
 
 from codec_layout import inner_record, message_batch, properties
-from rmq_spark.codec import Compression, compress, encode_messages
-from rmq_spark.codec._bytes import ChainError, chains_entry_starts
-from rmq_spark.codec.compression import PayloadError, decompress_all, decompress_each
-from rmq_spark.codec.records import RecordFormatError, decode_records
-from rmq_spark.codec.rmq import BatchFormatError, scan_payloads
+from rmq_wire.codec import Compression, compress, encode_messages
+from rmq_wire.codec._bytes import ChainError, chains_entry_starts
+from rmq_wire.codec.compression import PayloadError, decompress_all, decompress_each
+from rmq_wire.codec.records import RecordFormatError, decode_records
+from rmq_wire.codec.rmq import BatchFormatError, scan_payloads
 
 
 def chain(sizes) -> bytes:

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rmq_spark.codec import (
+from rmq_wire.codec import (
     BATCH_SCHEMA,
     PROPERTIES_TYPE,
     Codec,

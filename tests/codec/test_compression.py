@@ -7,7 +7,7 @@ import lz4.frame
 import pytest
 import zstandard
 
-from rmq_spark.codec import Compression, compress, decompress
+from rmq_wire.codec import Compression, compress, decompress
 
 DATA = os.urandom(50_000) + b"abc" * 100_000
 

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rmq_spark.codec._bytes import ChainError, entry_starts, matches, read_at
-from rmq_spark.codec._gather import MapColumn, RangeColumn, Sources, gather_ranges
+from rmq_wire.codec._bytes import ChainError, entry_starts, matches, read_at
+from rmq_wire.codec._gather import MapColumn, RangeColumn, Sources, gather_ranges
 
 
 def chain(sizes) -> bytes:

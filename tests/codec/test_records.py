@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from codec_layout import MAGIC_V1, inner_record, message_batch, properties, record
-from rmq_spark.codec import compress, encode_messages
-from rmq_spark.codec.records import READ_SCHEMA, RecordFormatError, decode_records, iter_record_headers, read_schema
+from rmq_wire.codec import compress, encode_messages
+from rmq_wire.codec.records import READ_SCHEMA, RecordFormatError, decode_records, iter_record_headers, read_schema
 
 BORN, STORE = 1_700_000_000_000, 1_700_000_000_500
 

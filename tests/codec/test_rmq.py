@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from codec_layout import message_batch, properties
-from rmq_spark.codec import check_batch, decode_batch, encode_messages, rmq
-from rmq_spark.codec.rmq import BatchFormatError
+from rmq_wire.codec import check_batch, decode_batch, encode_messages, rmq
+from rmq_wire.codec.rmq import BatchFormatError
 
 
 def decode(payload: bytes, count=None):
@@ -149,8 +149,8 @@ def test_the_row_of_a_refused_property_is_named():
 
 def test_the_producer_path_writes_what_the_column_path_writes():
     """encode_messages (rows joined in Python) and encode_batch (Arrow columns) agree byte for byte."""
-    from rmq_spark.codec import Codec, Compression, encode_batch, encode_messages
-    from rmq_spark.codec.columns import BATCH_SCHEMA, PROPERTIES_TYPE
+    from rmq_wire.codec import Codec, Compression, encode_batch, encode_messages
+    from rmq_wire.codec.columns import BATCH_SCHEMA, PROPERTIES_TYPE
 
     rows = [(b"a", {"x": "1", "y": ""}, "k1 k2", "TagA", None), (b"", None, None, None, None),
             ("ü body", {"z": "é"}, None, "T", 5)]
@@ -171,7 +171,7 @@ def test_the_producer_path_writes_what_the_column_path_writes():
     ((b"a", {"n": "v" * 40000}, None, None, None), "32767"),
 ])
 def test_the_producer_path_refuses_what_rocketmq_cannot_carry(row, expected):
-    from rmq_spark.codec import Codec, Compression, encode_messages
+    from rmq_wire.codec import Codec, Compression, encode_messages
 
     with pytest.raises(ValueError, match=expected):
         encode_messages([(b"ok", None, None, None, None), row], Codec.RMQ, Compression.NONE)

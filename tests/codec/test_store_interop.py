@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from broker_sim.store import InnerBatch, MessageStore, PutContext, StoreConfig
-from rmq_spark.codec import encode_messages
-from rmq_spark.codec.records import decode_records
+from rmq_wire.codec import encode_messages
+from rmq_wire.codec.records import decode_records
 
 
 @pytest.fixture

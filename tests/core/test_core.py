@@ -21,9 +21,9 @@ from broker_sim.core import (
     SingleSend,
 )
 from broker_sim.store import Compression, DataDirInUseError, QueueType, StoreConfig, decode_record
-from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
-from rmq_spark.codec import encode_messages
+from rmq_wire import record as fmt
+from rmq_wire.codec import encode_messages
 
 PACKAGE = Path(__file__).resolve().parents[2] / "broker_sim"
 
@@ -162,7 +162,7 @@ def _reached_names(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("broker_sim.store.") \
-                and node.module != "broker_sim.store.format":
+                and node.module != "rmq_wire.record":
             found.add(node.module)
         elif isinstance(node, ast.Attribute) and node.attr in INTERNALS and isinstance(node.value, ast.Attribute) \
                 and node.value.attr == "store":

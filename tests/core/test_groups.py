@@ -4,7 +4,7 @@ config/subscriptionGroup.json, across restarts; a damaged file stops the start w
 import pytest
 
 from broker_sim.core.groups import GroupTable, LiveConsumers
-from broker_sim.remoting.clients import ClientRegistry
+from broker_sim.doors.remoting.clients import ClientRegistry
 from broker_sim.store import StoreError
 
 

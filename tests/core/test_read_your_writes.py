@@ -12,10 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
+from broker_sim.doors.remoting import RemotingOptions
 from lagging_dispatch import LaggingDispatch
 from rmq_spark import (
     Admin,
@@ -27,6 +25,8 @@ from rmq_spark import (
     Transactions,
     new_transaction_id,
 )
+from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
+from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 
 QUEUES = 2
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker_sim.server import cli as broker_cli
+from broker_sim import cli as broker_cli
 from rmq_spark import cli as admin_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,12 +11,12 @@ import time
 
 import grpc
 
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
+from broker_sim.doors.remoting import RemotingOptions
 from broker_sim.store import StoreConfig
-from broker_sim.store import format as fmt
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_wire import record as fmt
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc
 from watch import rss_mib
 
 KNOWN_TOPIC = "Known-Data-Z9"  # a name the generated requests do not make

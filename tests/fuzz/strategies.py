@@ -14,9 +14,9 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
-from broker_sim.store import format as fmt
-from rmq_spark.codec import encode_messages
-from rmq_spark.protocol.remoting import RemotingCommand, SerializeType, encode
+from rmq_wire import record as fmt
+from rmq_wire.codec import encode_messages
+from rmq_wire.remoting import RemotingCommand, SerializeType, encode
 
 # Lengths and counts a hostile peer declares: zero, negative, one past, the largest.
 EXTREME_INTS = [0, 1, -1, 2, 3, 4, 7, 8, 22, 91, 127, 128, 255, 256, 0x7FFF, 0x8000, 0xFFFF, 0x10000,

@@ -14,7 +14,7 @@ from broker_sim.acl import Guard
 from broker_sim.core import BrokerError, Reason
 from budget import examples
 from rmq_spark import Credentials
-from rmq_spark.protocol import signing
+from rmq_wire import signing
 from strategies import ext_fields, mutated, remoting_bodies
 from watch import quick
 

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from budget import examples
-from rmq_spark.codec import BATCH_SCHEMA, MAX_DECOMPRESSED_BYTES, check_batch, decode_batch
 from rmq_spark.errors import CodecError
+from rmq_wire.codec import BATCH_SCHEMA, MAX_DECOMPRESSED_BYTES, check_batch, decode_batch
 from strategies import CODECS, COMPRESSIONS, batch_payloads, hostile, mutated
 from watch import bounded_memory, quick
 

@@ -6,10 +6,10 @@ opens as another."""
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from broker_sim.doors.rocketmq_v2 import receipts
 from broker_sim.pop import InvalidReceiptHandle
 from broker_sim.pop.receipt import ReceiptSigner
 from broker_sim.pop.state import PopCheckpoint
-from broker_sim.v2 import receipts
 from budget import examples
 from strategies import handle_texts, mutated
 from watch import quick

@@ -7,10 +7,10 @@ import struct
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from broker_sim.remoting.errors import HeaderFieldError
-from broker_sim.remoting.fields import SEND_V2_NAMES, Fields
+from broker_sim.doors.remoting.errors import HeaderFieldError
+from broker_sim.doors.remoting.fields import SEND_V2_NAMES, Fields
 from budget import examples
-from rmq_spark.protocol.remoting import FrameError, FrameReader, HeaderError, RemotingCommand, decode, encode, fastjson
+from rmq_wire.remoting import FrameError, FrameReader, HeaderError, RemotingCommand, decode, encode, fastjson
 from strategies import deep_nesting, ext_fields, frame_bodies, frames, hostile, json_texts, remoting_commands
 from watch import quick
 

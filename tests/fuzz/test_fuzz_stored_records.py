@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_sim.store import GetStatus, MessageStore, StoreConfig, decode_record
-from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
 from budget import examples
-from rmq_spark.codec.records import decode_records
 from rmq_spark.errors import CodecError
+from rmq_wire import record as fmt
+from rmq_wire.codec.records import decode_records
 from strategies import EXTREME_INTS, hostile, mutated, stored_records
 from watch import quick
 

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
+from broker_sim.cli import limits_of, main, parser
 from broker_sim.core.limits import ClientLimits
-from broker_sim.server.cli import limits_of, main, parser
 
 
 def test_every_limit_has_its_flag_and_the_defaults_are_the_settings_defaults():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker_sim.core.limits import ClientLimits, client_key
-from broker_sim.server.limits import max_streams_per_connection, peer_address
+from broker_sim.doors.grpc_limits import max_streams_per_connection, peer_address
 
 
 @pytest.mark.parametrize("peer, address", [

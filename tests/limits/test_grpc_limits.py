@@ -10,14 +10,14 @@ import time
 import grpc
 import pytest
 
+from broker_sim.broker import Broker
 from broker_sim.core.limits import ClientLimits
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
-from broker_sim.server import Broker
 from forwarder import OTHER_CLIENT_IP, Forwarder
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
-from rmq_spark.protocol.v1 import pop_pb2, pop_pb2_grpc
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc
+from rmq_wire.contract import pop_pb2, pop_pb2_grpc
+from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
+from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 
 LIMIT = 2
 TIMEOUT_S = 20.0

@@ -10,12 +10,12 @@ import os
 import grpc
 import pytest
 
+from broker_sim.broker import Broker
 from broker_sim.core.errors import BrokerError, Reason
 from broker_sim.core.limits import ClientLimits, MemoryBudget
-from broker_sim.server import Broker
 from forwarder import Forwarder
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc
 from test_grpc_limits import TIMEOUT_S, wait_until
 
 MiB = 1 << 20

@@ -11,13 +11,13 @@ import time
 
 import grpc
 
+from broker_sim.broker import Broker
 from broker_sim.core.limits import ClientLimits
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
+from broker_sim.doors.remoting import RemotingOptions
 from forwarder import Forwarder
-from rmq_spark.protocol.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, encode
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc
+from rmq_wire.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, encode
 
 TIMEOUT_S = 10.0
 MESSAGE_BYTES = 64 << 10
@@ -118,13 +118,13 @@ def test_connections_past_the_limits_are_refused_and_the_room_comes_back(tmp_pat
 
 
 def test_a_connection_that_sends_nothing_is_closed_with_a_log_line(tmp_path, stopped, caplog, monkeypatch):
-    monkeypatch.setattr("broker_sim.remoting.server.REFUSAL_WAIT_S", 0.2)
+    monkeypatch.setattr("broker_sim.doors.remoting.server.REFUSAL_WAIT_S", 0.2)
     broker = start(tmp_path, max_connections_per_ip=1)
     stopped.append(broker)
     host, _, port = broker.remoting.address.rpartition(":")
     with RemotingConnection(broker.remoting.address), socket.create_connection((host, int(port))) as silent:
         silent.settimeout(TIMEOUT_S)
-        with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"):
+        with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"):
             assert silent.recv(1) == b""  # closed by the broker, no frame
         assert "without an answer: client 127.0.0.1 has 1 connections open" in caplog.text
 
@@ -200,7 +200,7 @@ def test_a_client_that_never_reads_is_disconnected_past_the_bytes_a_connection_m
     stopped.append(broker)
     fill_topic(broker, "big", 8)
     before = resident_bytes()
-    with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"):
+    with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"):
         sockets = [flood_without_reading(broker.remoting.address, "big", pulls=2000) for _ in range(4)]  # 2 GiB asked
         wait_until(lambda: caplog.text.count("--max-buffered-bytes-per-connection") == len(sockets),
                    "every flooding client is disconnected")
@@ -218,7 +218,7 @@ def test_a_client_that_reads_nothing_for_the_timeout_is_disconnected(tmp_path, s
                    max_buffered_bytes_per_connection=256 << 20, slow_reader_timeout_s=1.0)
     stopped.append(broker)
     fill_topic(broker, "big", 8)
-    with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"):
+    with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"):
         sock = flood_without_reading(broker.remoting.address, "big", pulls=100)  # 25 MiB asked
         assert served(broker.remoting.address, "big")
         wait_until(lambda: "--slow-reader-timeout-s" in caplog.text, "the slow reader is disconnected")

@@ -12,8 +12,8 @@ import socket
 import struct
 import threading
 
-from broker_sim.remoting.hold import WAKE_BATCH, PullHold
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from broker_sim.core.hold import WAKE_BATCH, PullHold
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from test_remoting_limits import TIMEOUT_S, is_closed, pull_fields, served, start, wait_until
 
 MiB = 1 << 20
@@ -39,7 +39,7 @@ def test_unfinished_frames_past_a_clients_share_of_the_memory_budget_close_its_c
     stopped.append(broker)
     broker.core.create_topic("orders", 1, "SimpleCQ")
     memory = broker.core.memory
-    with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"):
+    with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"):
         first = send_part_of_a_frame(broker.remoting.address, 15 * MiB, 3 * MiB)
         wait_until(lambda: memory.clients.get("127.0.0.1", 0) >= 3 * MiB - 4, "the first frame's bytes are held")
         second = send_part_of_a_frame(broker.remoting.address, 15 * MiB, 3 * MiB)  # 6 MiB: past the share
@@ -57,7 +57,7 @@ def test_idle_and_half_sent_connections_are_closed_after_their_timeouts(tmp_path
     stopped.append(broker)
     broker.core.create_topic("orders", 1, "SimpleCQ")
     address = broker.remoting.address
-    with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"), \
+    with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"), \
             RemotingConnection(address) as waiting:
         # a pull waiting for messages (in flight) keeps its connection open past the idle timeout
         parked = waiting.request(RequestCode.PULL_MESSAGE, pull_fields("orders", suspend_ms=3000))
@@ -108,7 +108,7 @@ def test_an_arrival_wakes_the_parked_pulls_a_batch_per_turn_of_the_loop():
 def test_refused_connections_are_logged_at_a_bounded_rate(tmp_path, stopped, caplog):
     broker = start(tmp_path, max_connections_per_ip=1)
     stopped.append(broker)
-    with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"), \
+    with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"), \
             RemotingConnection(broker.remoting.address) as holder:
         holder.invoke(RequestCode.GET_BROKER_CLUSTER_INFO, {})
         refused = []

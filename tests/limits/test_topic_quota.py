@@ -8,13 +8,13 @@ import grpc
 import orjson
 import pytest
 
+from broker_sim.broker import Broker
 from broker_sim.core.limits import ClientLimits
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
+from broker_sim.doors.remoting import RemotingOptions
 from forwarder import Forwarder
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 
 TIMEOUT_S = 10.0
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from broker_sim.store import InnerBatch, MessageStore, PutContext, QueueType, StoreConfig, StorePaths
-from broker_sim.store import format as fmt
 from broker_sim.store.consume_queue import BatchConsumeQueue
 from peers.rocketmq import body, java_produce
-from rmq_spark.codec import check_batch
-from rmq_spark.codec.records import decode_records
+from rmq_wire import record as fmt
+from rmq_wire.codec import check_batch
+from rmq_wire.codec.records import decode_records
 
 pytestmark = pytest.mark.peers
 

@@ -2,8 +2,8 @@
 
 from broker_sim.pop import PopConfig, PopService, ReceiptSigner
 from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
-from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
+from rmq_wire import record as fmt
 
 # Revives run only when a test calls them (its clock is stepped, not waited on).
 CONFIG = PopConfig(revive_interval_ms=3_600_000)

@@ -5,7 +5,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from broker_sim.store import FlushMode, StoreConfig
 from pop_helpers import CONFIG, Clock
 from rmq_spark import (
@@ -226,7 +226,7 @@ def test_batched_messages_have_their_properties_and_records_only_when_asked(brok
 
 
 def test_retry_copies_do_not_carry_the_idempotent_send_stamp(broker, clock):
-    from broker_sim.store import format as fmt
+    from rmq_wire import record as fmt
     send(broker, "s", "SimpleCQ", [Message("s", b"m")])
     with PopConsumer(broker.endpoint, "g", "s", invisible_ms=1_000, poll_ms=0) as consumer:
         consumer.receive()

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from broker_sim.store import InnerBatch, MessageStore
 from pop_helpers import CONFIG, Clock
 from rmq_spark import OffsetRange, PopConsumer, RangeReader, UndecodableBatchError
-from rmq_spark.codec import encode_messages
+from rmq_wire.codec import encode_messages
 
 
 def payload(first: int, count: int) -> bytes:

@@ -1,7 +1,7 @@
 """Answers serialized by hand parse as the protobuf messages they stand for."""
 
-from broker_sim.server.serialized import serializer, varint, with_bytes_field
-from rmq_spark.protocol.v1 import pop_pb2 as pb
+from broker_sim.doors.contract.serialized import serializer, varint, with_bytes_field
+from rmq_wire.contract import pop_pb2 as pb
 
 
 def test_varint():

@@ -15,9 +15,9 @@ from broker_sim.pop import (
     retry_topic,
 )
 from broker_sim.store import InnerBatch, QueueType, UnknownTopicError
-from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
 from pop_helpers import CONFIG, Node, Tags, bodies, handles
+from rmq_wire import record as fmt
 
 
 def fill(node, topic="t", queues=1, count=10, queue_type=QueueType.SIMPLE_CQ, tags=None):

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from rmq_spark.protocol.remoting import (
+from rmq_wire.remoting import (
     MAX_FRAME_BYTES,
     FrameError,
     FrameReader,

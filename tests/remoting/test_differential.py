@@ -14,7 +14,7 @@ import time
 import orjson
 import pytest
 
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from wire import extra_info, pop, pull, records, send, wait_indexed
 
 _names = itertools.count()

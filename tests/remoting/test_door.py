@@ -13,12 +13,12 @@ import zlib
 import orjson
 import pytest
 
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
+from broker_sim.doors.remoting import RemotingOptions
 from broker_sim.store import QueueType
-from broker_sim.store import format as fmt
 from rmq_spark import Message, OffsetRange, Producer, RangeReader
-from rmq_spark.protocol.remoting import (
+from rmq_wire import record as fmt
+from rmq_wire.remoting import (
     FLAG_ONEWAY,
     RemotingCommand,
     RemotingConnection,
@@ -502,7 +502,7 @@ def test_a_consumed_message_sent_again_as_it_came_is_stored(broker, conn):
 
 
 def test_a_broker_that_stops_registering_drops_out_of_routes():
-    from broker_sim.remoting.namesrv import BrokerEntry, LocalBroker, RouteTable, queue_data
+    from broker_sim.doors.remoting.namesrv import BrokerEntry, LocalBroker, RouteTable, queue_data
 
     now = [0.0]
     local = LocalBroker("DefaultCluster", "broker-a", "127.0.0.1:1", list, lambda name: None)

@@ -10,14 +10,14 @@ import struct
 import grpc
 import pytest
 
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server.broker import Broker
+from broker_sim.broker import Broker
+from broker_sim.doors.remoting import RemotingOptions
 from broker_sim.store import QueueType
 from broker_sim.store.paths import StorePaths
 from rmq_spark import Admin, CorruptedRecordError, Message, OffsetRange, Producer, RangeReader
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
+from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 
 TOPIC = "probe"
 LOST = 5  # the offset whose unit points past the log's end

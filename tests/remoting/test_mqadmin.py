@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from peers.rocketmq import mqadmin
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from test_differential import broker_address
 from wire import send, wait_indexed
 

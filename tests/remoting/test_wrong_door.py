@@ -6,10 +6,10 @@ import logging
 import grpc
 import pytest
 
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
+from broker_sim.doors.remoting import RemotingOptions
 from rmq_spark import Admin, BrokerUnavailableError, TransportConfig
-from rmq_spark.protocol.remoting import HTTP2_PREFACE, http2_peer
+from rmq_wire.remoting import HTTP2_PREFACE, http2_peer
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 import time
 
-from broker_sim.store import format as fmt
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode
+from rmq_wire import record as fmt
+from rmq_wire.remoting import RemotingConnection, RequestCode
 
 _uniq = itertools.count(1)
 

@@ -9,7 +9,7 @@ import pytest
 from broker_sim.core import BrokerCore, BrokerError, CoreOptions, InnerBatchSend, SendRequest, SingleSend
 from broker_sim.schedule import SCHEDULE_TOPIC
 from broker_sim.store import QueueType
-from broker_sim.store import format as fmt
+from rmq_wire import record as fmt
 
 
 class Clock:

@@ -12,7 +12,7 @@ import pytest
 
 from rmq_spark import Admin, Message, PopConsumer, Producer
 from rmq_spark.cli import main
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from sdk_helpers import wait_indexed
 
 

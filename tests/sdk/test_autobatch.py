@@ -20,8 +20,8 @@ from rmq_spark import (
     TransportConfig,
 )
 from rmq_spark.client.grpc_transport import join_sends
-from rmq_spark.protocol.v1.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
 from rmq_spark.structs import InnerBatchIds
+from rmq_wire.contract.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
 from sdk_helpers import wait_indexed
 
 

@@ -10,12 +10,12 @@ import logging
 import pytest
 
 import broker_sim
-from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
 from rmq_spark import Admin, CorruptedRecordError, Message, OffsetRange, Producer, RangeReader
 from rmq_spark.cli import main
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.source import QueueRangesPartition, read_partition
+from rmq_wire import record as fmt
 from sdk_helpers import wait_indexed
 
 SEGMENT = 64 * 1024

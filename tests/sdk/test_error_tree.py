@@ -6,10 +6,10 @@ import pytest
 
 import rmq_spark
 from rmq_spark import errors
-from rmq_spark.codec import Codec, decode_batch, encode_messages
-from rmq_spark.codec.columns import to_batch_columns
 from rmq_spark.producer.batch import BatchKey, ProducerBatch
 from rmq_spark.structs import Message
+from rmq_wire.codec import Codec, decode_batch, encode_messages
+from rmq_wire.codec.columns import to_batch_columns
 
 
 def _error_classes():

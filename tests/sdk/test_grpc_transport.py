@@ -5,10 +5,10 @@ import pytest
 
 from rmq_spark.client import grpc_transport
 from rmq_spark.client.transport import ReadStatus
-from rmq_spark.codec import Codec, Compression
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import txn_pb2
 from rmq_spark.structs import QueueType, TransactionState
+from rmq_wire.codec import Codec, Compression
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import txn_pb2
 
 
 def named(enum, values) -> set[str]:

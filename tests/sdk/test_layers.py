@@ -12,7 +12,6 @@ import pytest
 import rmq_spark
 
 PACKAGE = Path(rmq_spark.__file__).parent
-# The one module outside protocol/ that may speak our wire contract.
 # The transports: our gRPC contract's, and RocketMQ's remoting protocol's (its parts: routes from
 # the name servers, pulls).
 WIRE_MODULES = {"rmq_spark.client.grpc_transport", "rmq_spark.client.remoting_transport", "rmq_spark.client.routes",
@@ -24,8 +23,9 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-SOURCES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))
-           if "protocol" not in path.relative_to(PACKAGE).parts}
+SOURCES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+# The wire's protocols (rmq_wire's generated gRPC code and RocketMQ's remoting protocol).
+PROTOCOLS = ("rmq_wire.contract", "rmq_wire.rocketmq_v2", "rmq_wire.remoting")
 
 
 def imported(module: str) -> set[str]:
@@ -83,6 +83,6 @@ def test_the_parts_of_the_sdk_import_one_another_without_a_cycle():
 
 def test_only_the_transports_import_a_wire_format():
     wire = {module: sorted(name for name in imported(module)
-                           if name.split(".")[0] == "grpc" or name.startswith("rmq_spark.protocol"))
+                           if name.split(".")[0] == "grpc" or name.startswith(PROTOCOLS))
             for module in SOURCES}
     assert {module: names for module, names in wire.items() if names and module not in WIRE_MODULES} == {}

@@ -9,7 +9,7 @@ import pytest
 import broker_sim
 from broker_sim.store import InnerBatch, MessageStore
 from rmq_spark import OffsetRange, RangeReader, UndecodableBatchError
-from rmq_spark.codec import compress, encode_messages
+from rmq_wire.codec import compress, encode_messages
 
 
 def payload(first: int, count: int, compression: str = "none") -> bytes:

@@ -5,10 +5,10 @@ import pyarrow as pa
 import pytest
 
 from rmq_spark import Admin, Message, OffsetRange, Producer, QueueNotFoundError, RangeReader
-from rmq_spark.codec import Codec, Compression
 from rmq_spark.producer.batch import EARLY_BATCH, BatchForm, batch_form
 from rmq_spark.producer.routing import key_hash
 from rmq_spark.structs import QueueType
+from rmq_wire.codec import Codec, Compression
 from sdk_helpers import wait_indexed
 
 QUEUES = 8

@@ -26,7 +26,7 @@ from rmq_spark import (
     TopicNotFoundError,
 )
 from rmq_spark.client.message_ids import UniqueKeys, deterministic_keys
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode, fastjson
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode, fastjson
 
 _names = itertools.count()
 

@@ -6,13 +6,13 @@ import pytest
 
 from rmq_spark import BrokerUnavailableError, Message, TopicNotFoundError, TransportConfig
 from rmq_spark.client.transport import EarlyBatch, InnerBatch, Send, Stored
-from rmq_spark.codec import Codec, Compression
 from rmq_spark.errors import error_for
 from rmq_spark.producer.accumulator import RecordAccumulator
 from rmq_spark.producer.batch import BatchKey, ProducerBatch
 from rmq_spark.producer.config import ProducerConfig
 from rmq_spark.producer.sender import Sender
 from rmq_spark.structs import QueueType, TopicInfo
+from rmq_wire.codec import Codec, Compression
 
 
 class FakeCall:

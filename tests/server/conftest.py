@@ -1,6 +1,6 @@
 import pytest
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from broker_sim.store import StoreConfig
 from server_rpc import Client
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import grpc
 
 from broker_sim.store import decode_record, encode_message_batch
-from broker_sim.store import format as fmt
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import broker_pb2_grpc as pb_grpc
+from rmq_wire import record as fmt
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2_grpc as pb_grpc
 
 WAIT_S = 10.0
 CALL_TIMEOUT_S = 20.0

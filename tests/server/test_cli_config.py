@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_sim.server.broker_conf import ROCKETMQ_FLAGS
-from broker_sim.server.cli import arguments, parser
+from broker_sim.broker_conf import ROCKETMQ_FLAGS
+from broker_sim.cli import arguments, parser
 from server_rpc import Client
 from test_server_lifecycle import LISTENING, START_TIMEOUT_S, STOP_TIMEOUT_S, BrokerProcess, cli_command
 

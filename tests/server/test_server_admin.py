@@ -6,7 +6,7 @@ import time
 import grpc
 import pytest
 
-from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2 as pb
 from server_rpc import CALL_TIMEOUT_S, refusal
 
 NOT_FOUND, INVALID = grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT

@@ -219,7 +219,7 @@ def test_pop_state_on_a_full_disk_is_refused_as_disk_full(tmp_path):
 
 def start_cli(data, *args) -> tuple[subprocess.Popen, str]:
     """The CLI on ``data``: (its process, "listening" or what it printed before it exited)."""
-    process = subprocess.Popen([sys.executable, "-m", "broker_sim.server.cli", "--port", "0", "--data-dir",
+    process = subprocess.Popen([sys.executable, "-m", "broker_sim.cli", "--port", "0", "--data-dir",
                                 str(data), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_listening(process, WAIT_S)

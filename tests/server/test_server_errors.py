@@ -7,8 +7,8 @@ import pytest
 
 from broker_sim.core import CallGate, errors
 from broker_sim.core.errors import BrokerError, Reason
-from broker_sim.server import errors as door
-from broker_sim.server.errors import CODES, code_of
+from broker_sim.doors import grpc_common as door
+from broker_sim.doors.grpc_common import CODES, code_of
 from broker_sim.store import (
     CreateStatus,
     DiskFailedError,

@@ -13,12 +13,12 @@ import time
 import grpc
 import pytest
 
+from broker_sim.broker import Broker
 from broker_sim.pop import PopConfig
-from broker_sim.server import Broker
 from broker_sim.store import StoreConfig
 from broker_sim.store.paths import StorePaths
-from rmq_spark.protocol.v1 import broker_pb2 as pb
-from rmq_spark.protocol.v1 import pop_pb2, pop_pb2_grpc
+from rmq_wire.contract import broker_pb2 as pb
+from rmq_wire.contract import pop_pb2, pop_pb2_grpc
 from server_rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Client
 
 # No BDP probing: the client's window stays at its initial 64 KiB, so a stream that is not read

@@ -20,10 +20,10 @@ import grpc
 import pytest
 
 import broker_sim
-from broker_sim.server import BindError, Broker
+from broker_sim.broker import BindError, Broker
 from broker_sim.store import DataDirInUseError, StoreConfig
 from broker_sim.store.paths import StorePaths
-from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2 as pb
 from server_rpc import Client, filler_batch
 
 START_TIMEOUT_S = 30.0
@@ -325,7 +325,7 @@ def test_cli_flags_reach_the_store(tmp_path, processes):
 
 
 def test_cli_runs_as_a_module(tmp_path):
-    """`python -m broker_sim.server.cli` is the same program."""
-    result = subprocess.run([sys.executable, "-m", "broker_sim.server.cli", "--help"], capture_output=True,
+    """`python -m broker_sim.cli` is the same program."""
+    result = subprocess.run([sys.executable, "-m", "broker_sim.cli", "--help"], capture_output=True,
                             text=True, timeout=STOP_TIMEOUT_S, env=os.environ)
     assert result.returncode == 0 and "--data-dir" in result.stdout

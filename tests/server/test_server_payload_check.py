@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 import zstandard
 
-from rmq_spark.codec import compress, encode_messages
-from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_wire.codec import compress, encode_messages
+from rmq_wire.contract import broker_pb2 as pb
 from server_rpc import refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

@@ -7,9 +7,9 @@ import random
 import grpc
 import pytest
 
-from broker_sim.server.servicers import CHUNK_BYTES
+from broker_sim.doors.contract.servicers import CHUNK_BYTES
 from broker_sim.store import encode_message_batch
-from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2 as pb
 from server_rpc import filler_batch, stream_refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

@@ -7,9 +7,9 @@ import threading
 
 import grpc
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from broker_sim.store.paths import StorePaths
-from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_wire.contract import broker_pb2 as pb
 from server_rpc import Client, refusal, stream_refusal
 from test_server_read import READ_REFUSALS, read_request
 from test_server_send import MALFORMED_SENDS

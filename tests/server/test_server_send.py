@@ -8,9 +8,9 @@ import grpc
 import pytest
 
 from broker_sim.store import encode_message_batch
-from broker_sim.store import format as fmt
-from rmq_spark.codec import encode_messages
-from rmq_spark.protocol.v1 import broker_pb2 as pb
+from rmq_wire import record as fmt
+from rmq_wire.codec import encode_messages
+from rmq_wire.contract import broker_pb2 as pb
 from server_rpc import refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from broker_sim.store import StateLossError, StorePaths
 from rmq_spark import Admin, Message, PopConsumer, Producer, Transactions, new_transaction_id
 
@@ -117,7 +117,7 @@ def test_the_cli_refuses_damaged_state_with_exit_2_and_no_traceback(tmp_path):
     data = tmp_path / "data"
     use(data)
     (StorePaths(data).pop_state / "CURRENT").write_text("garbage\n")
-    done = subprocess.run([sys.executable, "-m", "broker_sim.server.cli", "--port", "0", "--data-dir", str(data)],
+    done = subprocess.run([sys.executable, "-m", "broker_sim.cli", "--port", "0", "--data-dir", str(data)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr

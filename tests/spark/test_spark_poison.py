@@ -6,7 +6,7 @@ import pytest
 
 import broker_sim
 from broker_sim.store import InnerBatch, MessageStore
-from rmq_spark.codec import encode_messages
+from rmq_wire.codec import encode_messages
 from spark_helpers import source
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from lagging_dispatch import LaggingDispatch
 from rmq_spark import Admin
 from spark_helpers import source

@@ -21,7 +21,7 @@ from peers.rocketmq import body, java_produce, mqadmin
 from remoting_targets import broker_sim_target
 from rmq_spark import Admin, ConfigError, Message, Producer, TransportConfig
 from rmq_spark.client.remoting_transport import RemotingTransport
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from spark_helpers import run_available_now
 
 _names = itertools.count()

@@ -10,7 +10,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from rmq_spark import Admin, ConfigError, Transactions
 from rmq_spark.spark import RocketMQBatchDataSource
 from rmq_spark.spark.options import SINK_OPTION_NAMES, parse_sink_options

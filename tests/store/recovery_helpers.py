@@ -35,8 +35,8 @@ from broker_sim.store import (
     decode_record,
     encode_message_batch,
 )
-from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
+from rmq_wire import record as fmt
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from broker_sim.store import FlushMode, InnerBatch, MessageStore, PutStatus, StoreConfig, decode_record
-from broker_sim.store import format as fmt
+from rmq_wire import record as fmt
 
 
 def test_segments_roll_over_with_a_blank_marker(store):

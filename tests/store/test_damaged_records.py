@@ -26,9 +26,9 @@ from broker_sim.store import (
     decode_record,
     encode_message_batch,
 )
-from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.paths import StorePaths
+from rmq_wire import record as fmt
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEGMENT = 64 * 1024

@@ -23,11 +23,11 @@ from broker_sim.store import (
     StoreConfig,
     concurrent_dispatcher,
 )
-from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.chunk_index import parse_records
 from broker_sim.store.concurrent_dispatcher import ConcurrentDispatcher, OrderlyRing
 from broker_sim.store.paths import StorePaths
+from rmq_wire import record as fmt
 
 SERIAL = StoreConfig(segment_bytes=64 * 1024, simple_cq_units_per_file=16, batch_cq_units_per_file=8,
                      flush_interval_ms=60_000, index_flush_interval_ms=60_000)

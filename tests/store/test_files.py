@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from broker_sim.store.files import write_atomically
+from broker_sim.common.files import write_atomically
 
 
 def test_replaces_the_file_whole(tmp_path):

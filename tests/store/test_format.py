@@ -6,7 +6,7 @@ import zlib
 import pytest
 
 from broker_sim.store import InnerBatch, PutContext
-from broker_sim.store import format as fmt
+from rmq_wire import record as fmt
 
 
 def test_record_round_trips_every_field(store):

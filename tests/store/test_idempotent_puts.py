@@ -1,10 +1,10 @@
 """Idempotent puts: a (producer id, sequence) stamp is stored once, also across reopening."""
 
 from broker_sim.store import InnerBatch, PutContext, PutStatus, QueueType
-from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import ProducerState
+from rmq_wire import record as fmt
 
 
 def early_payload(count: int, size: int = 100) -> bytes:

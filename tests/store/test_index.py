@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from broker_sim.store import GetStatus, InnerBatch, QueueType, decode_record
-from broker_sim.store import format as fmt
+from rmq_wire import record as fmt
 
 
 class StepClock:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from broker_sim.store import format as fmt
 from broker_sim.store.message_filter import TagFilter, tags_code
+from rmq_wire import record as fmt
 
 
 @pytest.mark.parametrize("tag, java_hash", [

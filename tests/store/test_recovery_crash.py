@@ -99,7 +99,7 @@ def writer_source() -> str:
     parts = [
         "import sys",
         "from broker_sim.store import InnerBatch, MessageStore, QueueType, StoreConfig, encode_message_batch",
-        "from broker_sim.store import format as fmt",
+        "from rmq_wire import record as fmt",
         f"SEGMENT, SIMPLE_UNITS, BATCH_UNITS = {SEGMENT}, {SIMPLE_UNITS}, {BATCH_UNITS}",
         "TOPICS = {" + ", ".join(f"{n!r}: ({c}, QueueType({t.value!r}))" for n, (c, t) in TOPICS.items()) + "}",
         f"QUEUES = {QUEUES!r}",

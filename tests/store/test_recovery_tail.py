@@ -15,7 +15,6 @@ from broker_sim.store import (
     decode_record,
     mapped_file,
 )
-from broker_sim.store import format as fmt
 from broker_sim.store.paths import StorePaths
 from recovery_helpers import (
     BATCH_UNITS,
@@ -47,6 +46,7 @@ from recovery_helpers import (
     served,
     single_args,
 )
+from rmq_wire import record as fmt
 
 # --- 1 and 2: a torn or corrupted last record ---------------------------------------------------
 

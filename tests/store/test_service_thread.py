@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from broker_sim.store.service_thread import ServiceThread
+from broker_sim.common.service_thread import ServiceThread
 
 LONG_S = 30.0  # an interval no test waits out: a run that came, came from a wake
 BOUND_S = 10.0  # the longest any test waits for a thread to react

@@ -16,7 +16,7 @@ from broker_sim.store import (
     UnknownTopicError,
     decode_record,
 )
-from broker_sim.store import format as fmt
+from rmq_wire import record as fmt
 
 
 def test_topics_are_fixed_at_creation_and_persisted(open_store):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 
 from broker_sim.store import GetStatus, InnerBatch, QueueType, StoreConfig
-from broker_sim.store import format as fmt
 from lagging_dispatch import LaggingDispatch
+from rmq_wire import record as fmt
 
 
 def put_rmq_batch(store, topic: str, queue_id: int, bodies: list[bytes]):

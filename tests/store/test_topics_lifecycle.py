@@ -16,9 +16,9 @@ from broker_sim.store import (
     decode_record,
     encode_message_batch,
 )
-from broker_sim.store import format as fmt
 from broker_sim.store.checkpoint import Checkpoint, load_queue_table
 from broker_sim.store.paths import StorePaths
+from rmq_wire import record as fmt
 
 WAIT_S = 10.0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
-from broker_sim.tls import TlsOptions
+from broker_sim.broker import Broker
+from broker_sim.doors.remoting import RemotingOptions
+from broker_sim.doors.tls import TlsOptions
 from rmq_spark import TransportConfig
 from tls_certs import Certs, make_certs
 

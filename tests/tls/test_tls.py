@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from broker_sim.acl import Guard
-from broker_sim.remoting import RemotingOptions
-from broker_sim.server import Broker
-from broker_sim.tls import TlsOptions
+from broker_sim.broker import Broker
+from broker_sim.doors.remoting import RemotingOptions
+from broker_sim.doors.tls import TlsOptions
 from rmq_spark import (
     Admin,
     AuthenticationError,
@@ -29,7 +29,7 @@ from rmq_spark import (
 )
 from rmq_spark import cli as admin_cli
 from rmq_spark.client.tls import ssl_context
-from rmq_spark.protocol.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from tls_helpers import send
 
 
@@ -131,7 +131,7 @@ def test_rmq_admin_over_tls(mtls_broker, certs, capsys):
 
 
 def test_the_plain_remoting_port_says_why_it_closes_a_tls_connection(plain_broker, tls_config, caplog):
-    with caplog.at_level(logging.WARNING, logger="broker_sim.remoting.server"), pytest.raises(ConfigError):
+    with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"), pytest.raises(ConfigError):
         Admin(name_server=plain_broker.remoting.address, transport=tls_config).list_topics()
     assert "it opened with a TLS handshake, and this port serves plain remoting: connect without TLS, or start " \
            "the broker with --tls-cert and --tls-key" in caplog.text

@@ -12,7 +12,7 @@ import threading
 
 from rmq_spark import Admin, TransportConfig
 
-CLI = [sys.executable, "-m", "broker_sim.server.cli"]
+CLI = [sys.executable, "-m", "broker_sim.cli"]
 LISTENING = re.compile(r"rmq-broker-sim listening on (\S+), data in ")
 TIMEOUT_S = 60
 

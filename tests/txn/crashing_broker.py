@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from broker_sim.server import cli
+from broker_sim import cli
 from broker_sim.txn import service
 from broker_sim.txn.state import StateStore
 

@@ -19,8 +19,8 @@ from rmq_spark import (
     TransactionState,
     TransactionStateError,
 )
-from rmq_spark.codec import encode_messages
-from rmq_spark.protocol.v1 import broker_pb2, broker_pb2_grpc, txn_pb2, txn_pb2_grpc
+from rmq_wire.codec import encode_messages
+from rmq_wire.contract import broker_pb2, broker_pb2_grpc, txn_pb2, txn_pb2_grpc
 from txn_helpers import FakeClock, bodies, offsets, read_queue, send_table, start_broker, table_of, wait_offsets
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from broker_sim.server import Broker
+from broker_sim.broker import Broker
 from broker_sim.store import StoreConfig
 from broker_sim.testing import stop_process, wait_listening
 from broker_sim.txn import TransactionConfig
@@ -84,7 +84,7 @@ def broker_process(data_dir: Path, crash: str | None = None, timeout_s: float = 
     (crashing_broker.py's modes) it kills itself with SIGKILL at that point of a commit. Yields
     (endpoint, process, the lines it printed before listening)."""
     if crash is None:
-        command = [sys.executable, "-m", "broker_sim.server.cli"]
+        command = [sys.executable, "-m", "broker_sim.cli"]
     else:
         command = [sys.executable, str(CRASHING_BROKER), crash]
     command += ["--port", "0", "--data-dir", str(data_dir), "--segment-bytes", "16m", *extra]

@@ -12,10 +12,10 @@ import uuid
 import grpc
 import pytest
 
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2 as v2
-from broker_sim.protocol.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
-from broker_sim.v2 import receipts
+from broker_sim.doors.rocketmq_v2 import receipts
 from rmq_spark import Message, Producer
+from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
+from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 
 
 def name(prefix: str) -> str:

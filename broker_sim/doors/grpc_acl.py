@@ -1,0 +1,151 @@
+"""ACLs on the gRPC port: every call of our contract and of RocketMQ 5's MessagingService is
+checked before its handler runs, by the ``authorization`` header RocketMQ's gRPC clients send.
+
+A refused call reaches its handler as a ``RefusedRequest``, which each door already answers in
+its protocol (a gRPC status on ours, the response's Status on v2's), so nothing of it happens.
+The account of an admitted unary call is ``caller()`` while its handler runs: transactions
+belong to the account that opened them.
+
+What each method of our contract needs is below (``DEMANDS``); v2's is in v2/acl.py.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from typing import Callable
+
+from broker_sim.acl import Demand, Guard, Perm
+from broker_sim.core.errors import from_exception
+from broker_sim.doors.grpc_common import RefusedRequest
+
+_CALLER = contextvars.ContextVar("rmq_caller", default=None)
+
+
+def caller() -> str | None:
+    """The access key of the call being served (None without ACLs)."""
+    return _CALLER.get()
+
+
+class GrpcAdmission:
+    """Wraps a door's handlers: ``demands[method name](request)`` says what a call needs. Every
+    method has its entry (``account_only`` where an account is all it needs): a method with
+    none is refused at start, not served unchecked."""
+
+    def __init__(self, guard: Guard, demands: dict[str, Callable]):
+        self.guard = guard
+        self.demands = demands
+
+    def guarded(self, name: str, handler: Callable, client_streaming: bool) -> Callable:
+        """``handler`` (sync or async, unary or streaming) behind the check."""
+        demands = self.demands.get(name)
+        if demands is None:
+            raise ValueError(f"the gRPC method {name} has no ACL demand: give it one in its door's DEMANDS "
+                             "(broker_sim/doors/grpc_acl.py or broker_sim/doors/rocketmq_v2/acl.py), "
+                             "account_only if an account is "
+                             "all it needs")
+        if client_streaming:
+            return self._guarded_stream_in(handler)
+
+        def admitted(request, context):
+            try:
+                account = self.guard.grpc_account(context.invocation_metadata())
+                if not isinstance(request, RefusedRequest):
+                    self.guard.authorize(account, demands(request))
+            except Exception as err:
+                return RefusedRequest(from_exception(err)), ""
+            return request, account.access_key
+
+        if inspect.iscoroutinefunction(handler):
+            @functools.wraps(handler)
+            async def unary_async(request, context):
+                request, key = admitted(request, context)
+                token = _CALLER.set(key)
+                try:
+                    return await handler(request, context)
+                finally:
+                    _CALLER.reset(token)
+            return unary_async
+        if inspect.isasyncgenfunction(handler):
+            @functools.wraps(handler)
+            async def streaming_async(request, context):  # checked before the first answer
+                async for response in handler(admitted(request, context)[0], context):
+                    yield response
+            return streaming_async
+        if inspect.isgeneratorfunction(handler):
+            @functools.wraps(handler)
+            def streaming(request, context):
+                yield from handler(admitted(request, context)[0], context)
+            return streaming
+
+        @functools.wraps(handler)
+        def unary(request, context):
+            request, key = admitted(request, context)
+            token = _CALLER.set(key)
+            try:
+                return handler(request, context)
+            finally:
+                _CALLER.reset(token)
+        return unary
+
+    def _guarded_stream_in(self, handler: Callable) -> Callable:
+        """A client-streaming call (v2's Telemetry, an async generator) is checked by its
+        headers: a refused one sees a single RefusedRequest in place of the client's messages."""
+
+        @functools.wraps(handler)
+        async def telemetry(request_iterator, context):
+            try:
+                self.guard.grpc_account(context.invocation_metadata())
+            except Exception as err:
+                request_iterator = _one(RefusedRequest(from_exception(err)))
+            async for response in handler(request_iterator, context):
+                yield response
+
+        return telemetry
+
+
+async def _one(item):
+    yield item
+
+
+def account_only(_request) -> list:
+    """An account, nothing more (the method's own checks, if any, are in its handler)."""
+    return []
+
+
+def _topic(perm: Perm) -> Callable:
+    return lambda request: [Demand.topic(request.topic, perm)]
+
+
+def _group_and_topic(request) -> list:
+    return [Demand.group(request.group), Demand.topic(request.topic, Perm.SUB)]
+
+
+DEMANDS = {
+    "CreateTopic": lambda _r: [Demand.admin("create topics")],
+    "DeleteTopic": lambda _r: [Demand.admin("delete topics")],
+    "DescribeTopic": lambda r: [Demand.topic(r.name, Perm.PUB | Perm.SUB)],
+    "GetOffsets": lambda r: [Demand.topic(t, Perm.PUB | Perm.SUB) for t in r.topics] or [Demand.admin(
+        "list every topic's offsets (name the topics)")],
+    "OffsetForTimestamp": _topic(Perm.SUB),
+    "BrokerStats": lambda _r: [Demand.admin("read the broker's stats")],
+    "CommitOffsets": lambda r: [Demand.group(r.group), *(Demand.topic(o.topic, Perm.SUB) for o in r.offsets)],
+    "QueryOffsets": lambda r: [Demand.group(r.group), *(Demand.topic(t, Perm.SUB) for t in r.topics)],
+    "ListGroups": lambda r: [Demand.group(g) for g in r.groups] or [Demand.admin("list every group (name the "
+                                                                                  "groups)")],
+    "Send": _topic(Perm.PUB),
+    "SendMany": lambda r: [Demand.topic(t, Perm.PUB) for t in {s.topic for s in r.sends}],
+    "ReadRanges": lambda r: [Demand.topic(t, Perm.SUB) for t in {x.topic for x in r.ranges}],
+    "Pop": _group_and_topic,
+    "Ack": lambda r: [Demand.group(r.group)],
+    "ChangeInvisibleDuration": lambda r: [Demand.group(r.group)],
+    # Topic names, queue counts and types: no more than the name server's open lookups tell.
+    "ListTopics": account_only,
+    # A transaction is its owner's: the core refuses another account's (and lists it as unknown).
+    "EndTransaction": account_only,
+    "ListTransactions": account_only,
+    # Whether a Spark sink's batch was committed: a sink is the account's that first committed under
+    # it (the transaction service refuses another's), as sink ids are not the ACL file's to name.
+    "GetSinkBatch": account_only,
+}

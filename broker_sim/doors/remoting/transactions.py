@@ -1,0 +1,82 @@
+"""RocketMQ's transactional messages over the door: a prepared (half) message is a core
+transaction of its own, named by the message's UNIQ_KEY; END_TRANSACTION commits or rolls it
+back; one left unknown is checked back with its producer group (CHECK_TRANSACTION_STATE, the
+half message in the body) by the core's TransactionChecks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from broker_sim.core import BrokerCore, BrokerError, OpenTransaction, TransactionChecks
+from broker_sim.doors.remoting.clients import ClientRegistry
+from broker_sim.doors.remoting.fields import Fields
+from rmq_wire import record as fmt
+from rmq_wire.remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger(__name__)
+
+COMMIT = 0x8  # MessageSysFlag.TRANSACTION_COMMIT_TYPE
+ROLLBACK = 0xC  # TRANSACTION_ROLLBACK_TYPE
+NOT_TYPE = 0x0  # the producer does not know yet: the check asks again
+
+
+class TransactionRequests:
+    def __init__(self, core: BrokerCore, clients: ClientRegistry, checks: TransactionChecks, broker_name: str):
+        self.core = core
+        self.clients = clients
+        self.checks = checks
+        self.broker_name = broker_name
+        self._opaques = itertools.count(1)
+
+    def handlers(self) -> dict:
+        return {RequestCode.END_TRANSACTION: self.end}
+
+    def end(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        fields = Fields(request)
+        transaction_id = fields.text("transactionId", None) or fields.text("msgId")
+        decision = fields.integer("commitOrRollback")
+        if decision == NOT_TYPE:
+            return request.response(ResponseCode.SUCCESS)
+        if decision not in (COMMIT, ROLLBACK):
+            return request.response(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {decision}: send 8 (commit), 12 "
+                                                               "(rollback) or 0 (unknown)")
+        try:
+            if decision == COMMIT:
+                self.core.commit_transactions([(transaction_id, 1)], None, request.account)
+            else:
+                self.core.rollback_transactions([(transaction_id, 1)], request.account)
+        except BrokerError as refused:
+            if request.is_oneway:  # as the Java client ends them: nobody reads an answer
+                log.info("END_TRANSACTION of %s refused: %s", transaction_id, refused.message)
+            raise
+        finally:
+            self.checks.ended(transaction_id)
+        return request.response(ResponseCode.SUCCESS)
+
+    async def check_forever(self) -> None:
+        """Every check interval, ask the producers of half messages older than it."""
+        interval_ms = self.checks.interval_ms
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                self.checks.check_once(self._ask)
+            except Exception:
+                log.exception("checking transactions failed; trying again in %d ms", interval_ms)
+
+    def _ask(self, transaction: OpenTransaction, half: bytes) -> bool:
+        connection = self.clients.producer_connection(transaction.owner)
+        if connection is None:
+            return False
+        connection.send(self._check_request(transaction.transaction_id, half))
+        return True
+
+    def _check_request(self, transaction_id: str, half: bytes) -> RemotingCommand:
+        topic = fmt.decode_record(half).topic
+        store_host = self.core.store.config.store_host_bytes
+        header = {"topic": topic, "tranStateTableOffset": "0", "commitLogOffset": "0",
+                  "msgId": transaction_id, "transactionId": transaction_id,
+                  "offsetMsgId": fmt.message_id(store_host, 0), "brokerName": self.broker_name}
+        return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, next(self._opaques), FLAG_ONEWAY, header, half)
