@@ -1,5 +1,6 @@
 """Accounts and permissions (RocketMQ's ACL): config.py reads the ACL file, guard.py checks
-requests against it. The doors say what each request needs (their acl.py modules)."""
+requests against it. The doors say what each request needs (their acl.py modules). Imported by
+the doors and the assembly; imports the core's errors and the store's echo."""
 
 from broker_sim.acl.config import Account, AclConfig, AclConfigError, Perm, load
 from broker_sim.acl.guard import MAX_CLOCK_SKEW_S, Demand, Guard

@@ -2,7 +2,8 @@
 
 ``PopService`` pops, acks, changes invisible times and revives, over the message store and a
 ``PopStateStore`` (``RocksDBState``); ``ReviveService`` runs the revives on an interval.
-Knows nothing of gRPC.
+Knows nothing of gRPC. Imported by the core (doors reach it through the core's face); imports
+the store, ``common`` and ``rmq_wire``.
 """
 
 from broker_sim.pop.config import PopConfig

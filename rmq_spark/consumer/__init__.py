@@ -1,4 +1,5 @@
-"""Consumers: the range reader (batched index lookups) and the pop consumer."""
+"""Consumers: the range reader (batched index lookups) and the pop consumer. Imported by the Spark
+connector and the CLI; imports ``client`` and below."""
 
 from rmq_spark.consumer.pop_consumer import Delivery, PopConsumer
 from rmq_spark.consumer.range_reader import RangeReader

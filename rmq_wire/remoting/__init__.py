@@ -1,5 +1,5 @@
 """RocketMQ's remoting protocol: frames, commands and codes, shared by broker_sim's remoting
-door and the SDK's remoting transport."""
+door and the SDK's remoting transport. Imports nothing of either product."""
 
 from rmq_wire.remoting.client import RemotingConnection
 from rmq_wire.remoting.codes import LANGUAGES, RequestCode, ResponseCode, SerializeType
