@@ -23,8 +23,9 @@ from rmq_spark.errors import (
     UndecodableBatchError,
 )
 from rmq_spark.structs import ReceivedMessage
-from rmq_wire.codec.properties import SYSTEM_PROPERTIES, decode_properties
+from rmq_wire.codec.properties import SYSTEM_PROPERTIES
 from rmq_wire.codec.records import RecordFormatError, decode_records
+from rmq_wire.record import decode_properties
 
 log = logging.getLogger(__name__)
 

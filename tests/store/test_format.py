@@ -77,6 +77,24 @@ def test_properties_round_trip():
     assert fmt.find_property(raw, b"missing") is None
 
 
+def test_properties_decode_as_rocketmqs_decoder_and_as_the_readers():
+    # One decoder for the store, the doors and the readers: RocketMQ's skips an entry without
+    # \x01 or without a name, and takes a last entry without its \x02; the remoting door's
+    # header text decodes the same.
+    raw = b"TAGS\x01a\x02lone\x02\x01nameless\x02KEYS\x01k"
+    assert fmt.decode_properties(raw) == {"TAGS": "a", "KEYS": "k"}
+    assert fmt.decode_properties(raw.decode()) == {"TAGS": "a", "KEYS": "k"}
+
+
+def test_one_compression_for_the_store_and_the_codecs():
+    from rmq_wire import codec
+
+    assert codec.Compression is fmt.Compression
+    # SYSFLAG's COMPRESSED bit alone is RocketMQ 4.x's zlib, for a stored record as for a reader.
+    assert fmt.Compression.from_sys_flag(fmt.SysFlag.COMPRESSED) is fmt.Compression.ZLIB
+    assert fmt.Compression.parse(" LZ4 ") is fmt.Compression.LZ4
+
+
 def test_message_batch_round_trip():
     messages = [(b"one", {"KEYS": "1"}, 0), (b"", {}, 3), (b"x" * 1000, {"TAGS": "t"}, 9)]
     decoded = list(fmt.iter_message_batch(fmt.encode_message_batch(messages), 10))
