@@ -52,9 +52,9 @@ from typing import Callable
 from broker_sim.common.service_thread import ServiceThread
 from broker_sim.store import (
     DEFAULT_PUT,
+    BatchPut,
     DiskFailedError,
     DiskFullError,
-    InnerBatch,
     MessageStore,
     PutContext,
     PutResult,
@@ -592,7 +592,7 @@ class PreparedPuts:
         built = self._service.store.build_early_batch(topic, queue_id, payload, context=context)
         return self._service.prepare(self._id, built, context.producer, self._owner)
 
-    def put_inner_batch(self, topic, queue_id, batch: InnerBatch, *, context: PutContext = DEFAULT_PUT) -> PutResult:
+    def put_inner_batch(self, topic, queue_id, batch: BatchPut, *, context: PutContext = DEFAULT_PUT) -> PutResult:
         built = self._service.store.build_inner_batch(topic, queue_id, batch, context=context)
         return self._service.prepare(self._id, built, context.producer, self._owner)
 

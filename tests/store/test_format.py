@@ -5,14 +5,14 @@ import zlib
 
 import pytest
 
-from broker_sim.store import InnerBatch, PutContext
+from broker_sim.store import BatchPut, PutContext
 from rmq_wire import record as fmt
 
 
 def test_record_round_trips_every_field(store):
     store.create_topic("orders", 4, "BatchCQ")
     born_host = fmt.encode_host("10.1.2.3", 4567)
-    batch = InnerBatch(b"payload-bytes", 5, codec="arrow", compression="zstd",
+    batch = BatchPut(b"payload-bytes", 5, codec="arrow", compression="zstd",
                        properties={"TAGS": "TagA", "KEYS": "k1 k2", "user": "v"}, flag=7)
     result = store.put_inner_batch("orders", 3, batch, context=PutContext(born_timestamp_ms=1234, born_host=born_host))
     assert result.ok, result.detail
