@@ -397,23 +397,24 @@ def _whole(given: dict, name: str, what: str, minimum: int = 1) -> int | None:
 
 
 def _duration(given: dict, name: str) -> int:
-    if name not in given:
-        return DEFAULTS[f"{name}_ms"]
-    duration_ms = parse_duration_ms(given[name])
-    if not duration_ms:
-        raise ConfigError(f"option {name}={given[name]!r}: expected a duration such as 500ms, 30s, 15m, 1h or 1d "
-                          "(a bare number is milliseconds)")
-    return duration_ms
+    return _positive(given, name, f"{name}_ms", parse_duration_ms,
+                     "a duration such as 500ms, 30s, 15m, 1h or 1d (a bare number is milliseconds)")
 
 
 def _size(given: dict, name: str) -> int:
+    return _positive(given, name, name, parse_size_bytes,
+                     "a positive size in bytes, or with a unit: 512k, 64m, 1g (binary units)")
+
+
+def _positive(given: dict, name: str, default: str, parse, expected: str) -> int:
+    """Option ``name`` read by ``parse`` (``rmq_wire.units``), which must give more than 0;
+    ``DEFAULTS[default]`` when it is not given."""
     if name not in given:
-        return DEFAULTS[name]
-    size = parse_size_bytes(given[name])
-    if not size:
-        raise ConfigError(f"option {name}={given[name]!r}: expected a positive size in bytes, or with a unit: 512k, "
-                          "64m, 1g (binary units)")
-    return size
+        return DEFAULTS[default]
+    value = parse(given[name])
+    if not value:
+        raise ConfigError(f"option {name}={given[name]!r}: expected {expected}")
+    return value
 
 
 def _bool(given: dict, name: str) -> bool:
