@@ -1,11 +1,7 @@
 """Stored commitlog records, as the broker streams them, decoded into the read schema.
 
-A read returns stored records concatenated, in RocketMQ's V1 layout (big-endian, IPv4 hosts)::
-
-    TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 |
-    PHYSICALOFFSET 8 | SYSFLAG 4 | BORNTIMESTAMP 8 | BORNHOST 8 | STORETIMESTAMP 8 |
-    STOREHOST 8 | RECONSUMETIMES 4 | PREPARED TX OFFSET 8 | BODYLEN 4 | BODY |
-    TOPICLEN 1 | TOPIC | PROPLEN 2 | PROPERTIES
+A read returns stored records concatenated, in RocketMQ's V1 layout (big-endian, IPv4 hosts;
+drawn field by field in ``rmq_wire.record``, whose constants this module reads by).
 
 A record with SYSFLAG INNER_BATCH is an inner batch: its body is a batch payload (codec in
 property BATCH_CODEC, absent = rmq; compression in SYSFLAG), holding INNER_NUM messages at
