@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
-from broker_sim.store import InnerBatch, MessageStore, StoreConfig, encode_message_batch  # noqa: E402
+from broker_sim.store import BatchPut, MessageStore, StoreConfig, encode_message_batch  # noqa: E402
 
 BODY_BYTES = 1024
 READ_BUDGET_BYTES = 4 << 20
@@ -102,7 +102,7 @@ def _putter(store: MessageStore, mode: str, payload: bytes, batch: int):
             assert result.ok, result.detail
     else:
         def put(queue_id):
-            result = store.put_inner_batch("bench", queue_id, InnerBatch(payload, batch, properties={"TAGS": "TagA"}))
+            result = store.put_inner_batch("bench", queue_id, BatchPut(payload, batch, properties={"TAGS": "TagA"}))
             assert result.ok, result.detail
     return put
 

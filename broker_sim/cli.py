@@ -45,18 +45,17 @@ from broker_sim.store import (  # noqa: E402
     full_at_start_sentence,
 )
 from broker_sim.txn.service import TransactionConfig  # noqa: E402
+from rmq_wire.units import format_size, parse_size_bytes  # noqa: E402
 
 PROG = "rmq-broker-sim"
-_SIZE = re.compile(r"^(\d+)\s*([kmg]i?b?|b)?$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def byte_size(text: str) -> int:
     """A byte count: 65536, 64k, 64KiB, 1g."""
-    match = _SIZE.match(text.strip())
-    if not match:
+    size = parse_size_bytes(text)
+    if size is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: write bytes (65536) or 64k, 16m, 1g")
-    return int(match.group(1)) * _UNITS[(match.group(2) or "")[:1].lower()]
+    return size
 
 
 def port_number(text: str) -> int:
@@ -118,14 +117,6 @@ def _limit_type(name: str):
     return byte_size if "_bytes" in name else float if name.endswith("_s") else int
 
 
-def _shown(value) -> str:
-    """A size's default as the flag takes it: 64m for 67108864 bytes."""
-    for suffix, unit in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
-        if value >= unit and value % unit == 0:
-            return f"{value // unit}{suffix}"
-    return str(value)
-
-
 def _add_limit_flags(p: argparse.ArgumentParser) -> None:
     """A flag per ClientLimits field, named after it (--max-connections-per-ip)."""
     group = p.add_argument_group("per-client limits", "what one client may hold; past a limit the client gets an "
@@ -133,7 +124,7 @@ def _add_limit_flags(p: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(ClientLimits):
         kind = _limit_type(field.name)
         metavar = {byte_size: "BYTES", float: "SECONDS", int: "N"}[kind]
-        shown = _shown(field.default) if kind is byte_size else f"{field.default:g}" if kind is float else \
+        shown = format_size(field.default) if kind is byte_size else f"{field.default:g}" if kind is float else \
             str(field.default)
         names = ("--" + field.name.replace("_", "-"), *_LIMIT_ALIASES.get(field.name, ()))
         group.add_argument(*names, dest=field.name, type=kind, metavar=metavar, default=field.default,
@@ -194,10 +185,10 @@ def parser() -> argparse.ArgumentParser:
                        help="how the indexes are built: serial, one thread (default); concurrent, chunks parsed by "
                             "worker processes and written in order (RocketMQ's RIP-52)")
     store.add_argument("--segment-bytes", type=byte_size, default=StoreConfig.segment_bytes, metavar="SIZE",
-                       help=f"size of a commitlog segment file (default: {_shown(StoreConfig.segment_bytes)})")
+                       help=f"size of a commitlog segment file (default: {format_size(StoreConfig.segment_bytes)})")
     store.add_argument("--disk-reserve", type=byte_size, default=StoreConfig.disk_reserve_bytes, metavar="SIZE",
                        help="refuse sends while the data directory's disk has less free than this, so that indexes "
-                            f"and metadata keep room (default: {_shown(StoreConfig.disk_reserve_bytes)})")
+                            f"and metadata keep room (default: {format_size(StoreConfig.disk_reserve_bytes)})")
     store.add_argument("--accept-state-loss", action="store_true",
                        help="start even when state the broker had is missing or damaged (the consumer offsets "
                             "file, the pop or transaction RocksDB): what was lost is logged, a damaged RocksDB is "

@@ -21,12 +21,15 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from rmq_wire.errors import CodecError
+
 try:  # ISA-L's CRC-32 (SIMD) is ~12x zlib's on 32 KiB bodies; the same polynomial and values
     from isal.isal_zlib import crc32
 except ImportError:  # a platform without isal's wheel: zlib's
     from zlib import crc32
 
 MAGIC_V1 = 0xDAA320A7
+MAGIC_V2 = 0xDAA320AB  # RocketMQ's V2 records (2-byte topic length): neither written nor read here
 BLANK_MAGIC = 0xCBD43194
 # A record is written only where it fits with room for a BLANK marker after it.
 END_FILE_MIN_BLANK_BYTES = 8
@@ -74,10 +77,13 @@ class SysFlag:
     MULTI_TAGS = 0x2
     TRANSACTION_PREPARED = 0x4
     TRANSACTION_COMMIT = 0x8
+    BORNHOST_V6 = 0x10  # RocketMQ's 20-byte hosts: not written here, refused by readers
+    STOREHOST_V6 = 0x20
     NEED_UNWRAP = 0x40
-    INNER_BATCH = 0x80
+    INNER_BATCH = 0x80  # the record is an inner batch: its body a batch payload of INNER_NUM messages
 
 
+# The compression type of a record's body, SYSFLAG bits 8-10 (RocketMQ's).
 COMPRESSION_SHIFT = 8
 COMPRESSION_MASK = 0x7 << COMPRESSION_SHIFT
 # What a client may set on a single message: its body compressed (and how), several tags.
@@ -85,7 +91,9 @@ CLIENT_SYS_FLAGS = SysFlag.COMPRESSED | SysFlag.MULTI_TAGS | COMPRESSION_MASK
 
 
 class Compression(enum.IntEnum):
-    """Compression of a batch payload, stored in SYSFLAG bits 8-10 as RocketMQ's."""
+    """Compression of a batch payload or a record's body; the value is RocketMQ's compression
+    type, stored in SYSFLAG bits 8-10 (with the COMPRESSED bit 0x1 set when the type is not
+    NONE; the bit alone, as RocketMQ 4.x writes it, means zlib)."""
 
     NONE = 0
     LZ4 = 1
@@ -93,25 +101,48 @@ class Compression(enum.IntEnum):
     ZLIB = 3
 
     @classmethod
-    def parse(cls, value: "Compression | str | int") -> "Compression":
+    def parse(cls, value: "Compression | str | int | None") -> "Compression":
+        """The compression named by ``value`` ("none", "lz4", "zstd", "zlib", any case), an int or a member.
+
+        ``None`` means NONE. Raises CodecError naming the accepted values.
+        """
+        if value is None:
+            return cls.NONE
+        if isinstance(value, cls):
+            return value
         if isinstance(value, str):
-            try:
-                return cls[value.upper()]
-            except KeyError:
-                names = ", ".join(c.name.lower() for c in cls)
-                raise ValueError(f"unknown compression {value!r}; use one of: {names}") from None
-        return cls(value)
+            member = cls.__members__.get(value.strip().upper())
+            if member is not None:
+                return member
+        elif isinstance(value, int) and not isinstance(value, bool) and value in cls._value2member_map_:
+            return cls(value)
+        raise CodecError(f"unknown compression {value!r}; use one of: {', '.join(c.name.lower() for c in cls)}")
+
+    @classmethod
+    def from_sys_flag(cls, sys_flag: int) -> "Compression":
+        """The compression recorded in a record's SYSFLAG.
+
+        Raises CodecError for a compression type this package cannot decode.
+        """
+        found = _BY_SYS_FLAG_BITS.get(sys_flag & (SysFlag.COMPRESSED | COMPRESSION_MASK))
+        if found is not None:
+            return found
+        kind = (sys_flag & COMPRESSION_MASK) >> COMPRESSION_SHIFT
+        raise CodecError(f"SYSFLAG {sys_flag:#x} marks compression type {kind}, unknown; this client reads "
+                         f"{', '.join(c.name.lower() for c in cls)} only")
 
     def sys_flag(self) -> int:
+        """The SYSFLAG bits that record this compression."""
         if self is Compression.NONE:
             return 0
         return SysFlag.COMPRESSED | (self.value << COMPRESSION_SHIFT)
 
 
-def compression_of(sys_flag: int) -> Compression:
-    if not sys_flag & SysFlag.COMPRESSED:
-        return Compression.NONE
-    return Compression((sys_flag & COMPRESSION_MASK) >> COMPRESSION_SHIFT)
+# SYSFLAG's compression bits -> Compression: type bits without the COMPRESSED bit mean none;
+# the COMPRESSED bit with no type is RocketMQ 4.x's zlib.
+_BY_SYS_FLAG_BITS = {kind << COMPRESSION_SHIFT: Compression.NONE for kind in range(8)}
+_BY_SYS_FLAG_BITS.update({c.sys_flag(): c for c in Compression if c is not Compression.NONE})
+_BY_SYS_FLAG_BITS[SysFlag.COMPRESSED] = Compression.ZLIB
 
 
 def encode_host(host: str, port: int) -> bytes:
@@ -130,12 +161,16 @@ def encode_properties(properties: dict[str, str] | None) -> bytes:
     )
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+def decode_properties(raw: "bytes | memoryview | str") -> dict[str, str]:
+    """All properties of one message (encoded, or as the remoting header's text), system ones
+    included. Like RocketMQ's decoder, an entry without a ``\\x01`` or with an empty name is
+    skipped, and the last separator may be missing. Raises UnicodeDecodeError for bytes that
+    are not UTF-8."""
     out = {}
-    for item in bytes(raw).split(PROPERTY_SEPARATOR):
-        if item:
-            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
-            out[name.decode()] = value.decode()
+    for item in (raw if isinstance(raw, str) else bytes(raw).decode()).split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep and name:
+            out[name] = value
     return out
 
 
@@ -234,7 +269,7 @@ class Record:
 
     @property
     def compression(self) -> Compression:
-        return compression_of(self.sys_flag)
+        return Compression.from_sys_flag(self.sys_flag)
 
 
 def decode_record(buf, pos: int = 0) -> Record:

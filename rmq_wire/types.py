@@ -1,16 +1,21 @@
 """The types both products speak in: a topic's queue type, an account's credentials, the ids of
-an inner batch's messages. ``rmq_spark.structs`` re-exports them."""
+an inner batch's messages, the rule for transaction and sink ids. ``rmq_spark.structs``
+re-exports them."""
 
 from __future__ import annotations
 
 import enum
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rmq_wire.errors import ConfigError
 
 SECRET_KEY_VARIABLE = "RMQ_SECRET_KEY"
+# Transaction and sink ids: the broker refuses others, the SDK checks them before sending.
+TRANSACTION_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:@+=-]{1,255}$")
+TRANSACTION_ID_RULE = "1 to 255 letters, digits or . _ : @ + = -"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ all a door imports of the broker: never ``store``, ``pop``, ``txn`` or ``schedul
 from broker_sim.core.checks import OpenTransaction, TransactionChecks
 from broker_sim.core.core import (
     BrokerCore,
-    BrokerStats,
+    BrokerSnapshot,
     CallGate,
     CoreOptions,
     Counters,
@@ -22,7 +22,7 @@ from broker_sim.store import ZERO_HOST, TopicConfig
 from broker_sim.txn import TxnState
 
 __all__ = [
-    "BrokerCore", "BrokerError", "BrokerStats", "CallGate", "CoreOptions", "Counters", "EarlyBatchSend",
+    "BrokerCore", "BrokerError", "BrokerSnapshot", "CallGate", "CoreOptions", "Counters", "EarlyBatchSend",
     "InnerBatchSend", "OffsetRange", "OpenTransaction", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
     "Reason", "SendOutcome", "SendRequest", "SingleSend", "TransactionChecks", "parse_tag_filter",
     # what the doors need of the parts below the core

@@ -108,7 +108,12 @@ class QueueOffsets:
 
 
 @dataclass(frozen=True)
-class BrokerStats:
+class BrokerSnapshot:
+    """The broker's positions, counters and health as the core sees them, every corrupted
+    record included (the store's ``CorruptedRecord``). Doors answer from it: our contract's
+    BrokerStats call (the count and the first ``CORRUPTED_LISTED``), which the SDK reads into
+    its own answer type, ``rmq_spark.BrokerStats``."""
+
     topics: int
     queues: int
     commitlog_min_offset: int
@@ -645,13 +650,13 @@ class BrokerCore:
 
     # --- stats -----------------------------------------------------------------------------
 
-    def stats(self) -> BrokerStats:
+    def stats(self) -> BrokerSnapshot:
         with self.gate:
             store = self.store
             topics = store.all_topics()
             log_positions = store.log_positions()
             lag_bytes, lag_ms = store.dispatch_lag()
-            return BrokerStats(
+            return BrokerSnapshot(
                 topics=len(topics), queues=sum(t.queue_count for t in topics),
                 commitlog_min_offset=log_positions.min_offset, commitlog_max_offset=log_positions.max_offset,
                 commitlog_flushed_offset=log_positions.flushed_offset,

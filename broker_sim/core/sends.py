@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker_sim.core.errors import invalid
-from broker_sim.store import ZERO_HOST, Compression, InnerBatch, PutContext, PutResult, echo
+from broker_sim.store import ZERO_HOST, BatchPut, Compression, PutContext, PutResult, echo
 from rmq_wire import record as fmt
 from rmq_wire.types import InnerBatchIds
 
@@ -47,8 +47,9 @@ class EarlyBatchSend:
 
 @dataclass(slots=True)
 class InnerBatchSend:
-    """``count`` messages encoded by ``codec`` ("rmq" or "arrow"), stored as one record on a
-    BatchCQ topic; ``tags`` is the batch's TAGS property."""
+    """``count`` messages encoded by ``codec`` ("rmq" or "arrow"), to be stored as one record
+    (an inner batch) on a BatchCQ topic; ``tags`` is the batch's TAGS property. The core hands
+    the store a ``BatchPut`` for it, and answers ``InnerBatchIds``."""
 
     payload: bytes
     count: int
@@ -133,7 +134,7 @@ def put(target, request: SendRequest) -> PutResult:
         return target.put_early_batch(request.topic, request.queue_id, content.payload, context=context)
     properties = user_properties(content.properties, "the batch")
     properties.update(_field_properties(content.tags, ""))
-    batch = InnerBatch(content.payload, content.count, content.codec, content.compression, properties)
+    batch = BatchPut(content.payload, content.count, content.codec, content.compression, properties)
     return target.put_inner_batch(request.topic, request.queue_id, batch, context=context)
 
 

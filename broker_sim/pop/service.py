@@ -49,10 +49,10 @@ from broker_sim.pop.state import (
     unit_suffix,
 )
 from broker_sim.store import (
+    BatchPut,
     ConsumerOffsetTable,
     CreateStatus,
     GetStatus,
-    InnerBatch,
     MessageStore,
     PutContext,
     PutResult,
@@ -592,7 +592,7 @@ class PopService:
                              stored_before=True)
         if record.sys_flag & fmt.SysFlag.INNER_BATCH:
             codec = record.properties.get(fmt.PROPERTY_BATCH_CODEC, "rmq")
-            batch = InnerBatch(bytes(record.body), unit.count, codec, record.compression, properties, record.flag)
+            batch = BatchPut(bytes(record.body), unit.count, codec, record.compression, properties, record.flag)
             result = self.store.put_inner_batch(target, 0, batch, context=context)
         else:
             result = self.store.put_message(target, 0, bytes(record.body), properties=properties, flag=record.flag,

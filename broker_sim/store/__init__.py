@@ -28,10 +28,10 @@ from broker_sim.store.state_marks import StateLossError, StateMarks
 from broker_sim.store.status import (
     DEFAULT_PUT,
     ZERO_HOST,
+    BatchPut,
     CreateStatus,
     GetResult,
     GetStatus,
-    InnerBatch,
     LogPositions,
     PutContext,
     PutResult,
@@ -43,9 +43,10 @@ from broker_sim.store.topics import QueueType, TopicConfig, creation_problem, sy
 from rmq_wire.record import Compression, SysFlag, decode_record, encode_message_batch
 
 __all__ = [
-    "DEFAULT_FLUSH_INTERVAL_MS", "DEFAULT_PUT", "NAME_DIGITS", "ZERO_HOST", "Compression", "ConsumerOffsetTable",
+    "DEFAULT_FLUSH_INTERVAL_MS", "DEFAULT_PUT", "NAME_DIGITS", "ZERO_HOST", "BatchPut", "Compression",
+    "ConsumerOffsetTable",
     "CorruptedRecord", "CreateStatus", "DataDirInUseError", "DiskFailedError", "DiskFullError", "DiskGuard",
-    "FlushMode", "GetResult", "GetStatus", "IndexUnit", "InnerBatch", "LogPositions", "MappedFile", "MessageStore",
+    "FlushMode", "GetResult", "GetStatus", "IndexUnit", "LogPositions", "MappedFile", "MessageStore",
     "PendingRecord", "PutContext", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
     "StateLossError", "StateMarks",
     "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",

@@ -38,10 +38,10 @@ from broker_sim.store.producer_state import ProducerState, stamp_problem, stamp_
 from broker_sim.store.recovery import RecoveryReport, recover
 from broker_sim.store.status import (
     DEFAULT_PUT,
+    BatchPut,
     CreateStatus,
     GetResult,
     GetStatus,
-    InnerBatch,
     LogPositions,
     PutContext,
     PutResult,
@@ -200,7 +200,7 @@ class MessageStore:
         with consecutive offsets."""
         return self._put(self.build_early_batch(topic, queue_id, payload, context=context), context)
 
-    def put_inner_batch(self, topic: str, queue_id: int, batch: InnerBatch, *,
+    def put_inner_batch(self, topic: str, queue_id: int, batch: BatchPut, *,
                         context: PutContext = DEFAULT_PUT) -> PutResult:
         """Store a batch of messages as ONE record (INNER_BATCH | NEED_UNWRAP) on a BatchCQ
         topic. The payload is stored as it is: its codec and compression are recorded, and it
@@ -256,7 +256,7 @@ class MessageStore:
             return _illegal(f"malformed batch payload: {err}")
         return self._checked(config, queue_id, records)
 
-    def build_inner_batch(self, topic: str, queue_id: int, batch: InnerBatch, *,
+    def build_inner_batch(self, topic: str, queue_id: int, batch: BatchPut, *,
                           context: PutContext = DEFAULT_PUT) -> "QueueRecords | PutResult":
         payload, count, codec = batch.payload, batch.count, batch.codec
         config, failed = self._check_queue(topic, queue_id)

@@ -32,9 +32,15 @@ DEFAULT_PUT = PutContext()
 
 
 @dataclass(slots=True)
-class InnerBatch:
-    """``count`` messages encoded by ``codec`` ("rmq" or "arrow"), maybe compressed: stored as
-    ONE record (INNER_BATCH | NEED_UNWRAP) on a BatchCQ topic, the payload as it is."""
+class BatchPut:
+    """What ``put_inner_batch`` is given: ``count`` messages encoded by ``codec`` ("rmq" or
+    "arrow"), maybe compressed, to be stored as ONE record (an inner batch: SYSFLAG INNER_BATCH |
+    NEED_UNWRAP) on a BatchCQ topic, the payload as it is.
+
+    Not to be confused with the stored inner batch (a record, ``rmq_wire.record.Record`` with
+    ``SysFlag.INNER_BATCH``), the core's ``InnerBatchSend`` (what a door asks to send, which the
+    core turns into a ``BatchPut``) or ``InnerBatchIds`` (the ids of a stored batch's messages).
+    """
 
     payload: bytes
     count: int

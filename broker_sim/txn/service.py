@@ -44,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import re
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -52,9 +51,9 @@ from typing import Callable
 from broker_sim.common.service_thread import ServiceThread
 from broker_sim.store import (
     DEFAULT_PUT,
+    BatchPut,
     DiskFailedError,
     DiskFullError,
-    InnerBatch,
     MessageStore,
     PutContext,
     PutResult,
@@ -71,11 +70,10 @@ from broker_sim.store import (
 from broker_sim.txn.half_log import HalfLog, HalfLogError, HalfRecord
 from broker_sim.txn.state import BatchRef, SinkRecord, StateStore, Transaction, TxnState, pack_stamp
 from rmq_wire import record as fmt
+from rmq_wire.types import TRANSACTION_ID_PATTERN, TRANSACTION_ID_RULE
 
 log = logging.getLogger(__name__)
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9._:@+=-]{1,255}$")
-ID_RULE = "1 to 255 letters, digits or . _ : @ + = -"
 # A run of one queue's committed records is appended in one call up to these sizes, so that
 # other writers of the commitlog wait at most that long.
 _APPEND_RECORDS = 64
@@ -592,7 +590,7 @@ class PreparedPuts:
         built = self._service.store.build_early_batch(topic, queue_id, payload, context=context)
         return self._service.prepare(self._id, built, context.producer, self._owner)
 
-    def put_inner_batch(self, topic, queue_id, batch: InnerBatch, *, context: PutContext = DEFAULT_PUT) -> PutResult:
+    def put_inner_batch(self, topic, queue_id, batch: BatchPut, *, context: PutContext = DEFAULT_PUT) -> PutResult:
         built = self._service.store.build_inner_batch(topic, queue_id, batch, context=context)
         return self._service.prepare(self._id, built, context.producer, self._owner)
 
@@ -609,9 +607,9 @@ def _check_owner(txns: list[Transaction], owner: str | None) -> None:
 
 
 def check_id(value: str, what: str) -> str:
-    if not isinstance(value, str) or not ID_PATTERN.match(value):
+    if not isinstance(value, str) or not TRANSACTION_ID_PATTERN.match(value):
         shown = echo(value) if isinstance(value, str) else type(value).__name__
-        raise TransactionRefused(Refusal.INVALID, f"{what} {shown} is malformed: use {ID_RULE}")
+        raise TransactionRefused(Refusal.INVALID, f"{what} {shown} is malformed: use {TRANSACTION_ID_RULE}")
     return value
 
 

@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 from rmq_spark.client.transport import RangeChunk, ReadStatus
 from rmq_spark.errors import BrokerUnavailableError, CodecError, RequestTimeoutError
 from rmq_wire.codec._bytes import ChainError, entry_starts
-from rmq_wire.codec.records import FIXED_BYTES
+from rmq_wire.record import FIXED_BYTES
 from rmq_wire.remoting import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)

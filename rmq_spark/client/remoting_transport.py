@@ -73,6 +73,7 @@ from rmq_spark.structs import (
 )
 from rmq_wire.codec import Codec, Compression
 from rmq_wire.codec.records import read_headers
+from rmq_wire.record import PROPERTY_INNER_NUM, SysFlag, find_property
 from rmq_wire.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, fastjson
 
 PRODUCER_GROUP = "rocketmq-batch-producer"  # RocketMQ's sends name a producer group
@@ -784,11 +785,11 @@ def _popped(query: PopQuery, answer: RemotingCommand, broker: str, invisible_unt
 
 
 def _inner_num(view: memoryview, records, i: int) -> int:
-    if not records.sys_flag[i] & 0x80:  # not an inner batch
+    if not records.sys_flag[i] & SysFlag.INNER_BATCH:
         return 1
     props = bytes(view[records.props_start[i]:records.props_start[i] + records.props_length[i]])
-    at = props.find(b"INNER_NUM\x01")
-    return int(props[at + 10:props.index(b"\x02", at)]) if at >= 0 else 1
+    count = find_property(props, PROPERTY_INNER_NUM.encode())
+    return int(count) if count is not None else 1
 
 
 def _properties_text(properties: dict) -> str:

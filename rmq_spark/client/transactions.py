@@ -26,23 +26,20 @@ broker's timeout (15 minutes by default), so a writer that dies leaves nothing b
 
 from __future__ import annotations
 
-import re
 import uuid
 
 from rmq_spark.client.transport import TransportConfig, connect
 from rmq_spark.errors import ConfigError
 from rmq_spark.structs import CommitResult, PreparedTransaction, SinkBatchStatus, TransactionInfo
+from rmq_wire.types import TRANSACTION_ID_PATTERN, TRANSACTION_ID_RULE
 
-# The broker's rule for transaction and sink ids (broker_sim/txn/service.py).
-ID_PATTERN = re.compile(r"^[A-Za-z0-9._:@+=-]{1,255}$")
-ID_RULE = "1 to 255 letters, digits or . _ : @ + = -"
 _UUID_CHARS = 33  # "." and 32 hex digits
 DEFAULT_COMMIT_TIMEOUT_MS = 120_000
 
 
 def check_id(value, what: str = "transaction id") -> str:
-    if not isinstance(value, str) or not ID_PATTERN.match(value):
-        raise ConfigError(f"{what} {value!r:.80} is malformed: use {ID_RULE}")
+    if not isinstance(value, str) or not TRANSACTION_ID_PATTERN.match(value):
+        raise ConfigError(f"{what} {value!r:.80} is malformed: use {TRANSACTION_ID_RULE}")
     return value
 
 

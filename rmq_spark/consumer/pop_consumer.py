@@ -23,8 +23,9 @@ from rmq_spark.errors import (
     UndecodableBatchError,
 )
 from rmq_spark.structs import ReceivedMessage
-from rmq_wire.codec.properties import SYSTEM_PROPERTIES, decode_properties
+from rmq_wire.codec.properties import SYSTEM_PROPERTIES
 from rmq_wire.codec.records import RecordFormatError, decode_records
+from rmq_wire.record import HEADER, PROPERTY_KEYS, PROPERTY_TAGS, SysFlag, decode_properties
 
 log = logging.getLogger(__name__)
 
@@ -351,25 +352,19 @@ class _Answer:
             return self._decoded[with_properties]
 
 
-# A stored record's header up to BODYLEN (RocketMQ's V1 layout), for single messages.
-_HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
-_INNER_BATCH = 0x80
-_COMPRESSED = 0x1
-
-
 def _single_message(data: memoryview, at: int, delivery: Delivery) -> ReceivedMessage | None:
     """The message of a single-message record, decoded in Python (cheaper than Arrow for one);
     None for an inner batch."""
     (_total, _magic, _crc, queue_id, _flag, queue_offset, _physical, sys_flag, born, _born_host, stored, _store_host,
-     _reconsume, _prepared, body_length) = _HEADER.unpack_from(data, at)
-    if sys_flag & (_INNER_BATCH | _COMPRESSED):  # a batch, or a body to decompress: the Arrow path
+     _reconsume, _prepared, body_length) = HEADER.unpack_from(data, at)
+    if sys_flag & (SysFlag.INNER_BATCH | SysFlag.COMPRESSED):  # a batch, or a body to decompress: the Arrow path
         return None
-    body_at = at + _HEADER.size
+    body_at = at + HEADER.size
     topic_at = body_at + body_length
     props_at = topic_at + 1 + data[topic_at] + 2
     (props_length,) = struct.unpack_from(">h", data, props_at - 2)
     properties = decode_properties(data[props_at:props_at + props_length])
-    tags, keys = properties.get("TAGS"), properties.get("KEYS")
+    tags, keys = properties.get(PROPERTY_TAGS), properties.get(PROPERTY_KEYS)
     user = {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES}
     return ReceivedMessage(delivery.topic, queue_id, queue_offset, bytes(data[body_at:topic_at]), tags, keys, born,
                            stored, delivery.reconsume_times, delivery.receipt_handle, user, delivery.broker)

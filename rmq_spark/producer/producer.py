@@ -17,11 +17,15 @@ from rmq_spark.producer.routing import Router
 from rmq_spark.producer.sender import BatchTimer, Sender
 from rmq_spark.structs import Message, PreparedTransaction, SendResult
 from rmq_wire.codec import Codec, Compression
+from rmq_wire.record import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TIMER_PROPERTIES,
+    PROPERTY_TRANSACTION_PREPARED,
+    RETRY_TOPIC_PREFIX,
+)
 
 # Messages that go out alone, as RocketMQ's AutoBatch sends them.
-_RETRY_TOPIC_PREFIX = "%RETRY%"
-_UNBATCHABLE_PROPERTIES = ("DELAY", "__STARTDELIVERTIME", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS",
-                           "TRAN_MSG")
+_UNBATCHABLE_PROPERTIES = (PROPERTY_DELAY_TIME_LEVEL, *PROPERTY_TIMER_PROPERTIES, PROPERTY_TRANSACTION_PREPARED)
 
 
 def _monotonic_ms() -> float:
@@ -257,7 +261,7 @@ class Producer:
             self._transport.close()
 
     def _batched(self, message: Message) -> bool:
-        return (self.config.auto_batch and not message.topic.startswith(_RETRY_TOPIC_PREFIX)
+        return (self.config.auto_batch and not message.topic.startswith(RETRY_TOPIC_PREFIX)
                 and not (message.properties and any(name in message.properties for name in _UNBATCHABLE_PROPERTIES)))
 
     def _check_open(self) -> None:

@@ -24,6 +24,7 @@ from rmq_spark import (
     normalize_tag_filter,
 )
 from rmq_spark.spark import kafka
+from rmq_wire.units import parse_duration_ms, parse_size_bytes
 
 EARLIEST = -2  # in offset JSON, as Kafka's
 LATEST = -1
@@ -64,11 +65,6 @@ OPTION_NAMES = (
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
 SUBSCRIPTIONS = ("topic", "topics", "topicPattern", "assign")
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
-_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-                "d": 86_400_000}
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
-_SIZE_BYTES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -401,24 +397,24 @@ def _whole(given: dict, name: str, what: str, minimum: int = 1) -> int | None:
 
 
 def _duration(given: dict, name: str) -> int:
-    if name not in given:
-        return DEFAULTS[f"{name}_ms"]
-    match = _DURATION.match(given[name])
-    if not match or int(match.group(1)) <= 0:
-        raise ConfigError(f"option {name}={given[name]!r}: expected a duration such as 500ms, 30s, 15m, 1h or 1d "
-                          "(a bare number is milliseconds)")
-    return int(match.group(1)) * _DURATION_MS[(match.group(2) or "").lower() or None]
+    return _positive(given, name, f"{name}_ms", parse_duration_ms,
+                     "a duration such as 500ms, 30s, 15m, 1h or 1d (a bare number is milliseconds)")
 
 
 def _size(given: dict, name: str) -> int:
+    return _positive(given, name, name, parse_size_bytes,
+                     "a positive size in bytes, or with a unit: 512k, 64m, 1g (binary units)")
+
+
+def _positive(given: dict, name: str, default: str, parse, expected: str) -> int:
+    """Option ``name`` read by ``parse`` (``rmq_wire.units``), which must give more than 0;
+    ``DEFAULTS[default]`` when it is not given."""
     if name not in given:
-        return DEFAULTS[name]
-    match = _SIZE.match(given[name])
-    size = int(match.group(1)) * _SIZE_BYTES[(match.group(2) or "").lower()[:1]] if match else 0
-    if size <= 0:
-        raise ConfigError(f"option {name}={given[name]!r}: expected a positive size in bytes, or with a unit: 512k, "
-                          "64m, 1g (binary units)")
-    return size
+        return DEFAULTS[default]
+    value = parse(given[name])
+    if not value:
+        raise ConfigError(f"option {name}={given[name]!r}: expected {expected}")
+    return value
 
 
 def _bool(given: dict, name: str) -> bool:

@@ -17,9 +17,10 @@ import pyarrow as pa
 
 from rmq_wire.codec import arrow, rmq
 from rmq_wire.codec.columns import BATCH_SCHEMA, PROPERTIES_TYPE, to_batch_columns
-from rmq_wire.codec.compression import Compression, compress, decompress, decompress_bounded
+from rmq_wire.codec.compression import compress, decompress, decompress_bounded
 from rmq_wire.codec.properties import SYSTEM_PROPERTIES
 from rmq_wire.errors import CodecError
+from rmq_wire.record import Compression
 
 __all__ = [
     "BATCH_SCHEMA", "MAX_DECOMPRESSED_BYTES", "PROPERTIES_TYPE", "SYSTEM_PROPERTIES", "Codec", "Compression",

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_wire.codec._gather import MapColumn, RangeColumn, Sources, gather_ranges
-from rmq_wire.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PropertyEntries
+from rmq_wire.codec.properties import PropertyEntries
+from rmq_wire.record import PROPERTY_KEYS, PROPERTY_TAGS
 
 
 @dataclass

@@ -1,14 +1,12 @@
 """Compression of a whole batch payload: none, LZ4 (frame format), Zstandard (one frame), or
 zlib (RocketMQ's own: its Java clients compress a message body over 4 KiB so).
 
-The values are RocketMQ's compression types, as stored in SYSFLAG bits 8-10 of a commitlog
-record (with the COMPRESSED bit 0x1 set when the type is not NONE; the bit alone, as RocketMQ
-4.x writes it, means zlib).
+``Compression`` (RocketMQ's compression types, as SYSFLAG stores them) is the record
+format's, ``rmq_wire.record``; this module compresses and decompresses.
 """
 
 from __future__ import annotations
 
-import enum
 import threading
 import zlib
 
@@ -19,64 +17,7 @@ import zstandard
 
 from rmq_wire.codec._bytes import read_at
 from rmq_wire.errors import CodecError
-
-# SYSFLAG bits that carry the compression of a stored record.
-SYSFLAG_COMPRESSED = 0x1
-COMPRESSION_SHIFT = 8
-COMPRESSION_MASK = 0x7 << COMPRESSION_SHIFT
-
-
-class Compression(enum.IntEnum):
-    """Compression of a batch payload; the value is RocketMQ's SYSFLAG compression type."""
-
-    NONE = 0
-    LZ4 = 1
-    ZSTD = 2
-    ZLIB = 3
-
-    @classmethod
-    def parse(cls, value: "Compression | str | int | None") -> "Compression":
-        """The compression named by ``value`` ("none", "lz4", "zstd", "zlib", any case), an int or a member.
-
-        ``None`` means NONE. Raises CodecError naming the accepted values.
-        """
-        if value is None:
-            return cls.NONE
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            member = cls.__members__.get(value.strip().upper())
-            if member is not None:
-                return member
-        elif isinstance(value, int) and not isinstance(value, bool) and value in cls._value2member_map_:
-            return cls(value)
-        raise CodecError(f"unknown compression {value!r}; use one of: {', '.join(c.name.lower() for c in cls)}")
-
-    @classmethod
-    def from_sys_flag(cls, sys_flag: int) -> "Compression":
-        """The compression recorded in a commitlog record's SYSFLAG.
-
-        Raises CodecError for a compression type this client cannot decode.
-        """
-        found = _BY_SYS_FLAG_BITS.get(sys_flag & (SYSFLAG_COMPRESSED | COMPRESSION_MASK))
-        if found is not None:
-            return found
-        kind = (sys_flag & COMPRESSION_MASK) >> COMPRESSION_SHIFT
-        raise CodecError(f"SYSFLAG {sys_flag:#x} marks compression type {kind}, unknown; this client reads "
-                         f"{', '.join(c.name.lower() for c in cls)} only")
-
-    def sys_flag(self) -> int:
-        """The SYSFLAG bits that record this compression."""
-        if self is Compression.NONE:
-            return 0
-        return SYSFLAG_COMPRESSED | (self.value << COMPRESSION_SHIFT)
-
-
-# SYSFLAG's compression bits -> Compression: type bits without the COMPRESSED bit mean none;
-# the COMPRESSED bit with no type is RocketMQ 4.x's zlib.
-_BY_SYS_FLAG_BITS = {kind << COMPRESSION_SHIFT: Compression.NONE for kind in range(8)}
-_BY_SYS_FLAG_BITS.update({c.sys_flag(): c for c in Compression if c is not Compression.NONE})
-_BY_SYS_FLAG_BITS[SYSFLAG_COMPRESSED] = Compression.ZLIB
+from rmq_wire.record import Compression
 
 # zstandard's (de)compressor objects are not thread safe, but are worth reusing (each holds
 # a context that is costly to create): one of each per thread.

@@ -1,8 +1,10 @@
 """RocketMQ message properties: ``name\\x01value\\x02`` repeated, UTF-8.
 
-TAGS and KEYS are properties of their own names. Decoding is vectorized: the encoded
-properties of all messages, gathered into one buffer, are cut at their separators with numpy
-(``PropertyEntries``), so no Python runs per message. Like RocketMQ's decoder, an entry
+TAGS and KEYS are properties of their own names. The names, the separators and one message's
+properties decoded in Python are the record format's (``rmq_wire.record``); here are a column
+of messages' properties. Decoding is vectorized: the encoded properties of all messages,
+gathered into one buffer, are cut at their separators with numpy (``PropertyEntries``), so no
+Python runs per message. Like RocketMQ's decoder, an entry
 without a ``\\x01`` or with an empty name is skipped, and the last separator may be missing.
 """
 
@@ -15,41 +17,35 @@ import pyarrow.compute as pc
 from rmq_wire.codec._bytes import as_uint8, matches, read_at
 from rmq_wire.codec._gather import MapColumn, gather_ranges
 from rmq_wire.errors import CodecError
-
-NAME_VALUE_SEPARATOR = b"\x01"
-PROPERTY_SEPARATOR = b"\x02"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_INNER_NUM = "INNER_NUM"
-PROPERTY_INNER_BASE = "INNER_BASE"
-PROPERTY_BATCH_CODEC = "BATCH_CODEC"
-PROPERTY_RECORD_CRC = "__HCRC32#"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # a message's id, as RocketMQ's clients give it
-MAX_PROPERTIES_BYTES = 32767  # PROPLEN is a signed 16-bit length
+from rmq_wire.record import (
+    MAX_PROPERTIES_BYTES,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_BATCH_CODEC,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_INNER_BASE,
+    PROPERTY_INNER_NUM,
+    PROPERTY_KEYS,
+    PROPERTY_PRODUCER,
+    PROPERTY_RECORD_CRC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_PROPERTIES,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT_STORE_MSG_OK,
+)
 
 # Properties that are not the user's: TAGS and KEYS have columns of their own; the others are
 # written by brokers (RocketMQ's and broker_sim's) or by RocketMQ's producer for itself.
 SYSTEM_PROPERTIES = frozenset({
     PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_INNER_NUM, PROPERTY_INNER_BASE, PROPERTY_BATCH_CODEC,
-    PROPERTY_RECORD_CRC, "__CRC32#", "__PRODUCER#", "WAIT", "DELAY", "TRAN_MSG", "PGROUP", PROPERTY_UNIQ_KEY,
-    "MIN_OFFSET", "MAX_OFFSET", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "POP_CK", "CLUSTER", "MSG_REGION", "TRACE_ON",
-    "__STARTDELIVERTIME", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS",
+    PROPERTY_RECORD_CRC, "__CRC32#", PROPERTY_PRODUCER, PROPERTY_WAIT_STORE_MSG_OK, PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TRANSACTION_PREPARED, "PGROUP", PROPERTY_UNIQ_KEY, "MIN_OFFSET", "MAX_OFFSET", "REAL_TOPIC", "REAL_QID",
+    "RETRY_TOPIC", "POP_CK", "CLUSTER", "MSG_REGION", "TRACE_ON", *PROPERTY_TIMER_PROPERTIES,
 })
 
 _SEPARATORS = "[\x01\x02]"
 _SYSTEM_NAMES = pa.array(sorted(SYSTEM_PROPERTIES), pa.string())
-
-
-# --- one message, in Python (record-level properties) ---------------------------------------
-
-def decode_properties(raw) -> dict[str, str]:
-    """All properties of one message, system ones included (a record's, for its header)."""
-    out = {}
-    for item in bytes(raw).decode().split("\x02"):
-        name, sep, value = item.partition("\x01")
-        if sep and name:
-            out[name] = value
-    return out
 
 
 # --- a column of messages, vectorized --------------------------------------------------------

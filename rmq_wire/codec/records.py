@@ -1,11 +1,7 @@
 """Stored commitlog records, as the broker streams them, decoded into the read schema.
 
-A read returns stored records concatenated, in RocketMQ's V1 layout (big-endian, IPv4 hosts)::
-
-    TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 |
-    PHYSICALOFFSET 8 | SYSFLAG 4 | BORNTIMESTAMP 8 | BORNHOST 8 | STORETIMESTAMP 8 |
-    STOREHOST 8 | RECONSUMETIMES 4 | PREPARED TX OFFSET 8 | BODYLEN 4 | BODY |
-    TOPICLEN 1 | TOPIC | PROPLEN 2 | PROPERTIES
+A read returns stored records concatenated, in RocketMQ's V1 layout (big-endian, IPv4 hosts;
+drawn field by field in ``rmq_wire.record``, whose constants this module reads by).
 
 A record with SYSFLAG INNER_BATCH is an inner batch: its body is a batch payload (codec in
 property BATCH_CODEC, absent = rmq; compression in SYSFLAG), holding INNER_NUM messages at
@@ -34,23 +30,25 @@ from rmq_wire.codec._bytes import ChainError, as_uint8, entry_starts, matches, r
 from rmq_wire.codec._gather import RangeColumn
 from rmq_wire.codec._messages import Finished, MessageColumns
 from rmq_wire.codec.columns import BATCH_SCHEMA, PROPERTIES_TYPE
-from rmq_wire.codec.compression import Compression, PayloadError, decompress_all, decompress_each
-from rmq_wire.codec.properties import (
+from rmq_wire.codec.compression import PayloadError, decompress_all, decompress_each
+from rmq_wire.errors import CodecError
+from rmq_wire.record import (
+    BLANK_MAGIC,
+    FIXED_BYTES,
+    MAGIC_V1,
+    MAGIC_V2,
     PROPERTY_BATCH_CODEC,
     PROPERTY_INNER_BASE,
     PROPERTY_INNER_NUM,
     PROPERTY_TAGS,
+    Compression,
+    SysFlag,
     decode_properties,
 )
-from rmq_wire.errors import CodecError
 
-MAGIC_V1 = 0xDAA320A7
-_OTHER_MAGICS = {0xDAA320AB: "a V2 record (2-byte topic length), not supported by this client",
-                 0xCBD43194: "a BLANK end-of-segment marker, not a record"}
-FIXED_BYTES = 91  # every field but the body, topic and properties
-SYSFLAG_INNER_BATCH = 0x80
-SYSFLAG_COMPRESSED = 0x1
-_SYSFLAG_IPV6_HOSTS = 0x10 | 0x20  # RocketMQ's BORNHOST_V6 / STOREHOST_V6: 20-byte hosts
+_OTHER_MAGICS = {MAGIC_V2: "a V2 record (2-byte topic length), not supported by this client",
+                 BLANK_MAGIC: "a BLANK end-of-segment marker, not a record"}
+_SYSFLAG_IPV6_HOSTS = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6  # 20-byte hosts
 
 # Every field before the body, as numpy reads them in one gather per buffer.
 _HEADER = np.dtype([
@@ -175,7 +173,7 @@ class RecordHeader:
 
     @property
     def inner_batch(self) -> bool:
-        return bool(self.sys_flag & SYSFLAG_INNER_BATCH)
+        return bool(self.sys_flag & SysFlag.INNER_BATCH)
 
     @property
     def count(self) -> int:
@@ -302,8 +300,8 @@ def _decode_messages(buf: memoryview, headers: RecordHeaders, inner: _InnerBatch
                      include_properties: bool) -> Finished:
     """Body, keys, tags, properties and born times of the kept messages."""
     columns = MessageColumns(cut.nrows, include_properties)
-    singles = (headers.sys_flag & SYSFLAG_INNER_BATCH) == 0
-    compressed = singles & ((headers.sys_flag & SYSFLAG_COMPRESSED) != 0)
+    singles = (headers.sys_flag & SysFlag.INNER_BATCH) == 0
+    compressed = singles & ((headers.sys_flag & SysFlag.COMPRESSED) != 0)
     plain = np.flatnonzero(singles & ~compressed & (cut.rows > 0))
     if len(plain):
         columns.put_encoded(cut.row_start[plain], buf, headers.body_start[plain], headers.body_length[plain],
@@ -363,7 +361,7 @@ def _empty(schema: pa.Schema) -> pa.RecordBatch:
 def _inner_batches(buf: memoryview, headers: RecordHeaders) -> _InnerBatches:
     """Count, codec, compression and tags of each inner batch record (Python per batch: a
     record's few properties split in one pass)."""
-    records = np.flatnonzero(headers.sys_flag & SYSFLAG_INNER_BATCH)
+    records = np.flatnonzero(headers.sys_flag & SysFlag.INNER_BATCH)
     count, arrow, compressions, tags = [], [], [], []
     fields = (headers.queue_offset, headers.sys_flag, headers.props_start, headers.props_length)
     for record, base, sys_flag, props_start, props_length in zip(records.tolist(),

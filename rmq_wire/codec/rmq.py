@@ -20,18 +20,17 @@ import pyarrow.compute as pc
 from rmq_wire.codec._bytes import ChainError, as_uint8, chains_entry_starts, entry_starts, read_at
 from rmq_wire.codec._messages import MessageColumns
 from rmq_wire.codec.columns import BATCH_SCHEMA
-from rmq_wire.codec.properties import (
+from rmq_wire.codec.properties import SYSTEM_PROPERTIES, encode_property_column
+from rmq_wire.errors import CodecError
+from rmq_wire.record import (
+    BATCH_ENTRY,
+    BATCH_ENTRY_FIXED_BYTES,
     MAX_PROPERTIES_BYTES,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    SYSTEM_PROPERTIES,
-    encode_property_column,
 )
-from rmq_wire.errors import CodecError
 
-HEADER_BYTES = 20  # TOTALSIZE .. BODYLEN
-FIXED_BYTES = HEADER_BYTES + 2  # + PROPLEN
 _BODYLEN_AT = 16
 _HEADER = np.dtype([("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("flag", ">i4"), ("body_length", ">i4")])
 
@@ -45,7 +44,6 @@ class BatchFormatError(CodecError):
         self.payload = payload
 
 
-_ENTRY = struct.Struct(">iiiii")
 _PROPLEN = struct.Struct(">h")
 
 
@@ -63,7 +61,7 @@ def encode_rows(rows, unique_keys=None) -> bytes:
         props = _encode_row_properties(index, properties, keys, tags)
         if unique_keys is not None:
             props += f"{PROPERTY_UNIQ_KEY}\x01{unique_keys[index]}\x02".encode()
-        parts += [_ENTRY.pack(FIXED_BYTES + len(body) + len(props), 0, 0, 0, len(body)), body,
+        parts += [BATCH_ENTRY.pack(BATCH_ENTRY_FIXED_BYTES + len(body) + len(props), 0, 0, 0, len(body)), body,
                   _PROPLEN.pack(len(props)), props]
     return b"".join(parts)
 
@@ -76,13 +74,13 @@ def encode_plain(bodies, tags: str | None = None) -> bytes:
     so a message costs a length and three list items: the producer's commonest batch."""
     props = _encode_row_properties(0, None, None, tags)
     tail = _PROPLEN.pack(len(props)) + props
-    fixed = FIXED_BYTES + len(props)
+    fixed = BATCH_ENTRY_FIXED_BYTES + len(props)
     parts: list = []
     header, size = b"", -1
     for body in bodies:
         if len(body) != size:
             size = len(body)
-            header = _ENTRY.pack(fixed + size, 0, 0, 0, size)
+            header = BATCH_ENTRY.pack(fixed + size, 0, 0, 0, size)
         parts += (header, body, tail)
     return b"".join(parts)
 
@@ -141,7 +139,7 @@ def encode_with_offsets(batch: pa.RecordBatch, unique_keys: pa.Array | None = No
     properties = encode_property_column(batch.column(2), batch.column(1), batch.column(3), unique_keys)
     body_lengths = np.asarray(pc.binary_length(body), dtype=np.int64)
     props_lengths = np.asarray(pc.binary_length(properties), dtype=np.int64)
-    totals = FIXED_BYTES + body_lengths + props_lengths
+    totals = BATCH_ENTRY_FIXED_BYTES + body_lengths + props_lengths
     if rows and int(totals.max()) > 0x7FFFFFFF:
         raise CodecError("a message of 2 GiB or more cannot be encoded: TOTALSIZE is a 32-bit integer")
     header = np.zeros(rows, dtype=_HEADER)
@@ -149,7 +147,7 @@ def encode_with_offsets(batch: pa.RecordBatch, unique_keys: pa.Array | None = No
     header["body_length"] = body_lengths
     props_length = props_lengths.astype(">i2")
     joined = pc.binary_join_element_wise(
-        _fixed_width(header.tobytes(), HEADER_BYTES, rows), body,
+        _fixed_width(header.tobytes(), BATCH_ENTRY.size, rows), body,
         _fixed_width(props_length.tobytes(), 2, rows), properties, b"")
     _, offsets, data = joined.buffers()
     return (data if data is not None else pa.py_buffer(b"")), \
@@ -184,7 +182,7 @@ def scan(payload) -> Entries:
     if not len(payload):
         raise BatchFormatError("rmq batch payload is empty: a batch holds at least one message")
     try:
-        starts = entry_starts(payload, FIXED_BYTES, "rmq batch: message")
+        starts = entry_starts(payload, BATCH_ENTRY_FIXED_BYTES, "rmq batch: message")
     except ChainError as err:
         raise BatchFormatError(str(err)) from None
     return _checked_entries(payload, starts, begins, ends)
@@ -206,13 +204,13 @@ def count(payload) -> int:
     pos = found = 0
     lengths, proplen = _LENGTHS.unpack_from, _PROPLEN.unpack_from
     while pos < end and found < _WALKED_ENTRIES:
-        if end - pos < FIXED_BYTES:
+        if end - pos < BATCH_ENTRY_FIXED_BYTES:
             break
         total, body = lengths(raw, pos)
-        if not FIXED_BYTES <= total <= end - pos or not 0 <= body <= total - FIXED_BYTES or \
-                proplen(raw, pos + HEADER_BYTES + body)[0] != total - FIXED_BYTES - body:
+        if not BATCH_ENTRY_FIXED_BYTES <= total <= end - pos or not 0 <= body <= total - BATCH_ENTRY_FIXED_BYTES or \
+                proplen(raw, pos + BATCH_ENTRY.size + body)[0] != total - BATCH_ENTRY_FIXED_BYTES - body:
             break
-        if not all_text and not raw[pos + FIXED_BYTES + body:pos + total].isascii():
+        if not all_text and not raw[pos + BATCH_ENTRY_FIXED_BYTES + body:pos + total].isascii():
             break  # UTF-8 beyond ASCII, or not UTF-8: decoded below, naming the message if it is not
         pos += total
         found += 1
@@ -253,7 +251,7 @@ def scan_payloads(buf, begins: np.ndarray, ends: np.ndarray) -> Entries:
         raise BatchFormatError("rmq batch payload is empty: a batch holds at least one message",
                                int(np.argmax(ends <= begins)))
     try:
-        starts = chains_entry_starts(buf, begins, ends, FIXED_BYTES)
+        starts = chains_entry_starts(buf, begins, ends, BATCH_ENTRY_FIXED_BYTES)
     except ChainError as err:
         _explain_chain(buf, int(begins[err.index]), int(ends[err.index]), err.index)
         raise  # not reached: the chain alone fails too
@@ -268,20 +266,20 @@ def _checked_entries(buf, starts: np.ndarray, begins: np.ndarray, ends: np.ndarr
     following[first[1:] - 1] = ends  # a payload's last entry runs to its end
     totals = following - starts
     body_length = read_at(buf, starts + _BODYLEN_AT, ">i4").astype(np.int64)
-    bad = (body_length < 0) | (body_length > totals - FIXED_BYTES)
+    bad = (body_length < 0) | (body_length > totals - BATCH_ENTRY_FIXED_BYTES)
     if bad.any():
         i, where = _where(bad, starts, first, begins)
         raise BatchFormatError(f"rmq batch: {where}: BODYLEN {body_length[i]} does not fit its TOTALSIZE "
                                f"{totals[i]}", int(np.searchsorted(first, i, side="right") - 1))
-    props_length_at = starts + HEADER_BYTES + body_length
+    props_length_at = starts + BATCH_ENTRY.size + body_length
     props_length = read_at(buf, props_length_at, ">i2").astype(np.int64)
-    bad = props_length != totals - FIXED_BYTES - body_length
+    bad = props_length != totals - BATCH_ENTRY_FIXED_BYTES - body_length
     if bad.any():
         i, where = _where(bad, starts, first, begins)
         raise BatchFormatError(f"rmq batch: {where}: PROPLEN {props_length[i]} disagrees with TOTALSIZE "
                                f"{totals[i]} and BODYLEN {body_length[i]}",
                                int(np.searchsorted(first, i, side="right") - 1))
-    return Entries(starts + HEADER_BYTES, body_length, props_length_at + 2, props_length, first)
+    return Entries(starts + BATCH_ENTRY.size, body_length, props_length_at + 2, props_length, first)
 
 
 def _where(bad: np.ndarray, starts: np.ndarray, first: np.ndarray, begins: np.ndarray) -> tuple[int, str]:
@@ -294,7 +292,7 @@ def _where(bad: np.ndarray, starts: np.ndarray, first: np.ndarray, begins: np.nd
 def _explain_chain(buf, begin: int, end: int, payload: int) -> None:
     """Raise BatchFormatError for a payload whose TOTALSIZE chain does not parse."""
     try:
-        entry_starts(memoryview(buf).cast("B")[begin:end], FIXED_BYTES, "rmq batch: message")
+        entry_starts(memoryview(buf).cast("B")[begin:end], BATCH_ENTRY_FIXED_BYTES, "rmq batch: message")
     except ChainError as err:
         raise BatchFormatError(str(err), payload) from None
 

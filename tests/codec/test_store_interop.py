@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from broker_sim.store import InnerBatch, MessageStore, PutContext, StoreConfig
+from broker_sim.store import BatchPut, MessageStore, PutContext, StoreConfig
 from rmq_wire.codec import encode_messages
 from rmq_wire.codec.records import decode_records
 
@@ -29,7 +29,7 @@ def test_inner_batches_and_single_messages_of_a_batch_cq_topic(store, codec, com
     store.create_topic("orders", 1, "BatchCQ")
     first = [(f"m{i}".encode(), {"i": str(i)} if i % 2 else None, f"k{i}", "own" if i == 3 else None, 1000 + i)
              for i in range(5)]
-    batch = InnerBatch(encode_messages(first, codec, compression), 5, codec=codec, compression=compression,
+    batch = BatchPut(encode_messages(first, codec, compression), 5, codec=codec, compression=compression,
                        properties={"TAGS": "batch-tag"})
     assert store.put_inner_batch("orders", 0, batch, context=PutContext(born_timestamp_ms=77)).ok
     assert store.put_message("orders", 0, b"single", properties={"TAGS": "s", "KEYS": "sk", "u": "v"},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_sim.store import InnerBatch, MessageStore, PutContext, QueueType, StoreConfig, StorePaths
+from broker_sim.store import BatchPut, MessageStore, PutContext, QueueType, StoreConfig, StorePaths
 from broker_sim.store.consume_queue import BatchConsumeQueue
 from peers.rocketmq import body, java_produce
 from rmq_wire import record as fmt
@@ -71,7 +71,7 @@ def ours(tmp_path, real) -> tuple:
     with MessageStore(tmp_path / "sim", StoreConfig(store_host="127.0.0.1", store_port=10911),
                       payload_check=check_batch) as store:
         store.create_topic("stored-batch", 1, QueueType.BATCH_CQ)
-        batch = InnerBatch(bytes(real.body), int(real.properties["INNER_NUM"]), "rmq", properties={"TAGS": TAG})
+        batch = BatchPut(bytes(real.body), int(real.properties["INNER_NUM"]), "rmq", properties={"TAGS": TAG})
         result = store.put_inner_batch("stored-batch", 0, batch, context=PutContext(real.born_timestamp,
                                                                                        real.born_host))
         assert result.ok, result.detail

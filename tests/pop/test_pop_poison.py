@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from broker_sim.broker import Broker
-from broker_sim.store import InnerBatch, MessageStore
+from broker_sim.store import BatchPut, MessageStore
 from pop_helpers import CONFIG, Clock
 from rmq_spark import OffsetRange, PopConsumer, RangeReader, UndecodableBatchError
 from rmq_wire.codec import encode_messages
@@ -28,7 +28,7 @@ def broker(tmp_path, clock):
     with MessageStore(tmp_path / "data") as store:  # no payload check: as stored before it
         store.create_topic("p", 1, "BatchCQ")
         for data, count in ((payload(0, 3), 3), (payload(3, 2), 3), (payload(6, 3), 3)):
-            assert store.put_inner_batch("p", 0, InnerBatch(data, count)).ok
+            assert store.put_inner_batch("p", 0, BatchPut(data, count)).ok
     broker = Broker(tmp_path / "data", "127.0.0.1", 0, pop_config=dataclasses.replace(CONFIG, max_reconsume_times=1),
                     pop_now_ms=clock)
     broker.start()

@@ -14,7 +14,7 @@ from broker_sim.pop import (
     dlq_topic,
     retry_topic,
 )
-from broker_sim.store import InnerBatch, QueueType, UnknownTopicError
+from broker_sim.store import BatchPut, QueueType, UnknownTopicError
 from broker_sim.store.paths import StorePaths
 from pop_helpers import CONFIG, Node, Tags, bodies, handles
 from rmq_wire import record as fmt
@@ -105,7 +105,7 @@ def test_a_batchcq_unit_is_one_delivery_with_its_whole_batch_through_retry_and_d
     node.pop = node.pop  # (the node's default config: 16 retries; this test steps through them)
     node.store.create_topic("b", 1, QueueType.BATCH_CQ)
     payload = fmt.encode_message_batch([(b"x%d" % i, {"KEYS": "k%d" % i}, 0) for i in range(5)])
-    assert node.store.put_inner_batch("b", 0, InnerBatch(payload, 5, properties={"TAGS": "T"})).ok
+    assert node.store.put_inner_batch("b", 0, BatchPut(payload, 5, properties={"TAGS": "T"})).ok
     node.indexed()
     popped = node.pop.pop("g", "b", -1, 1, 100)
     (delivery,) = popped.deliveries

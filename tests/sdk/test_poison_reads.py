@@ -7,7 +7,7 @@ import logging
 import pytest
 
 import broker_sim
-from broker_sim.store import InnerBatch, MessageStore
+from broker_sim.store import BatchPut, MessageStore
 from rmq_spark import OffsetRange, RangeReader, UndecodableBatchError
 from rmq_wire.codec import compress, encode_messages
 
@@ -35,7 +35,7 @@ def endpoint(request, tmp_path):
         for queue_id, data, n, packed in ((0, payload(0, 3), 3, "none"), (0, bad, count, compression),
                                           (0, payload(6, 3, "lz4"), 3, "lz4"), (1, payload(0, 3), 3, "none"),
                                           (1, payload(3, 3), 3, "none")):
-            assert store.put_inner_batch("p", queue_id, InnerBatch(data, n, compression=packed)).ok
+            assert store.put_inner_batch("p", queue_id, BatchPut(data, n, compression=packed)).ok
     with broker_sim.embedded(tmp_path / "data") as endpoint:
         yield endpoint
 

@@ -5,7 +5,7 @@ false skips the batch's offsets and reads every other message."""
 import pytest
 
 import broker_sim
-from broker_sim.store import InnerBatch, MessageStore
+from broker_sim.store import BatchPut, MessageStore
 from rmq_wire.codec import encode_messages
 from spark_helpers import source
 
@@ -21,7 +21,7 @@ def poisoned(tmp_path):
         store.create_topic("p", 2, "BatchCQ")
         for queue_id, data, count in ((0, payload(0, 3), 3), (0, payload(3, 2), 3), (0, payload(6, 3), 3),
                                       (1, payload(0, 3), 3)):
-            assert store.put_inner_batch("p", queue_id, InnerBatch(data, count)).ok
+            assert store.put_inner_batch("p", queue_id, BatchPut(data, count)).ok
     with broker_sim.embedded(tmp_path / "data") as endpoint:
         yield endpoint
 

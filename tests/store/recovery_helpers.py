@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker_sim.store import (
+    BatchPut,
     GetStatus,
-    InnerBatch,
     MessageStore,
     QueueType,
     StoreConfig,
@@ -133,7 +133,7 @@ def put_early(store, model, topic, queue_id, count, size=None):
 def put_inner(store, model, topic, queue_id, count, size=None):
     offset = model.next(topic, queue_id)
     payload, props = inner_args(topic, queue_id, offset, count, size)
-    result = store.put_inner_batch(topic, queue_id, InnerBatch(payload, count, properties=props))
+    result = store.put_inner_batch(topic, queue_id, BatchPut(payload, count, properties=props))
     assert result.ok and (result.queue_offset, result.count) == (offset, count), result
     assert len(result.physical_offsets) == 1
     model.bodies[(topic, queue_id)].extend(body_of(topic, queue_id, offset + i, size) for i in range(count))

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from broker_sim.store import FlushMode, InnerBatch, MessageStore, PutStatus, StoreConfig, decode_record
+from broker_sim.store import BatchPut, FlushMode, MessageStore, PutStatus, StoreConfig, decode_record
 from rmq_wire import record as fmt
 
 
@@ -54,9 +54,9 @@ def test_queue_offsets_are_per_queue_and_count_messages(store):
     batch = fmt.encode_message_batch([(b"m", {}, 0)] * 4)
     assert store.put_early_batch("s", 0, batch).queue_offset == 1
     assert store.put_message("s", 0, b"a").queue_offset == 5
-    assert store.put_inner_batch("b", 0, InnerBatch(b"p", 10)).queue_offset == 0
+    assert store.put_inner_batch("b", 0, BatchPut(b"p", 10)).queue_offset == 0
     assert store.put_message("b", 0, b"single").queue_offset == 10
-    assert store.put_inner_batch("b", 0, InnerBatch(b"p", 3)).queue_offset == 11
+    assert store.put_inner_batch("b", 0, BatchPut(b"p", 3)).queue_offset == 11
     store.wait_dispatched(5)
     assert store.max_offset("b", 0) == 14 and store.max_offset("s", 0) == 6
 
@@ -70,7 +70,7 @@ def test_a_message_larger_than_the_limit_is_refused_and_nothing_is_written(tmp_p
         result = store.put_message("t", 0, b"x" * 4097)
         assert result.status is PutStatus.MESSAGE_TOO_LARGE
         assert "4097 bytes" in result.detail and "4096" in result.detail
-        assert store.put_inner_batch("b", 0, InnerBatch(b"x" * 4097, 2)).status is PutStatus.MESSAGE_TOO_LARGE
+        assert store.put_inner_batch("b", 0, BatchPut(b"x" * 4097, 2)).status is PutStatus.MESSAGE_TOO_LARGE
         assert store.put_message("t", 0, b"x" * 4096).ok
         assert store.commitlog.max_offset > before
         assert store.put_message("t", 0, b"x").queue_offset == 1
@@ -158,7 +158,7 @@ def test_read_pages_are_released_from_resident_memory(tmp_path):
         store.create_topic("t", 1, "BatchCQ")
         payload = b"x" * (1 << 20)
         for _ in range(48):
-            assert store.put_inner_batch("t", 0, InnerBatch(payload, 1)).ok
+            assert store.put_inner_batch("t", 0, BatchPut(payload, 1)).ok
         store.wait_dispatched(5)
         before = _rss_bytes()
         read = store.get_messages("t", 0, 0, max_bytes=1 << 30)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from broker_sim.store import (
+    BatchPut,
     GetStatus,
-    InnerBatch,
     MessageStore,
     QueueType,
     StoreConfig,
@@ -45,7 +45,7 @@ def body(queue_id: int, offset: int) -> bytes:
 def put_batch(store: MessageStore, queue_id: int):
     base = store.commitlog.queue_offsets.get(("B", queue_id), 0)
     payload = encode_message_batch([(body(queue_id, base + i), {}, 0) for i in range(BATCH)])
-    result = store.put_inner_batch("B", queue_id, InnerBatch(payload, BATCH))
+    result = store.put_inner_batch("B", queue_id, BatchPut(payload, BATCH))
     assert result.ok and result.queue_offset == base, result
     return result
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from broker_sim.store import (
+    BatchPut,
     GetStatus,
-    InnerBatch,
     MessageStore,
     PutContext,
     QueueType,
@@ -67,7 +67,7 @@ def fill(store: MessageStore, seed: int = 7) -> list[int]:
                                        context=PutContext(born_timestamp_ms=CLOCK_MS))
         elif kind == 3:
             n = int(rng.integers(1, 9))
-            result = store.put_inner_batch("B", queue_id, InnerBatch(b"b%d" % i * (size // 4 + 1), n, properties=props),
+            result = store.put_inner_batch("B", queue_id, BatchPut(b"b%d" % i * (size // 4 + 1), n, properties=props),
                                        context=PutContext(born_timestamp_ms=CLOCK_MS))
         else:
             result = store.put_message("G", 0, b"g" * size,
@@ -194,7 +194,7 @@ def test_waiters_are_woken_by_the_concurrent_dispatcher(concurrent_store):
     waiter = threading.Thread(target=lambda: woke.append(store.wait_for_messages("b", 1, 2, timeout_s=10)))
     waiter.start()
     for _ in range(3):
-        assert store.put_inner_batch("b", 1, InnerBatch(b"x" * 100, 1)).ok
+        assert store.put_inner_batch("b", 1, BatchPut(b"x" * 100, 1)).ok
     waiter.join(10)
     assert woke == [True]
 

@@ -5,14 +5,14 @@ import zlib
 
 import pytest
 
-from broker_sim.store import InnerBatch, PutContext
+from broker_sim.store import BatchPut, PutContext
 from rmq_wire import record as fmt
 
 
 def test_record_round_trips_every_field(store):
     store.create_topic("orders", 4, "BatchCQ")
     born_host = fmt.encode_host("10.1.2.3", 4567)
-    batch = InnerBatch(b"payload-bytes", 5, codec="arrow", compression="zstd",
+    batch = BatchPut(b"payload-bytes", 5, codec="arrow", compression="zstd",
                        properties={"TAGS": "TagA", "KEYS": "k1 k2", "user": "v"}, flag=7)
     result = store.put_inner_batch("orders", 3, batch, context=PutContext(born_timestamp_ms=1234, born_host=born_host))
     assert result.ok, result.detail
@@ -75,6 +75,24 @@ def test_properties_round_trip():
     assert fmt.find_property(raw, b"KEYS") == b"k"
     assert fmt.find_property(b"XTAGS\x01no\x02TAGS\x01yes\x02", b"TAGS") == b"yes"
     assert fmt.find_property(raw, b"missing") is None
+
+
+def test_properties_decode_as_rocketmqs_decoder_and_as_the_readers():
+    # One decoder for the store, the doors and the readers: RocketMQ's skips an entry without
+    # \x01 or without a name, and takes a last entry without its \x02; the remoting door's
+    # header text decodes the same.
+    raw = b"TAGS\x01a\x02lone\x02\x01nameless\x02KEYS\x01k"
+    assert fmt.decode_properties(raw) == {"TAGS": "a", "KEYS": "k"}
+    assert fmt.decode_properties(raw.decode()) == {"TAGS": "a", "KEYS": "k"}
+
+
+def test_one_compression_for_the_store_and_the_codecs():
+    from rmq_wire import codec
+
+    assert codec.Compression is fmt.Compression
+    # SYSFLAG's COMPRESSED bit alone is RocketMQ 4.x's zlib, for a stored record as for a reader.
+    assert fmt.Compression.from_sys_flag(fmt.SysFlag.COMPRESSED) is fmt.Compression.ZLIB
+    assert fmt.Compression.parse(" LZ4 ") is fmt.Compression.LZ4
 
 
 def test_message_batch_round_trip():

@@ -1,6 +1,6 @@
 """Idempotent puts: a (producer id, sequence) stamp is stored once, also across reopening."""
 
-from broker_sim.store import InnerBatch, PutContext, PutStatus, QueueType
+from broker_sim.store import BatchPut, PutContext, PutStatus, QueueType
 from broker_sim.store.checkpoint import Checkpoint
 from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import ProducerState
@@ -20,7 +20,7 @@ def put_all_kinds(store, producer_id="p1"):
     return [
         store.put_message("simple", 0, b"one", context=PutContext(producer=(producer_id, 0))),
         store.put_early_batch("simple", 1, early_payload(5), context=PutContext(producer=(producer_id, 1))),
-        store.put_inner_batch("batch", 0, InnerBatch(b"payload" * 10, 7),
+        store.put_inner_batch("batch", 0, BatchPut(b"payload" * 10, 7),
                               context=PutContext(producer=(producer_id, 2))),
     ]
 
@@ -70,7 +70,7 @@ def test_stamps_survive_a_clean_reopen_and_a_crash(open_store, tmp_path):
 
 def test_a_failed_put_releases_its_stamp(store):
     topics(store)
-    refused = store.put_inner_batch("simple", 0, InnerBatch(b"x", 1), context=PutContext(producer=("p1", 5)))
+    refused = store.put_inner_batch("simple", 0, BatchPut(b"x", 1), context=PutContext(producer=("p1", 5)))
     assert refused.status is PutStatus.WRONG_QUEUE_TYPE
     stored = store.put_message("simple", 0, b"x", context=PutContext(producer=("p1", 5)))
     assert stored.ok and not stored.duplicate

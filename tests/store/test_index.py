@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from broker_sim.store import GetStatus, InnerBatch, QueueType, decode_record
+from broker_sim.store import BatchPut, GetStatus, QueueType, decode_record
 from rmq_wire import record as fmt
 
 
@@ -28,7 +28,7 @@ def fill_batches(store, topic, sizes, clock=None, step_ms=10):
     """Inner batches of the given sizes into queue 0; returns their base offsets."""
     bases = []
     for n in sizes:
-        result = store.put_inner_batch(topic, 0, InnerBatch(b"batch-%d" % n, n))
+        result = store.put_inner_batch(topic, 0, BatchPut(b"batch-%d" % n, n))
         assert result.ok, result.detail
         bases.append(result.queue_offset)
         if clock:
@@ -184,7 +184,7 @@ def test_redispatch_is_idempotent(store):
 def test_index_layout_on_disk(store):
     store.create_topic("b", 1, "BatchCQ")
     store.create_topic("s", 1, QueueType.SIMPLE_CQ)
-    store.put_inner_batch("b", 0, InnerBatch(b"p", 3, properties={"TAGS": "x"}))
+    store.put_inner_batch("b", 0, BatchPut(b"p", 3, properties={"TAGS": "x"}))
     store.put_message("s", 0, b"p")
     store.wait_dispatched(5)
     store.flush()

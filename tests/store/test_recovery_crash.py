@@ -80,7 +80,7 @@ def main():
             result = store.put_early_batch(topic, queue_id, early_payload(topic, queue_id, offset, count))
         else:
             payload, props = inner_args(topic, queue_id, offset, count)
-            result = store.put_inner_batch(topic, queue_id, InnerBatch(payload, count, properties=props))
+            result = store.put_inner_batch(topic, queue_id, BatchPut(payload, count, properties=props))
         if not result.ok or (result.queue_offset, result.count) != (offset, count):
             sys.stderr.write(f"unexpected {result} for {topic}/{queue_id} at {offset}\\n")
             sys.exit(3)
@@ -98,7 +98,7 @@ MAX_WRITER_COUNT = 4  # the most messages one put of the writer stores
 def writer_source() -> str:
     parts = [
         "import sys",
-        "from broker_sim.store import InnerBatch, MessageStore, QueueType, StoreConfig, encode_message_batch",
+        "from broker_sim.store import BatchPut, MessageStore, QueueType, StoreConfig, encode_message_batch",
         "from rmq_wire import record as fmt",
         f"SEGMENT, SIMPLE_UNITS, BATCH_UNITS = {SEGMENT}, {SIMPLE_UNITS}, {BATCH_UNITS}",
         "TOPICS = {" + ", ".join(f"{n!r}: ({c}, QueueType({t.value!r}))" for n, (c, t) in TOPICS.items()) + "}",

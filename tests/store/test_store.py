@@ -6,8 +6,8 @@ import json
 import pytest
 
 from broker_sim.store import (
+    BatchPut,
     CreateStatus,
-    InnerBatch,
     MessageStore,
     PutContext,
     PutStatus,
@@ -114,7 +114,7 @@ def test_early_batch_refuses_retry_topics_and_malformed_payloads(store):
 def test_inner_batch_is_one_record(store):
     store.create_topic("b", 1, "BatchCQ")
     payload = fmt.encode_message_batch([(b"m%d" % i, {}, 0) for i in range(32)])
-    result = store.put_inner_batch("b", 0, InnerBatch(payload, 32, compression=fmt.Compression.LZ4))
+    result = store.put_inner_batch("b", 0, BatchPut(payload, 32, compression=fmt.Compression.LZ4))
     assert result.ok and (result.queue_offset, result.count, len(result.physical_offsets)) == (0, 32, 1)
     store.wait_dispatched(5)
     [batch] = store.get_messages("b", 0, 0).batches
@@ -138,7 +138,7 @@ def test_inner_batch_rules(store, kwargs, status, expected):
     store.create_topic("s", 1, "SimpleCQ")
     args = dict(topic="b", payload=b"payload", count=2) | kwargs
     topic = args.pop("topic")
-    result = store.put_inner_batch(topic, 0, InnerBatch(**args))
+    result = store.put_inner_batch(topic, 0, BatchPut(**args))
     assert result.status is status and expected in result.detail
     assert store.commitlog.max_offset == 0
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import logging
 
-from broker_sim.store import GetStatus, InnerBatch, QueueType, StoreConfig
+from broker_sim.store import BatchPut, GetStatus, QueueType, StoreConfig
 from lagging_dispatch import LaggingDispatch
 from rmq_wire import record as fmt
 
 
 def put_rmq_batch(store, topic: str, queue_id: int, bodies: list[bytes]):
     payload = fmt.encode_message_batch([(body, {}, 0) for body in bodies])
-    return store.put_inner_batch(topic, queue_id, InnerBatch(payload, len(bodies)))
+    return store.put_inner_batch(topic, queue_id, BatchPut(payload, len(bodies)))
 
 
 def fill(store, topic: str, queue_type=QueueType.SIMPLE_CQ, messages: int = 5) -> None:

@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from broker_sim.store import (
+    BatchPut,
     CreateStatus,
     GetStatus,
-    InnerBatch,
     PutStatus,
     QueueType,
     decode_record,
@@ -49,7 +49,7 @@ def test_delete_removes_the_topic_and_its_indexes(store):
     store.create_topic("t", 2, "SimpleCQ")
     store.create_topic("keep", 1, "BatchCQ")
     put_old(store, "t", 2)
-    assert store.put_inner_batch("keep", 0, InnerBatch(b"payload", 3)).ok
+    assert store.put_inner_batch("keep", 0, BatchPut(b"payload", 3)).ok
     served(store, "t", 0)
     assert store.paths.queue_index(QueueType.SIMPLE_CQ, "t", 0).is_dir()
 
@@ -75,7 +75,7 @@ def test_a_recreated_topic_starts_empty_at_offset_zero(store):
     assert store.create_topic("t", 1, "BatchCQ") == (CreateStatus.CREATED, "")
     assert store.topic("t").created_at_offset == end
     assert store.max_offset("t", 0) == 0
-    result = store.put_inner_batch("t", 0, InnerBatch(b"new", 4))
+    result = store.put_inner_batch("t", 0, BatchPut(b"new", 4))
     assert result.ok and result.queue_offset == 0
     assert [r[:3] for r in served(store, "t", 0)] == [(0, 4, b"new")]
     store.close()  # folds the topic journal into topics.json
@@ -133,7 +133,7 @@ def test_recovery_after_delete_and_recreate_serves_only_the_new_records(open_sto
     expected = {}
     for q in range(new_queues):
         if new_type == "BatchCQ":
-            assert store.put_inner_batch("t", q, InnerBatch(b"new-%d" % q, 3)).ok
+            assert store.put_inner_batch("t", q, BatchPut(b"new-%d" % q, 3)).ok
         else:
             for i in range(3):
                 assert store.put_message("t", q, b"new-%d-%d" % (q, i)).ok
@@ -157,7 +157,7 @@ def test_a_deleted_topic_stays_deleted_after_recovery(open_store):
     store = open_store()
     store.create_topic("gone", 1, "BatchCQ")
     store.create_topic("kept", 1)
-    assert store.put_inner_batch("gone", 0, InnerBatch(b"p", 2)).ok
+    assert store.put_inner_batch("gone", 0, BatchPut(b"p", 2)).ok
     assert store.put_message("kept", 0, b"k").ok
     served(store, "kept", 0)
     assert store.delete_topic("gone")
@@ -234,7 +234,7 @@ def test_delete_and_recreate_under_concurrent_writers(open_store):
                 elif kind == "early":
                     result = store.put_early_batch("t", q, encode_message_batch([(b"e%d" % i, {}, 0)] * 3))
                 else:
-                    result = store.put_inner_batch("t", q, InnerBatch(b"i%d" % i, 4))
+                    result = store.put_inner_batch("t", q, BatchPut(b"i%d" % i, 4))
                 if result.ok:
                     accepted.append((result.physical_offsets, q))
                 elif result.status not in (PutStatus.TOPIC_NOT_FOUND, PutStatus.QUEUE_NOT_FOUND,

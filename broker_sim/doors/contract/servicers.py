@@ -55,7 +55,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         topic = request.topic
         queue_type = _QUEUE_TYPES.get(topic.queue_type)
         if topic.name and queue_type is None:
-            raise invalid(f"queue_type {_enum_name(pb.QueueType, topic.queue_type)}: set SIMPLE_CQ (an index unit "
+            raise invalid(f"queue_type {enum_name(pb.QueueType, topic.queue_type)}: set SIMPLE_CQ (an index unit "
                           "per message) or BATCH_CQ (an index unit per batch)")
         config, created = self._core.create_topic(topic.name, topic.queue_count, queue_type, client_of(context))
         return pb.CreateTopicResponse(topic=_topic_pb(config), created=created)
@@ -317,10 +317,10 @@ def _content(request):
         batch = request.inner_batch
         codec = _CODECS.get(batch.codec)
         if codec is None:
-            raise invalid(f"codec {_enum_name(pb.Codec, batch.codec)}: set CODEC_RMQ or CODEC_ARROW")
+            raise invalid(f"codec {enum_name(pb.Codec, batch.codec)}: set CODEC_RMQ or CODEC_ARROW")
         compression = _COMPRESSIONS.get(batch.compression)
         if compression is None:
-            raise invalid(f"compression {_enum_name(pb.Compression, batch.compression)}: set COMPRESSION_NONE, "
+            raise invalid(f"compression {enum_name(pb.Compression, batch.compression)}: set COMPRESSION_NONE, "
                           "COMPRESSION_LZ4, COMPRESSION_ZSTD or COMPRESSION_ZLIB")
         return InnerBatchSend(batch.payload, batch.count, codec, compression, dict(batch.properties), batch.tags)
     raise invalid("the request carries no message: set one of single, early_batch or inner_batch")
@@ -334,7 +334,8 @@ def _named_page_start(token: str, names: int) -> int:
     raise invalid(f"page_token {token[:40]!r} is not one the broker gave for these {names} topics: pass the "
                   "next_page_token of the last answer with the same topics, or \"\" for the first page")
 
-def _enum_name(enum_type, value: int) -> str:
+def enum_name(enum_type, value: int) -> str:
+    """The name of ``value`` in a protobuf enum, for a refusal's sentence; "N (unknown)" outside it."""
     try:
         return enum_type.Name(value)
     except ValueError:

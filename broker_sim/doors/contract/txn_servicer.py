@@ -4,6 +4,7 @@ Prepared sends arrive through Messaging.Send with ``transaction_id`` set (servic
 from __future__ import annotations
 
 from broker_sim.core import BrokerCore, TxnState
+from broker_sim.doors.contract.servicers import enum_name
 from broker_sim.doors.grpc_acl import caller
 from broker_sim.doors.grpc_common import invalid, translated
 from rmq_wire.contract import txn_pb2 as pb
@@ -29,7 +30,7 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
                 raise invalid("a rollback records no sink batch: leave sink_batch unset")
             result = self._core.rollback_transactions(refs, caller())
         else:
-            raise invalid(f"action {_enum_name(request.action)}: set TXN_COMMIT or TXN_ROLLBACK")
+            raise invalid(f"action {enum_name(pb.TransactionAction, request.action)}: set TXN_COMMIT or TXN_ROLLBACK")
         response = pb.EndTransactionResponse(transactions=[
             pb.TransactionOutcome(id=o.id, state=_STATES[o.state], changed=o.changed, batch_count=o.batches,
                                   message_count=o.messages) for o in result.outcomes])
@@ -61,10 +62,3 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
                 created_ms=txn.created_ms, last_prepared_ms=txn.last_ms, expires_ms=expires_ms,
                 ended_ms=txn.ended_ms, expired=txn.expired))
         return pb.ListTransactionsResponse(transactions=infos)
-
-
-def _enum_name(value: int) -> str:
-    try:
-        return pb.TransactionAction.Name(value)
-    except ValueError:
-        return f"{value} (unknown)"

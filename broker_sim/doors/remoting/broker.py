@@ -49,16 +49,6 @@ MAX_PULL_MESSAGES_DEFAULT = 32
 _PROPERTY_FIELDS = (fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS)
 
 
-def decode_properties(text: str) -> dict:
-    """RocketMQ's properties string, name \\x01 value \\x02 ..., as a dict."""
-    out = {}
-    for pair in text.split("\x02"):
-        name, sep, value = pair.partition("\x01")
-        if sep and name:
-            out[name] = value
-    return out
-
-
 _READS = {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.GET_MAX_OFFSET,
           RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,
           RequestCode.QUERY_MESSAGE, RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_CONSUME_STATS}
@@ -137,7 +127,7 @@ class BrokerRequests:
         queue_id = fields.integer("queueId")
         if queue_id < 0:  # RocketMQ: any queue
             queue_id = fields.integer("bornTimestamp", 0) % config.queue_count
-        properties = decode_properties(fields.text("properties", ""))
+        properties = fmt.decode_properties(fields.text("properties", ""))
         # A consumed message re-sent as it came (a client's send-back fallback, a forwarder)
         # carries the store's own CRC property: the store writes a new one.
         properties.pop(fmt.PROPERTY_RECORD_CRC, None)
