@@ -21,8 +21,7 @@ from typing import Iterator, NamedTuple, Protocol
 
 from rocksdict import Options, ReadOptions, WriteBatch, WriteOptions
 
-from broker_sim.store import StateMarks
-from broker_sim.store.rocks import close_checked, open_checked
+from broker_sim.store import StateMarks, close_checked, open_checked
 
 REVIVABLE = b"c"
 ORDERLY = b"o"

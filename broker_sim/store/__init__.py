@@ -24,6 +24,7 @@ from broker_sim.store.message_store import MessageStore
 from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import stamp_problem
 from broker_sim.store.recovery import RecoveryReport
+from broker_sim.store.rocks import close_checked, open_checked
 from broker_sim.store.state_marks import StateLossError, StateMarks
 from broker_sim.store.status import (
     DEFAULT_PUT,
@@ -53,5 +54,5 @@ __all__ = [
     "TagFilter", "TopicConfig", "UnknownTopicError", "creation_problem", "decode_record", "echo",
     "encode_message_batch", "file_name",
     "full_at_start_sentence",
-    "full_sentence", "stamp_problem", "system_topic_problem", "wall_clock_ms",
+    "close_checked", "full_sentence", "open_checked", "stamp_problem", "system_topic_problem", "wall_clock_ms",
 ]

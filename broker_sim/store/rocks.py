@@ -27,7 +27,8 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, WriteOptions
 
-from broker_sim.store import full_at_start_sentence, wall_clock_ms
+from broker_sim.store.commitlog import wall_clock_ms
+from broker_sim.store.disk import full_at_start_sentence
 from broker_sim.store.state_marks import MISSING, StateLossError, StateMarks
 
 log = logging.getLogger(__name__)

@@ -29,8 +29,7 @@ from pathlib import Path
 
 from rocksdict import Options, WriteBatch, WriteOptions
 
-from broker_sim.store import StateMarks
-from broker_sim.store.rocks import close_checked, open_checked
+from broker_sim.store import StateMarks, close_checked, open_checked
 
 # state, created / last prepared / ended ms, decision position and rank, batches, messages, expired
 _TXN = struct.Struct(">Bqqqqiiq?")
