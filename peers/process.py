@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from broker_sim.testing import die_with_parent
+
 
 def free_port(count: int = 1) -> int:
     """A loopback port whose ``count`` consecutive ports are all free (RocketMQ's broker also
@@ -43,7 +45,8 @@ class JavaProcess:
         command = ["java", *jvm, "-cp", classpath, main, *args]
         with open(log, "ab") as out:
             self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                          env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
+                                          env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+                                          preexec_fn=die_with_parent)
 
     def log_tail(self, chars: int = 3000) -> str:
         try:
@@ -99,7 +102,8 @@ def run_java(classpath: str, main: str, args: list[str], *, timeout_s: float = 1
     command = ["java", *jvm, "-cp", classpath, main, *args]
     stderr = subprocess.STDOUT if stderr_too else subprocess.PIPE
     with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-                          text=True, env={**os.environ, **(env or {})}, start_new_session=True) as process:
+                          text=True, env={**os.environ, **(env or {})}, start_new_session=True,
+                          preexec_fn=die_with_parent) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
