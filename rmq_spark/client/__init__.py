@@ -1,2 +1,5 @@
-"""Talking to the broker: the transport seam (transport.py) and its gRPC implementation
-(grpc_transport.py), Admin, and Transactions (ending the transactions producers prepared)."""
+"""Talking to the broker: the transport seam (transport.py, which declares what a transport can
+do and knows none of them), its two transports (grpc_transport.py, our own gRPC door;
+remoting_transport.py, RocketMQ's remoting protocol through name servers), connect.py (picks
+one for what the user names), Admin, and Transactions (ending the transactions producers
+prepared)."""

@@ -29,7 +29,8 @@ from __future__ import annotations
 import re
 import uuid
 
-from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.client.connect import connect
+from rmq_spark.client.transport import TransportConfig
 from rmq_spark.errors import ConfigError
 from rmq_spark.structs import CommitResult, PreparedTransaction, SinkBatchStatus, TransactionInfo
 

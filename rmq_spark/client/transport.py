@@ -1,10 +1,10 @@
 """The transport seam: every broker operation the SDK needs, in the SDK's own types.
 
 The producer, the readers, the pop consumer, Admin and Transactions call a ``Transport`` and
-never a wire format. ``connect`` builds the transport for what the user names: an endpoint,
-``GrpcTransport`` (grpc_transport.py, our own gRPC contract, one broker), or name servers,
+never a wire format. Two transports build on this module, which knows neither: for an endpoint,
+``GrpcTransport`` (grpc_transport.py, our own gRPC contract, one broker); for name servers,
 ``RemotingTransport`` (remoting_transport.py, RocketMQ's remoting protocol to any RocketMQ
-cluster, broker_sim's remoting door included).
+cluster, broker_sim's remoting door included). ``connect`` (connect.py) picks one.
 
 A queue is (topic, broker, queue id): through our door the broker is "" (there is one);
 through name servers a topic may be served by several brokers, each with its own queue 0.
@@ -332,19 +332,3 @@ def check_name_server(name_server: str) -> str:
                               "127.0.0.1:9876); separate several with ';'") from None
     return ";".join(addresses)
 
-
-def connect(endpoint: str | None = None, config: TransportConfig | None = None, *,
-            name_server: str | None = None) -> Transport:
-    """The transport to what the user names: ``endpoint``, ``HOST:PORT`` of broker_sim's own
-    gRPC door; or ``name_server``, RocketMQ's name server list (``HOST:PORT;HOST:PORT``), to
-    any RocketMQ cluster through RocketMQ's remoting protocol. Exactly one of the two."""
-    if (endpoint is None) == (name_server is None):
-        raise ConfigError("name exactly one of endpoint (broker_sim's HOST:PORT) and name_server (RocketMQ's name "
-                          "servers, HOST:PORT;HOST:PORT)" + ("" if endpoint is None else "; got both"))
-    if name_server is not None:
-        from rmq_spark.client.remoting_transport import RemotingTransport  # here: it builds on this module
-
-        return RemotingTransport(check_name_server(name_server), config or TransportConfig())
-    from rmq_spark.client.grpc_transport import GrpcTransport  # here: grpc_transport.py builds on this module
-
-    return GrpcTransport(check_endpoint(endpoint), config or TransportConfig())

@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmq_spark.client.transport import RangeChunk, ReadStatus, TransportConfig, connect
+from rmq_spark.client.connect import connect
+from rmq_spark.client.transport import RangeChunk, ReadStatus, TransportConfig
 from rmq_spark.consumer.tag_filter import normalize_tag_filter
 from rmq_spark.errors import (
     ConfigError,

@@ -6,8 +6,10 @@ import threading
 import time
 from typing import Callable
 
+from rmq_spark.client.connect import connect
+from rmq_spark.client.remoting_transport import TRANSACTIONS_REFUSED
 from rmq_spark.client.transactions import check_id
-from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.client.transport import TransportConfig
 from rmq_spark.errors import ClosedError, ConfigError, RequestTimeoutError
 from rmq_spark.producer.accumulator import RecordAccumulator
 from rmq_spark.producer.batch import BatchKey, ProducerBatch, SendFuture
@@ -278,8 +280,6 @@ def _check_native(codec: Codec, compression: Compression, transaction_id: str) -
                           "a batch is RocketMQ's MessageBatch, uncompressed, which RocketMQ's brokers and clients "
                           "read; use codec='rmq' and compression='none' (the defaults)")
     if transaction_id:
-        from rmq_spark.client.remoting_transport import TRANSACTIONS_REFUSED
-
         raise ConfigError(TRANSACTIONS_REFUSED)
 
 
