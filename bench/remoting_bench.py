@@ -34,7 +34,7 @@ from bench import report  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
 from peers.process import free_port  # noqa: E402
 from rmq_spark import Admin, Message, OffsetRange, Producer  # noqa: E402
-from rmq_spark.client.transport import connect  # noqa: E402
+from rmq_spark.client.connect import connect  # noqa: E402
 from rmq_wire.remoting import (  # noqa: E402
     FrameReader,
     RemotingCommand,

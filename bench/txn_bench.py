@@ -28,7 +28,8 @@ from bench import report  # noqa: E402
 from bench.process_memory import peak_rss_bytes  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
 from rmq_spark import Admin, PreparedTransaction, Transactions  # noqa: E402
-from rmq_spark.client.transport import InnerBatch, Send, connect  # noqa: E402
+from rmq_spark.client.connect import connect  # noqa: E402
+from rmq_spark.client.transport import InnerBatch, Send  # noqa: E402
 from rmq_wire.codec import Codec, Compression, encode_messages  # noqa: E402
 
 BODY_BYTES = 1024

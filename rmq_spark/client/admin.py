@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.client.connect import connect
+from rmq_spark.client.transport import TransportConfig
 from rmq_spark.errors import ConfigError, GroupBusyError
 from rmq_spark.structs import BrokerStats, GroupInfo, GroupOffset, QueueOffsets, QueueType, TopicInfo
 

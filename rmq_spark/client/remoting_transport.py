@@ -105,6 +105,11 @@ class RemotingTransport(Transport):
     """Name servers ``name_server`` ("host:port;host:port") and a connection per broker."""
 
     native_rocketmq = True
+    supports_transactions = False
+    transactions_refused = TRANSACTIONS_REFUSED
+    write_form = (Codec.RMQ, Compression.NONE)
+    write_form_reason = ("through name servers a batch is RocketMQ's MessageBatch, uncompressed, which RocketMQ's "
+                         "brokers and clients read")
 
     def __init__(self, name_server: str, config: TransportConfig, *, pull_group: str = _PULL_GROUP,
                  sleep: Callable[[float], None] = time.sleep):
@@ -553,12 +558,12 @@ class RemotingTransport(Transport):
 
     def _send_request(self, send: Send):
         """(address, code, fields, body, message ids) of one send."""
-        if send.transaction_id:
-            raise ConfigError(TRANSACTIONS_REFUSED)
+        content = send.content
+        form = (content.codec, content.compression) if isinstance(content, InnerBatch) else self.write_form
+        self.check_write(*form, send.transaction_id)
         route = self.route(send.topic)
         broker = self.broker_of(route, send.broker)
         address = route.address(broker)
-        content = send.content
         born = int(time.time() * 1000)
         fields = {"a": PRODUCER_GROUP, "b": send.topic, "c": "TBW102", "d": 4, "e": send.queue_id, "g": born,
                   "h": 0, "j": 0, "k": "false", "n": broker}
@@ -571,10 +576,6 @@ class RemotingTransport(Transport):
                 properties["KEYS"] = content.keys
             fields.update(f=0, i=_properties_text(properties), m="false")
             return address, RequestCode.SEND_MESSAGE_V2, fields, bytes(content.body), (unique_key,)
-        if isinstance(content, InnerBatch) and (content.codec is not Codec.RMQ or content.compression
-                                                is not Compression.NONE):
-            raise ConfigError("through name servers a batch is RocketMQ's MessageBatch, uncompressed: use "
-                              "codec='rmq' and compression='none'")
         properties = {"UNIQ_KEY": self.unique_keys.next(), "WAIT": "true"}  # the batch's own: one inner batch
         if isinstance(content, InnerBatch) and content.tags:
             properties["TAGS"] = content.tags  # a BatchCQ unit's tag

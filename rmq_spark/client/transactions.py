@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import uuid
 
-from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.client.connect import connect
+from rmq_spark.client.transport import TransportConfig
 from rmq_spark.errors import ConfigError
 from rmq_spark.structs import CommitResult, PreparedTransaction, SinkBatchStatus, TransactionInfo
 from rmq_wire.types import TRANSACTION_ID_PATTERN, TRANSACTION_ID_RULE

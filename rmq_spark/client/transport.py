@@ -1,10 +1,15 @@
 """The transport seam: every broker operation the SDK needs, in the SDK's own types.
 
 The producer, the readers, the pop consumer, Admin and Transactions call a ``Transport`` and
-never a wire format. ``connect`` builds the transport for what the user names: an endpoint,
-``GrpcTransport`` (grpc_transport.py, our own gRPC contract, one broker), or name servers,
+never a wire format. Two transports build on this module, which knows neither: for an endpoint,
+``GrpcTransport`` (grpc_transport.py, our own gRPC contract, one broker); for name servers,
 ``RemotingTransport`` (remoting_transport.py, RocketMQ's remoting protocol to any RocketMQ
-cluster, broker_sim's remoting door included).
+cluster, broker_sim's remoting door included). ``connect`` (connect.py) picks one.
+
+What a transport can do beyond the calls every transport answers is declared on ``Transport``
+(``native_rocketmq``, ``supports_transactions``, ``write_form``, ``pull_group``,
+``unique_keys``), so that callers ask it rather than probe for attributes; ``check_write`` is
+where a write a transport cannot carry is refused, before anything is sent.
 
 A queue is (topic, broker, queue id): through our door the broker is "" (there is one);
 through name servers a topic may be served by several brokers, each with its own queue 0.
@@ -22,6 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, Sequence
 
+from rmq_spark.client.message_ids import UniqueKeys
 from rmq_spark.errors import ConfigError, RmqError
 from rmq_spark.structs import (
     BrokerStats,
@@ -220,14 +226,54 @@ class AckFailure(NamedTuple):
 class Transport(ABC):
     """The broker operations of the SDK. Safe to share between threads.
 
+    Capabilities, declared here with what every transport has unless it says otherwise:
+
     ``native_rocketmq``: what is sent are RocketMQ's own messages (RocketMQ's remoting
-    protocol): batches in RocketMQ's MessageBatch encoding, uncompressed, each message with its
-    UNIQ_KEY; no transactions and no idempotent stamps (a retried send may be stored twice).
+    protocol), each message with its UNIQ_KEY, with no idempotent stamps (a retried send may be
+    stored twice). ``supports_transactions``: sends prepared under a transaction, and
+    ``end_transactions``, ``sink_batch``, ``list_transactions`` (without, they raise
+    ConfigError(``transactions_refused``)). ``write_form``: the one (codec, compression) this
+    transport's batches may have, None for any, and ``write_form_reason``, why; see
+    ``check_write``. ``pull_group``: the consumer group reads name where the protocol's reads
+    name one (RocketMQ's pulls); settable, ignored by the others. ``unique_keys``: where sends
+    carry message ids the producer gives them (``native_rocketmq``), the ``UniqueKeys`` it
+    draws them from; else None.
     """
 
     endpoint: str  # what the transport reaches, for sentences: HOST:PORT, or the name servers
     config: TransportConfig
     native_rocketmq = False
+    supports_transactions = True
+    transactions_refused = ""
+    write_form: tuple[Codec, Compression] | None = None
+    write_form_reason = ""
+    pull_group: str | None = None
+    unique_keys: UniqueKeys | None = None
+
+    @classmethod
+    def refused_write_settings(cls, codec: Codec, compression: Compression) -> dict[str, str]:
+        """The settings of a write in ``codec`` and ``compression`` that this transport cannot
+        carry, each with the value ``write_form`` needs (``{"compression": "none"}``); empty
+        when it carries them. The one place the rule is checked: ``check_write`` and the Spark
+        sink's options ask it."""
+        if cls.write_form is None:
+            return {}
+        needed = {"codec": cls.write_form[0].value, "compression": cls.write_form[1].name.lower()}
+        given = {"codec": codec.value, "compression": compression.name.lower()}
+        return {name: value for name, value in needed.items() if given[name] != value}
+
+    @classmethod
+    def check_write(cls, codec: Codec, compression: Compression, transaction_id: str = "") -> None:
+        """Refuse (ConfigError, saying what to use instead) a write this transport cannot carry:
+        batches in ``codec`` and ``compression`` (``refused_write_settings``), sends prepared
+        under ``transaction_id`` (``supports_transactions``). The Producer asks when it is
+        created, a transport again at each send."""
+        if cls.refused_write_settings(codec, compression):
+            needed = f"codec={cls.write_form[0].value!r} and compression={cls.write_form[1].name.lower()!r}"
+            raise ConfigError(f"codec={codec.value!r}, compression={compression.name.lower()!r}: "
+                              f"{cls.write_form_reason}; use {needed} (the defaults)")
+        if transaction_id and not cls.supports_transactions:
+            raise ConfigError(cls.transactions_refused)
 
     # topics and offsets
     @abstractmethod
@@ -332,19 +378,3 @@ def check_name_server(name_server: str) -> str:
                               "127.0.0.1:9876); separate several with ';'") from None
     return ";".join(addresses)
 
-
-def connect(endpoint: str | None = None, config: TransportConfig | None = None, *,
-            name_server: str | None = None) -> Transport:
-    """The transport to what the user names: ``endpoint``, ``HOST:PORT`` of broker_sim's own
-    gRPC door; or ``name_server``, RocketMQ's name server list (``HOST:PORT;HOST:PORT``), to
-    any RocketMQ cluster through RocketMQ's remoting protocol. Exactly one of the two."""
-    if (endpoint is None) == (name_server is None):
-        raise ConfigError("name exactly one of endpoint (broker_sim's HOST:PORT) and name_server (RocketMQ's name "
-                          "servers, HOST:PORT;HOST:PORT)" + ("" if endpoint is None else "; got both"))
-    if name_server is not None:
-        from rmq_spark.client.remoting_transport import RemotingTransport  # here: it builds on this module
-
-        return RemotingTransport(check_name_server(name_server), config or TransportConfig())
-    from rmq_spark.client.grpc_transport import GrpcTransport  # here: grpc_transport.py builds on this module
-
-    return GrpcTransport(check_endpoint(endpoint), config or TransportConfig())

@@ -12,7 +12,8 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 
-from rmq_spark.client.transport import Popped, PopQuery, TransportConfig, connect
+from rmq_spark.client.connect import connect
+from rmq_spark.client.transport import Popped, PopQuery, TransportConfig
 from rmq_spark.consumer.tag_filter import normalize_tag_filter
 from rmq_spark.errors import (
     ConfigError,

@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmq_spark.client.transport import RangeChunk, ReadStatus, TransportConfig, connect
+from rmq_spark.client.connect import connect
+from rmq_spark.client.transport import RangeChunk, ReadStatus, TransportConfig
 from rmq_spark.consumer.tag_filter import normalize_tag_filter
 from rmq_spark.errors import (
     ConfigError,
@@ -107,7 +108,7 @@ class RangeReader:
         self.on_data_loss = on_data_loss
         self.schema = read_schema(include_properties)
         self._transport = connect(endpoint, transport, name_server=name_server)
-        if pull_group is not None and hasattr(self._transport, "pull_group"):
+        if pull_group is not None:
             self._transport.pull_group = pull_group  # the consumer group RocketMQ's pulls name
         tags = [t.strip() for t in self.tag_filter.split("||")] if self.tag_filter else []
         self._recheck_tags = pa.array(tags, pa.string()) if self._transport.native_rocketmq and tags else None

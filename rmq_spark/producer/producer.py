@@ -6,8 +6,9 @@ import threading
 import time
 from typing import Callable
 
+from rmq_spark.client.connect import connect
 from rmq_spark.client.transactions import check_id
-from rmq_spark.client.transport import TransportConfig, connect
+from rmq_spark.client.transport import TransportConfig
 from rmq_spark.errors import ClosedError, ConfigError, RequestTimeoutError
 from rmq_spark.producer.accumulator import RecordAccumulator
 from rmq_spark.producer.batch import BatchKey, ProducerBatch, SendFuture
@@ -93,12 +94,11 @@ class Producer:
         self.config = ProducerConfig(**batching)
         transaction_id = "" if transaction_id is None else check_id(transaction_id)
         self._transport = connect(endpoint, transport, name_server=name_server)
-        if self._transport.native_rocketmq:
-            try:
-                _check_native(codec, compression, transaction_id)
-            except ConfigError:
-                self._transport.close()
-                raise
+        try:
+            self._transport.check_write(codec, compression, transaction_id)
+        except ConfigError:
+            self._transport.close()
+            raise
         self._router = Router(self._transport, queue_selector)
         self._accumulator = RecordAccumulator(self.config, now_ms, self._router.next_queue)
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
@@ -273,19 +273,6 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _check_native(codec: Codec, compression: Compression, transaction_id: str) -> None:
-    """What RocketMQ's own sends cannot carry."""
-    if codec is not Codec.RMQ or compression is not Compression.NONE:
-        raise ConfigError(f"codec={codec.value!r}, compression={compression.name.lower()!r}: through name servers "
-                          "a batch is RocketMQ's MessageBatch, uncompressed, which RocketMQ's brokers and clients "
-                          "read; use codec='rmq' and compression='none' (the defaults)")
-    if transaction_id:
-        from rmq_spark.client.remoting_transport import TRANSACTIONS_REFUSED
-
-        raise ConfigError(TRANSACTIONS_REFUSED)
-
 
 
 def _named_queue(messages: list[Message]) -> Message:

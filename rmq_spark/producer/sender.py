@@ -42,7 +42,7 @@ class Sender:
         self.prepared_batches = 0
         self.prepared_messages = 0
         # RocketMQ's own sends: each message gets its id (UNIQ_KEY) from the producer.
-        self.unique_keys = getattr(transport, "unique_keys", None) if transport.native_rocketmq else None
+        self.unique_keys = transport.unique_keys
 
     def send_ready(self) -> int:
         """Send the accumulator's ready batches, many per call, while fewer than

@@ -23,7 +23,10 @@ from rmq_spark import (
     check_name_server,
     normalize_tag_filter,
 )
+from rmq_spark.client.connect import transport_type
+from rmq_spark.client.transport import Transport
 from rmq_spark.spark import kafka
+from rmq_wire.codec import Codec, Compression
 from rmq_wire.units import parse_duration_ms, parse_size_bytes
 
 EARLIEST = -2  # in offset JSON, as Kafka's
@@ -81,6 +84,11 @@ class BrokerAddress:
     def native(self) -> bool:
         """Through name servers: RocketMQ's own protocol and messages."""
         return self.name_server is not None
+
+    @property
+    def transport_type(self) -> type[Transport]:
+        """The transport that reaches it: what a write through it may carry."""
+        return transport_type(name_server=self.native)
 
     def sdk(self, **transport_changes) -> dict:
         """The SDK's keyword arguments naming it and how to connect; ``transport_changes``:
@@ -499,10 +507,11 @@ def parse_sink_options(options) -> SinkOptions:
     topic = given.get("topic")
     if topic is not None and (not topic.strip() or "," in topic):
         raise ConfigError(f"option topic={topic!r}: give one topic name (or a topic column, one topic per row)")
-    if address.native:
-        _check_native_write(given)
-    native_defaults = {"compression": "none", "codec": "rmq", "deliveryGuarantee": "atLeastOnce"}
-    default = (lambda name: native_defaults[name]) if address.native else (lambda name: DEFAULTS[name])
+    transport = address.transport_type
+    if not transport.supports_transactions and given.get("deliveryGuarantee", "").strip().lower() == "exactlyonce":
+        raise ConfigError(_EXACTLY_ONCE_REFUSED)
+    defaults = {**DEFAULTS, **_write_defaults(transport)}
+    default = defaults.__getitem__
     opts = SinkOptions(
         address=address,
         topic=topic.strip() if topic is not None else None,
@@ -519,6 +528,12 @@ def parse_sink_options(options) -> SinkOptions:
         query_name=given.get("queryName"),
         schema=_schema(given),
     )
+    refused = transport.refused_write_settings(Codec.parse(opts.codec), Compression.parse(opts.compression))
+    if refused:
+        name, needed = next(iter(refused.items()))
+        raise ConfigError(f"option {name}={given[name]!r}: through nameServer a batch is RocketMQ's MessageBatch, "
+                          f"uncompressed, which RocketMQ's brokers and clients read: drop the option (or set "
+                          f"{name}={needed})")
     if opts.total_batch_max_bytes < opts.batch_max_bytes:
         raise ConfigError(f"option totalBatchMaxBytes={opts.total_batch_max_bytes} is below batchMaxBytes="
                           f"{opts.batch_max_bytes}: a writer could not hold a single batch; raise it")
@@ -528,20 +543,24 @@ def parse_sink_options(options) -> SinkOptions:
     return opts
 
 
-def _check_native_write(given: dict) -> None:
-    """What a write through name servers (RocketMQ's own sends) cannot do, refused at load()."""
-    if given.get("deliveryGuarantee", "").strip().lower() == "exactlyonce":
-        raise ConfigError("option deliveryGuarantee=exactlyOnce is broker_sim's guarantee (option endpoint): it "
-                          "needs transactions that make a task's batches visible in one step and remember each "
-                          "committed micro-batch, and RocketMQ ends transactional messages one at a time with no "
-                          "fence against a replayed batch. Through nameServer writes are at least once: drop the "
-                          "option (or set atLeastOnce); every message carries a UNIQ_KEY made from the sink id, batch, "
-                          "partition and row, the same when a write is repeated, so readers can drop repeats")
-    for name, native in (("codec", "rmq"), ("compression", "none")):
-        if given.get(name, native).strip().lower() != native:
-            raise ConfigError(f"option {name}={given[name]!r}: through nameServer a batch is RocketMQ's "
-                              "MessageBatch, uncompressed, which RocketMQ's brokers and clients read: drop the "
-                              f"option (or set {name}={native})")
+_EXACTLY_ONCE_REFUSED = (
+    "option deliveryGuarantee=exactlyOnce is broker_sim's guarantee (option endpoint): it needs transactions that "
+    "make a task's batches visible in one step and remember each committed micro-batch, and RocketMQ ends "
+    "transactional messages one at a time with no fence against a replayed batch. Through nameServer writes are at "
+    "least once: drop the option (or set atLeastOnce); every message carries a UNIQ_KEY made from the sink id, "
+    "batch, partition and row, the same when a write is repeated, so readers can drop repeats")
+
+
+def _write_defaults(transport: type[Transport]) -> dict:
+    """The defaults of a write that ``transport`` changes: the one codec and compression its
+    batches may have (``write_form``), at least once where it has no transactions."""
+    defaults = {}
+    if transport.write_form is not None:
+        codec, compression = transport.write_form
+        defaults.update(codec=codec.value, compression=compression.name.lower())
+    if not transport.supports_transactions:
+        defaults["deliveryGuarantee"] = "atLeastOnce"
+    return defaults
 
 
 def _choice(given: dict, name: str, choices: dict, default=None) -> str:

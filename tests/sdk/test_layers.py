@@ -81,6 +81,12 @@ def test_the_parts_of_the_sdk_import_one_another_without_a_cycle():
         assert cycle is None, f"import cycle between the SDK's parts: {' -> '.join(cycle)}"
 
 
+def test_the_transport_seam_imports_none_of_its_implementations():
+    """transport.py is what the transports build on; client/connect.py picks one (no circle)."""
+    implementations = {"rmq_spark.client.grpc_transport", "rmq_spark.client.remoting_transport"}
+    assert imported("rmq_spark.client.transport") & implementations == set()
+
+
 def test_only_the_transports_import_a_wire_format():
     wire = {module: sorted(name for name in imported(module)
                            if name.split(".")[0] == "grpc" or name.startswith(PROTOCOLS))

@@ -30,6 +30,7 @@ class FakeTransport:
     """What the sender uses of the transport: SendMany without waiting, retries and their backoff."""
 
     native_rocketmq = False
+    unique_keys = None
 
     def __init__(self, retries=1):
         self.config = TransportConfig(retries=retries)

@@ -387,3 +387,20 @@ def test_the_sink_id_comes_from_the_checkpoint(tmp_path):
         stream_sink_id(parse_sink_options({"endpoint": "h:1", "checkpointLocation": "s3a://bucket/cp"}))
     with pytest.raises(ConfigError, match="cannot read the query id"):
         stream_sink_id(parse_sink_options({"endpoint": "h:1", "checkpointLocation": str(tmp_path / "none")}))
+
+
+def test_a_write_through_name_servers_is_checked_by_its_transport_at_load():
+    """The rule is the remoting transport's (``write_form``, ``supports_transactions``); the
+    sentences are the options' own, naming the option."""
+    ns = {"nameServer": "127.0.0.1:9876", "topic": "t"}
+    defaults = parse_sink_options(ns)
+    assert (defaults.codec, defaults.compression, defaults.exactly_once) == ("rmq", "none", False)
+    for name, value, needed in (("codec", "ARROW", "rmq"), ("compression", "zstd", "none")):
+        with pytest.raises(ConfigError) as refused:
+            parse_sink_options({**ns, name: value})
+        assert str(refused.value) == (
+            f"option {name}={value!r}: through nameServer a batch is RocketMQ's MessageBatch, uncompressed, which "
+            f"RocketMQ's brokers and clients read: drop the option (or set {name}={needed})")
+    with pytest.raises(ConfigError, match="^option deliveryGuarantee=exactlyOnce is broker_sim's guarantee"):
+        parse_sink_options({**ns, "deliveryGuarantee": "exactlyOnce", "codec": "arrow"})
+    assert parse_sink_options({**ns, "codec": "rmq", "compression": "NONE"}).codec == "rmq"
