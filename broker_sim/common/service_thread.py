@@ -1,15 +1,22 @@
 """ServiceThread (RocketMQ's ServiceThread): the broker's background loops, written once.
 
 A named daemon thread runs a task every interval, or at once when woken; ``stop()`` wakes it
-and joins it. The flusher, the dispatcher, the consumer offsets writer, pop revive and the
-transaction sweeper are ServiceThreads.
+and joins it. The flusher, the dispatcher, the consumer offsets writer, pop revive, the
+transaction sweeper, the transaction checks of the RocketMQ doors and the remoting door's
+registration with name servers are ServiceThreads.
+
+``ServiceTask`` is its twin for a loop that must run on an asyncio event loop (it touches the
+loop's transports): the same start, wake, stop and interval, as a task of that loop. The
+remoting server's connection sweep is one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
-from typing import Callable
+from typing import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +82,110 @@ class ServiceThread:
                 return
             try:
                 wait = self.run_once()
+            except Exception:  # a fault here must not stop the loop silently
+                wait = self.retry_s
+                log.exception("%s failed; retrying in %.1f s", self.task, wait)
+            if wait is None:
+                wait = self.interval_s
+
+
+class ServiceTask:
+    """ServiceThread's twin on an asyncio event loop: runs ``run_once()`` (or the ``run_once``
+    given; a plain function or a coroutine function) as a task of the loop given to ``start``,
+    first after ``interval_s``, then again after the wait it returns (None: ``interval_s``; 0:
+    at once).
+
+    ``wake()`` and ``stop()`` may be called from any thread. ``wake()`` ends the current wait,
+    and a wake during a run makes the next wait end at once. An exception is logged (as
+    ``task`` failed) and the loop goes on after ``retry_s`` (default: the interval);
+    ``run_once`` ends the loop by calling ``stop()``. The task also ends when it is cancelled
+    (its loop closing).
+    """
+
+    def __init__(self, name: str, interval_s: float,
+                 run_once: Callable[[], float | None | Awaitable[float | None]] | None = None, *,
+                 task: str | None = None, retry_s: float | None = None):
+        self.name = name
+        self.interval_s = interval_s
+        self.task = task or name
+        self.retry_s = interval_s if retry_s is None else retry_s
+        if run_once is not None:
+            self.run_once = run_once
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._woken: asyncio.Event | None = None  # made by each start
+        self._stopped = False
+        self._ended = threading.Event()  # set when the task's run ends: what stop() joins
+        self._ended.set()
+
+    def run_once(self) -> float | None | Awaitable[float | None]:
+        raise NotImplementedError("give ServiceTask a run_once callable, or override run_once")
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the loop (again, after a stop) as a task of ``loop``, from any thread."""
+        if self.running:
+            raise RuntimeError(f"service task {self.name} is running already")
+        self._stopped = False
+        self._loop = loop
+        self._woken = asyncio.Event()  # (bound to the loop when first awaited, there)
+        self._ended.clear()
+        if self._on_loop():
+            run = loop.create_task(self._run(), name=self.name)
+        else:
+            run = asyncio.run_coroutine_threadsafe(self._run(), loop)
+        run.add_done_callback(lambda _run: self._ended.set())  # also when cancelled before it ran
+
+    def wake(self) -> None:
+        loop = self._loop
+        if loop is None or self._ended.is_set():
+            return
+        if self._on_loop():
+            self._set_woken()
+        else:
+            try:
+                loop.call_soon_threadsafe(self._set_woken)
+            except RuntimeError:  # the loop closed: the task is gone with it
+                pass
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Wake the task and wait (up to ``timeout``) for its run to end; a no-op when it has
+        stopped. From the loop's own thread it only ends the loop (a loop cannot wait for
+        itself)."""
+        self._stopped = True
+        self.wake()
+        loop = self._loop
+        if loop is not None and not self._on_loop() and loop.is_running():
+            self._ended.wait(timeout)
+
+    @property
+    def running(self) -> bool:
+        return not self._ended.is_set()
+
+    def _on_loop(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
+    def _set_woken(self) -> None:
+        if self._woken is not None:
+            self._woken.set()
+
+    async def _run(self) -> None:
+        woken = self._woken
+        wait = self.interval_s
+        while True:
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(woken.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+                woken.clear()  # before the run: a wake from here on is seen by the next wait
+            if self._stopped:
+                return
+            try:
+                wait = self.run_once()
+                if inspect.isawaitable(wait):
+                    wait = await wait
             except Exception:  # a fault here must not stop the loop silently
                 wait = self.retry_s
                 log.exception("%s failed; retrying in %.1f s", self.task, wait)

@@ -1,9 +1,9 @@
 """Transactions RocketMQ's producers left open, checked back with them, as RocketMQ's
 TransactionalMessageCheckService does: each is checked every ``interval_ms`` (not before its
 immunity time) with whoever can answer, and rolled back after ``check_max`` checks. Both
-RocketMQ doors keep one: the remoting door asks the producer group over its connection, the v2
-door the client over its Telemetry stream. Kept in memory: after a restart the core's own
-transaction timeout ends what is left open."""
+RocketMQ doors keep one and ``start`` its loop (a ServiceThread): the remoting door asks the
+producer group over its connection, the v2 door the client over its Telemetry stream. Kept in
+memory: after a restart the core's own transaction timeout ends what is left open."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.common.service_thread import ServiceThread
 from broker_sim.core.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,20 @@ class TransactionChecks:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._open: dict[str, OpenTransaction] = {}
+        self._checker: ServiceThread | None = None
+
+    def start(self, ask: Callable[[OpenTransaction, bytes], bool], name: str, period_ms: int | None = None) -> None:
+        """Check the due transactions with ``ask`` (see ``check_once``) every ``period_ms``
+        (default: the check interval), on a thread named ``name``, until ``stop``."""
+        period_s = (self.interval_ms if period_ms is None else period_ms) / 1000
+        self._checker = ServiceThread(name, period_s, lambda: self._check_on_interval(ask),
+                                      task="checking transactions")
+        self._checker.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End the checks (waiting up to ``timeout_s`` for one under way); a no-op when not started."""
+        if self._checker is not None:
+            self._checker.stop(timeout_s)
 
     def opened(self, transaction_id: str, owner: str, topic: str, immunity_ms: int = 0) -> None:
         now = self._clock_ms()
@@ -66,6 +81,9 @@ class TransactionChecks:
             transaction.checks += 1
             asked += bool(ask(transaction, half))
         return asked
+
+    def _check_on_interval(self, ask: Callable[[OpenTransaction, bytes], bool]) -> None:
+        self.check_once(ask)  # (None: the next checks come after the period)
 
     def _due(self) -> list[OpenTransaction]:
         now = self._clock_ms()

@@ -202,6 +202,13 @@ class TopicTable:
         self._journal_lines = 0
 
 
+def unknown_topic(name: str, topics: TopicTable) -> str:
+    """The sentence for a topic that does not exist: the topics that do, and what to do."""
+    names = [t.name for t in topics.all()]
+    shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+    return f"topic {echo(name)} does not exist; existing topics: {shown or 'none'}. Create it first"
+
+
 def _read_snapshot(path: Path) -> dict[str, TopicConfig]:
     if not path.exists():
         return {}

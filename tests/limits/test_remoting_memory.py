@@ -13,6 +13,7 @@ import struct
 import threading
 
 from broker_sim.core.hold import WAKE_BATCH, PullHold
+from broker_sim.doors.remoting.server import Connection
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from test_remoting_limits import TIMEOUT_S, is_closed, pull_fields, served, start, wait_until
 
@@ -71,6 +72,31 @@ def test_idle_and_half_sent_connections_are_closed_after_their_timeouts(tmp_path
         assert parked.result(TIMEOUT_S).code == ResponseCode.PULL_NOT_FOUND  # answered at its suspend timeout
     assert "--idle-connection-timeout-s" in caplog.text and "--unfinished-frame-timeout-s" in caplog.text
     assert served(address, "orders")
+
+
+def test_a_sweep_that_fails_is_logged_and_the_next_one_closes_the_idle_connection(tmp_path, stopped, caplog,
+                                                                                   monkeypatch):
+    """The sweep is a ServiceTask: a fault in one pass (here injected, once) is logged, and the
+    sweeps go on (a callback that rescheduled itself stopped for good)."""
+    broker = start(tmp_path, idle_connection_timeout_s=1.0)
+    stopped.append(broker)
+    faults = []
+    timed_out = Connection.timed_out
+
+    def fails_once(connection, now):
+        if not faults:
+            faults.append(now)
+            raise RuntimeError("an injected fault in the sweep")
+        return timed_out(connection, now)
+
+    monkeypatch.setattr(Connection, "timed_out", fails_once)
+    with caplog.at_level(logging.ERROR, logger="broker_sim.common.service_thread"):
+        idle = connect(broker.remoting.address)
+        wait_until(lambda: faults, "a sweep ran into the fault")
+        assert wait_until(lambda: is_closed(idle), "the idle connection is closed", timeout_s=15)
+        idle.close()
+    assert "closing the connections past their timeouts failed" in caplog.text
+    assert "an injected fault in the sweep" in caplog.text
 
 
 def test_parked_pulls_past_the_limit_are_answered_busy_at_once(tmp_path, stopped):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import select
 import socket
 import struct
+import threading
 import time
 import zlib
 
@@ -432,6 +433,7 @@ def test_two_brokers_serve_one_topic_through_one_name_server(broker, tmp_path):
     new_topic(broker, "spread", 2)
     options = RemotingOptions(port=0, broker_name="broker-b", name_servers=(broker.remoting.address,),
                               register_interval_ms=200)
+    before = set(threading.enumerate())
     with Broker(tmp_path, "127.0.0.1", 0, remoting=options) as second:
         second.core.create_topic("spread", 3, QueueType.SIMPLE_CQ)
         with RemotingConnection(broker.remoting.address) as conn:
@@ -445,6 +447,9 @@ def test_two_brokers_serve_one_topic_through_one_name_server(broker, tmp_path):
     with RemotingConnection(broker.remoting.address) as conn:  # the stopped broker unregistered
         answer = conn.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "spread"})
         assert [q["brokerName"] for q in orjson.loads(answer.body)["queueDatas"]] == ["broker-a"]
+    loops = [t.name for t in threading.enumerate()
+             if t not in before and t.name in ("rmq-remoting-register", "rmq-remoting-txn-check")]
+    assert loops == [], "the stopped broker's registration and transaction checks still run"
 
 
 # --- pop -----------------------------------------------------------------------------------

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import ssl
-import threading
 import time
 from dataclasses import dataclass, field
 
 import orjson
 
 from broker_sim.acl import Guard
+from broker_sim.common.service_thread import ServiceThread
 from broker_sim.core import BrokerCore, BrokerError, Reason, TransactionChecks
 from broker_sim.core.hold import PullHold
 from broker_sim.core.limits import ClientLimits
@@ -77,8 +77,10 @@ class RemotingDoor:
         self.server = RemotingServer({}, host, options.port, limits=limits, tls=tls)
         self.hold = PullHold(self.server.loop, self.server.limits.max_parked_pulls, pool=self.server.pool)
         self._advertised_ip = advertised_ip
-        self._stop = threading.Event()
-        self._registrar: threading.Thread | None = None
+        self.checks: TransactionChecks | None = None
+        self._registrar = ServiceThread("rmq-remoting-register", _TOPIC_CHANGE_CHECK_S, self._register_if_due,
+                                        task="registering with the name servers")
+        self._registered: tuple[dict | None, float] = (None, 0.0)  # the topics registered last, and when
 
     @property
     def address(self) -> str:
@@ -97,8 +99,8 @@ class RemotingDoor:
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)
-        checks = TransactionChecks(core, self.options.transaction_check_interval_ms,
-                                   self.options.transaction_check_max)
+        self.checks = checks = TransactionChecks(core, self.options.transaction_check_interval_ms,
+                                                 self.options.transaction_check_max)
         broker = BrokerRequests(self.core, self.clients, checks, self.options.broker_name, self.options.cluster_name,
                                 self.address, self.hold)
         handlers = {code: Handler(call) for code, call in NameServer(self.routes).handlers().items()}
@@ -112,11 +114,11 @@ class RemotingDoor:
             self.server.check_request = RemotingAdmission(self.guard, handlers, self._record_topic)
         self.server.close_listeners.append(self.clients.forget)
         port = self.server.start()
-        self.server.call_soon(lambda: self.server.loop.create_task(transactions.check_forever()))
+        checks.start(transactions.ask, "rmq-remoting-txn-check")
         self.core.store.add_arrival_listener(self.hold.arrived)
         if self.options.name_servers:
-            self._registrar = threading.Thread(target=self._register_loop, name="rmq-remoting-register", daemon=True)
             self._registrar.start()
+            self._registrar.wake()  # the first registration at once
         log.info("remoting door (broker %s and name server) serving on %s", self.options.broker_name, self.address)
         return port
 
@@ -130,25 +132,24 @@ class RemotingDoor:
             raise
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._registrar is not None:
-            self._registrar.join(10)
+        if self._registrar.running:
+            self._registrar.stop(10)
             self._unregister_all()
+        if self.checks is not None:
+            self.checks.stop()
         self.server.stop()
 
     # --- registration with other name servers ----------------------------------------------
 
-    def _register_loop(self) -> None:
+    def _register_if_due(self) -> None:
         """Register every interval, and at once when this broker's topics change (RocketMQ's
-        brokers register again after a topic is created or deleted)."""
-        registered, last = None, 0.0
-        while not self._stop.is_set():
-            topics = self.routes.local.registered_topics()
-            if topics != registered or time.monotonic() - last >= self.options.register_interval_ms / 1000:
-                for address in self.options.name_servers:
-                    self._register(address, topics)
-                registered, last = topics, time.monotonic()
-            self._stop.wait(_TOPIC_CHANGE_CHECK_S)
+        brokers register again after a topic is created or deleted): looked at every second."""
+        topics = self.routes.local.registered_topics()
+        registered, last = self._registered
+        if topics != registered or time.monotonic() - last >= self.options.register_interval_ms / 1000:
+            for address in self.options.name_servers:
+                self._register(address, topics)
+            self._registered = (topics, time.monotonic())
 
     def _register(self, address: str, topics: dict) -> None:
         body = orjson.dumps({"topicConfigSerializeWrapper": {

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.common.service_thread import ServiceTask
 from broker_sim.core import BrokerError
 from broker_sim.core.errors import from_exception
 from broker_sim.core.limits import ClientLimits, MemoryBudget, client_key, too_many_connections, too_many_requests
@@ -345,6 +346,8 @@ class RemotingServer:
         self._thread = threading.Thread(target=self.loop.run_forever, name=f"{name}-loop", daemon=True)
         self._server: asyncio.AbstractServer | TlsListener | None = None
         self._socket: socket.socket | None = None
+        self._sweeper = ServiceTask(f"{name}-sweep", SWEEP_INTERVAL_S, self._sweep,
+                                    task="closing the connections past their timeouts")
 
     def bind(self) -> int:
         """Take the address (before serving: the port is known early); the bound port.
@@ -367,7 +370,7 @@ class RemotingServer:
         return self.port
 
     async def _listen(self) -> asyncio.AbstractServer | TlsListener:
-        self.loop.call_later(SWEEP_INTERVAL_S, self._sweep)
+        self._sweeper.start(self.loop)
         if self.tls is None:
             return await self.loop.create_server(lambda: Connection(self), sock=self._socket)
         listener = TlsListener(self.loop, self._socket, self.tls, lambda: Connection(self))
@@ -393,6 +396,7 @@ class RemotingServer:
         self._stop_loop()
 
     async def _close_all(self) -> None:
+        self._sweeper.stop()
         self._server.close()
         for connection in list(self.connections) + list(self.refusing):
             connection.transport.close()
@@ -404,14 +408,13 @@ class RemotingServer:
             await asyncio.wait(tasks, timeout=_STOP_TIMEOUT_S / 2)
 
     def _sweep(self) -> None:
-        """Close the connections idle or inside one frame past their timeouts; again in a second."""
+        """Close the connections idle or inside one frame past their timeouts (every second)."""
         now = self.loop.time()
         for connection in list(self.connections):
             why = connection.timed_out(now)
             if why:
                 connection._disconnect(why)
         self.closing_log.roll()
-        self.loop.call_later(SWEEP_INTERVAL_S, self._sweep)
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():

@@ -1,12 +1,11 @@
 """RocketMQ's transactional messages over the door: a prepared (half) message is a core
 transaction of its own, named by the message's UNIQ_KEY; END_TRANSACTION commits or rolls it
 back; one left unknown is checked back with its producer group (CHECK_TRANSACTION_STATE, the
-half message in the body) by the core's TransactionChecks.
+half message in the body, sent by ``ask``) by the core's TransactionChecks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 
@@ -56,21 +55,13 @@ class TransactionRequests:
             self.checks.ended(transaction_id)
         return request.response(ResponseCode.SUCCESS)
 
-    async def check_forever(self) -> None:
-        """Every check interval, ask the producers of half messages older than it."""
-        interval_ms = self.checks.interval_ms
-        while True:
-            await asyncio.sleep(interval_ms / 1000)
-            try:
-                self.checks.check_once(self._ask)
-            except Exception:
-                log.exception("checking transactions failed; trying again in %d ms", interval_ms)
-
-    def _ask(self, transaction: OpenTransaction, half: bytes) -> bool:
+    def ask(self, transaction: OpenTransaction, half: bytes) -> bool:
+        """Send a check of ``transaction`` to a producer of its group (from the checks' thread);
+        whether one is connected."""
         connection = self.clients.producer_connection(transaction.owner)
         if connection is None:
             return False
-        connection.send(self._check_request(transaction.transaction_id, half))
+        connection.send_threadsafe(self._check_request(transaction.transaction_id, half))
         return True
 
     def _check_request(self, transaction_id: str, half: bytes) -> RemotingCommand:

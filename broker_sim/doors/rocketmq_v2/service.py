@@ -160,29 +160,19 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         self.queues = QueueChooser()
         self.hold = PullHold(loop, core.limits.max_parked_pulls, core.store.indexed_offset)
         core.store.add_arrival_listener(self.hold.arrived)
-        self._loop = loop
-        self._checker = None
 
     @property
     def max_body_bytes(self) -> int:
         return self.core.store.config.max_message_bytes
 
     def start(self) -> None:
-        """Start checking transactions (on the server's loop)."""
-        self._checker = asyncio.run_coroutine_threadsafe(self._check_forever(), self._loop)
+        """Start checking transactions (at least every second, so that each is checked near
+        its due time)."""
+        period_ms = max(50, min(self.options.transaction_check_interval_ms, 1000))
+        self.checks.start(self._ask, "rmq-v2-txn-check", period_ms)
 
     def stop(self) -> None:
-        if self._checker is not None:
-            self._checker.cancel()
-
-    async def _check_forever(self) -> None:
-        period = max(0.05, min(self.options.transaction_check_interval_ms, 1000) / 1000)
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self._loop.run_in_executor(None, self.checks.check_once, self._ask)
-            except Exception:
-                log.exception("checking transactions failed; trying again")
+        self.checks.stop()
 
     def _ask(self, transaction, half: bytes) -> bool:
         return ask_client(self.clients, transaction, half)
