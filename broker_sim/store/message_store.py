@@ -21,13 +21,14 @@ from broker_sim.store.commitlog import CommitLog, PendingRecord, wall_clock_ms
 from broker_sim.store.concurrent_dispatcher import ConcurrentDispatcher
 from broker_sim.store.config import DispatchMode, FlushMode, StoreConfig
 from broker_sim.store.consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
-from broker_sim.store.disk import DiskGuard, full_sentence
+from broker_sim.store.disk import DiskGuard
 from broker_sim.store.dispatcher import Dispatcher
 from broker_sim.store.errors import (
     DataDirInUseError,
     DiskFailedError,
     DiskFullError,
     StoreClosedError,
+    UnknownQueueError,
     UnknownTopicError,
     echo,
 )
@@ -349,7 +350,7 @@ class MessageStore:
         try:
             appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
         except DiskFullError as err:
-            return PutResult(PutStatus.DISK_FULL, full_sentence(err))
+            return PutResult(PutStatus.DISK_FULL, err.message)
         except OSError as err:  # the append was undone, but the disk cannot be trusted any more
             return PutResult(PutStatus.DISK_FAILED, str(self.disk.fail("a write", err)))
         if appended is None:
@@ -626,7 +627,7 @@ class MessageStore:
         """The queue's index (None while it is empty); raises for an unknown topic or queue."""
         config = self.topic(topic)
         if not 0 <= queue_id < config.queue_count:
-            raise UnknownTopicError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; "
+            raise UnknownQueueError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; "
                                     f"there is no queue {queue_id}")
         return self.queues.find(topic, queue_id)
 

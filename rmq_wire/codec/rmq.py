@@ -28,21 +28,12 @@ from rmq_wire.codec.properties import (
     SYSTEM_PROPERTIES,
     encode_property_column,
 )
-from rmq_wire.errors import CodecError
+from rmq_wire.errors import BatchFormatError, CodecError
 
 HEADER_BYTES = 20  # TOTALSIZE .. BODYLEN
 FIXED_BYTES = HEADER_BYTES + 2  # + PROPLEN
 _BODYLEN_AT = 16
 _HEADER = np.dtype([("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("flag", ">i4"), ("body_length", ">i4")])
-
-
-class BatchFormatError(CodecError):
-    """A MessageBatch payload that does not parse; the message says where and why, ``payload``
-    which of those scanned together."""
-
-    def __init__(self, message: str, payload: int = 0):
-        super().__init__(message)
-        self.payload = payload
 
 
 _ENTRY = struct.Struct(">iiiii")
