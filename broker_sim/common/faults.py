@@ -88,6 +88,7 @@ def refused(reason: Reason, message: str) -> BrokerError:
 class ConfigError(BrokerError, ValueError):
     """A bad flag, setting or file of the broker's own configuration: the broker does not start
     (an ACL file reloaded while it runs is kept as it was). The message names the flag or file
-    and what to write."""
+    and what to write. The broker's own; ``rmq_wire.errors.ConfigError`` is a client's bad
+    argument or option."""
 
     reason = Reason.INVALID_ARGUMENT
