@@ -21,6 +21,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from broker_sim.acl import Guard
+from broker_sim.common.faults import BrokerError
 from broker_sim.core import BrokerCore, CoreOptions
 from broker_sim.core.limits import ClientLimits
 from broker_sim.doors.contract.pop_servicer import PopServicer
@@ -50,7 +51,7 @@ _ENVELOPE_BYTES = 64 << 10
 _DRAIN_TIMEOUT_S = 10.0
 
 
-class BindError(OSError):
+class BindError(BrokerError, OSError):
     """The broker cannot listen on its address (in use, or not an address of this machine)."""
 
 

@@ -17,6 +17,7 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker_sim.common.faults import ConfigError  # a file the broker cannot start with: its sentence names the line
 from broker_sim.rocketmq_keys import ROCKETMQ_BROKER_KEYS
 
 
@@ -74,10 +75,6 @@ NO_EFFECT_WHY = {
 _BOOLEANS = {"true": True, "false": False}
 _TYPE_WORDS = {int: "a whole number", float: "a number"}
 _NOT_KEYS = {"help", "config"}
-
-
-class ConfigError(ValueError):
-    """A file the broker cannot start with: the sentence names the file, the line and the key."""
 
 
 @dataclass

@@ -134,7 +134,8 @@ class LimitExceededError(RmqError):
 class DiskFullError(RmqError):
     """The broker's disk has no room (less free than its reserve); nothing was stored. The
     same send succeeds once space is freed on the broker's disk: the producer retries it with
-    its backoff, then raises this."""
+    its backoff, then raises this. The client's view of the broker's own
+    ``broker_sim.store.DiskFullError`` (reason DISK_FULL)."""
 
     retriable = True
 
@@ -142,7 +143,8 @@ class DiskFullError(RmqError):
 class DiskFailedError(RmqError):
     """The broker's disk failed a flush or a write: the broker accepts no write until it is
     restarted (reads go on). A send answered so may or may not be stored; an idempotent send
-    retried after the restart is stored once."""
+    retried after the restart is stored once. The client's view of the broker's own
+    ``broker_sim.store.DiskFailedError`` (reason DISK_FAILED)."""
 
 
 class TransactionNotFoundError(RmqError, LookupError):
@@ -171,10 +173,12 @@ class PermissionDeniedError(RmqError):
 
 
 class BrokerError(RmqError):
-    """Any other broker failure."""
+    """Any other broker failure (the broker's own ``broker_sim.core.BrokerError`` is the root of
+    all its faults; a client sees each through the class its reason maps to, this one for the
+    rest, INTERNAL included)."""
 
 
-# The broker's reasons (broker_sim/doors/grpc_common.py) -> error classes.
+# The broker's reasons (broker_sim/common/faults.py) -> error classes.
 _BY_REASON = {
     "TOPIC_NOT_FOUND": TopicNotFoundError,
     "QUEUE_NOT_FOUND": QueueNotFoundError,

@@ -29,3 +29,13 @@ class InvalidRequestError(RmqError, ValueError):
 class CodecError(InvalidRequestError):
     """Messages or stored bytes that do not encode or decode: a bad column, message tuple,
     property, codec name, or a damaged payload or record; the message says which and where."""
+
+
+class BatchFormatError(CodecError):
+    """A MessageBatch payload (RocketMQ's batch encoding) that does not parse: the broker's check
+    of a batch it is sent and the SDK's decoding raise this one. The message says where and
+    why; ``payload`` which of those scanned together."""
+
+    def __init__(self, message: str, payload: int = 0):
+        super().__init__(message)
+        self.payload = payload

@@ -21,7 +21,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from rmq_wire.errors import CodecError
+from rmq_wire.errors import BatchFormatError, CodecError
 
 try:  # ISA-L's CRC-32 (SIMD) is ~12x zlib's on 32 KiB bodies; the same polynomial and values
     from isal.isal_zlib import crc32
@@ -354,10 +354,6 @@ def check_record(buf, pos: int, limit: int) -> tuple[Check, int, str]:
 # TOTALSIZE 4 | MAGIC 4 | BODYCRC 4 | FLAG 4 | BODYLEN 4 | BODY | PROPLEN 2 | PROPERTIES
 BATCH_ENTRY = struct.Struct(">iiiii")
 BATCH_ENTRY_FIXED_BYTES = BATCH_ENTRY.size + 2
-
-
-class BatchFormatError(ValueError):
-    """A MessageBatch payload that does not parse; the message says where and why."""
 
 
 def encode_message_batch(messages) -> bytes:

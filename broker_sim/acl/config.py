@@ -28,6 +28,8 @@ from pathlib import Path
 
 import yaml
 
+from broker_sim.common.faults import ConfigError
+
 log = logging.getLogger(__name__)
 
 _IGNORED = ("globalWhiteRemoteAddresses", "whiteRemoteAddress")
@@ -47,7 +49,7 @@ _PERMS = {"DENY": Perm.DENY, "PUB": Perm.PUB, "SUB": Perm.SUB, "PUB|SUB": Perm.P
           "SUB|PUB": Perm.PUB | Perm.SUB}
 
 
-class AclConfigError(ValueError):
+class AclConfigError(ConfigError):
     """The ACL file cannot be used; the sentence says where and what to change."""
 
 

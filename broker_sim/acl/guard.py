@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from broker_sim.acl.config import Account, AclConfig, AclConfigError, Perm, load
-from broker_sim.core import BrokerError, Reason
+from broker_sim.core import BrokerError, Reason, refused
 from broker_sim.store.errors import echo
 from rmq_wire import record as fmt
 from rmq_wire import signing
@@ -182,8 +182,8 @@ def _file_stamp(path: Path) -> tuple:
 
 
 def _unauthenticated(sentence: str) -> BrokerError:
-    return BrokerError(Reason.UNAUTHENTICATED, sentence)
+    return refused(Reason.UNAUTHENTICATED, sentence)
 
 
 def _denied(sentence: str) -> BrokerError:
-    return BrokerError(Reason.PERMISSION_DENIED, sentence)
+    return refused(Reason.PERMISSION_DENIED, sentence)

@@ -1,4 +1,5 @@
 """broker_sim.common: what every part of the broker runs on and nothing of RocketMQ's model:
 ``ServiceThread`` (every background loop; ``ServiceTask``, its twin on an asyncio event loop),
-``files`` (atomic writes, fsync of a directory).
+``files`` (atomic writes, fsync of a directory), ``faults`` (``BrokerError``, the root of every
+fault of the broker, and its ``Reason``).
 Imported by any part of the broker; imports nothing of it."""

@@ -14,7 +14,7 @@ from broker_sim.core.core import (
     QueueOffsets,
     parse_tag_filter,
 )
-from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.errors import BrokerError, Reason, refused
 from broker_sim.core.reads import OffsetRange, RangeCursor, RangeStatus, ReadBudget
 from broker_sim.core.sends import EarlyBatchSend, InnerBatchSend, SendOutcome, SendRequest, SingleSend
 from broker_sim.pop import AckStatus, retry_topic
@@ -24,7 +24,7 @@ from broker_sim.txn import TxnState
 __all__ = [
     "BrokerCore", "BrokerError", "BrokerSnapshot", "CallGate", "CoreOptions", "Counters", "EarlyBatchSend",
     "InnerBatchSend", "OffsetRange", "OpenTransaction", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
-    "Reason", "SendOutcome", "SendRequest", "SingleSend", "TransactionChecks", "parse_tag_filter",
+    "Reason", "SendOutcome", "SendRequest", "SingleSend", "TransactionChecks", "parse_tag_filter", "refused",
     # what the doors need of the parts below the core
     "ZERO_HOST", "AckStatus", "TopicConfig", "TxnState", "retry_topic",
 ]

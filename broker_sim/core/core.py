@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from broker_sim.core import sends
-from broker_sim.core.errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid
+from broker_sim.core.errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid, refused
 from broker_sim.core.groups import GroupTable, LiveConsumers
 from broker_sim.core.limits import ClientLimits, MemoryBudget, TopicQuota
 from broker_sim.core.reads import OffsetRange, RangeCursor, ReadBudget
@@ -68,7 +68,7 @@ class CallGate:
     def __enter__(self) -> None:
         with self._cond:
             if self._closed:
-                raise BrokerError(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
+                raise refused(Reason.SERVICE_NOT_AVAILABLE, STOPPING)
             self._inside += 1
 
     def __exit__(self, *exc) -> None:
@@ -542,7 +542,7 @@ class BrokerCore:
             topic, queue_id, offset = decode_key(receipt.key)[3:]
             found = self.store.get_messages(topic, queue_id, offset, offset + 1, max_bytes=1)
             if not found.batches:
-                raise BrokerError(Reason.MESSAGE_NOT_FOUND, f"{receipt.describe()} is no longer stored")
+                raise refused(Reason.MESSAGE_NOT_FOUND, f"{receipt.describe()} is no longer stored")
             record = bytes(found.batches[0].data)
             if fmt.decode_record(record).inner_count > 1:
                 raise invalid(f"{receipt.describe()} is a message of an inner batch (a BatchCQ topic), which goes to "
@@ -553,7 +553,7 @@ class BrokerCore:
                 raise from_put(result)
             failures = self.pop_service.ack(group, [receipt_handle])
         if failures:
-            raise BrokerError(Reason.RECEIPT_HANDLE_EXPIRED, failures[0].detail)
+            raise refused(Reason.RECEIPT_HANDLE_EXPIRED, failures[0].detail)
         return target
 
     def message_at(self, physical_offset: int) -> bytes:
@@ -595,8 +595,8 @@ class BrokerCore:
     def _record_at(self, physical_offset: int) -> bytes:
         record = self.store.record_at(physical_offset)
         if record is None:
-            raise BrokerError(Reason.MESSAGE_NOT_FOUND, f"no message starts at commitlog offset {physical_offset}: the "
-                                                        "id is not one this broker gave, or its message was deleted")
+            raise refused(Reason.MESSAGE_NOT_FOUND, f"no message starts at commitlog offset {physical_offset}: the "
+                                                    "id is not one this broker gave, or its message was deleted")
         return record
 
     def change_invisible_duration(self, group: str, receipt_handle: str, invisible_time_ms: int) -> tuple[str, int]:
@@ -669,8 +669,8 @@ class BrokerCore:
     def _topic_not_found(self, name: str) -> BrokerError:
         names = [t.name for t in self.store.all_topics()]
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
-        return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
-                                                   f"{shown or 'none'}. Create it first, or check the name")
+        return refused(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
+                                               f"{shown or 'none'}. Create it first, or check the name")
 
 
 def _nothing() -> None:
@@ -694,8 +694,8 @@ def parse_tag_filter(expression: str) -> TagFilter | None:
 
 def _check_queue(config: TopicConfig, queue_id: int) -> None:
     if not 0 <= queue_id < config.queue_count:
-        raise BrokerError(Reason.QUEUE_NOT_FOUND, f"topic {config.name!r} has queues 0 to "
-                                                  f"{config.queue_count - 1}; there is no queue {queue_id}")
+        raise refused(Reason.QUEUE_NOT_FOUND, f"topic {config.name!r} has queues 0 to "
+                                              f"{config.queue_count - 1}; there is no queue {queue_id}")
 
 
 def _check_group(group: str) -> None:

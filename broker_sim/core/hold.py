@@ -19,7 +19,7 @@ import asyncio
 from concurrent.futures import Executor
 from typing import Callable
 
-from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.errors import Reason, refused
 from broker_sim.core.limits import ClientLimits, Holding
 from rmq_wire.remoting import RemotingCommand, ResponseCode
 
@@ -94,10 +94,10 @@ class PullHold:
 
     def _check_room(self) -> None:
         if self.parked >= self.max_parked:
-            raise BrokerError(Reason.TOO_MANY_REQUESTS,
-                              f"[TOO_MANY_REQUESTS] {self.parked} pulls wait for messages on this broker, its "
-                              "limit (--max-parked-pulls): pull again later, hold fewer pulls waiting at once, or "
-                              "raise --max-parked-pulls")
+            raise refused(Reason.TOO_MANY_REQUESTS,
+                          f"[TOO_MANY_REQUESTS] {self.parked} pulls wait for messages on this broker, its "
+                          "limit (--max-parked-pulls): pull again later, hold fewer pulls waiting at once, or "
+                          "raise --max-parked-pulls")
 
     def arrived(self) -> None:
         """Messages became readable (called on the dispatcher's thread): wake the held pulls

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.errors import BrokerError, Reason, refused
 from broker_sim.store import CreateStatus, creation_problem, echo
 
 
@@ -124,10 +124,10 @@ def client_key(address: str, account: str | None = None) -> str:
 
 def too_many_requests(held: int, who: str, flag: str) -> BrokerError:
     """The refusal of a request past a limit of requests in flight."""
-    return BrokerError(Reason.TOO_MANY_REQUESTS,
-                       f"[TOO_MANY_REQUESTS] {who} has {held} requests being served, the broker's limit "
-                       f"(--{flag}): retry later, send fewer requests at once (wait for answers before sending "
-                       f"more), or raise --{flag}")
+    return refused(Reason.TOO_MANY_REQUESTS,
+                   f"[TOO_MANY_REQUESTS] {who} has {held} requests being served, the broker's limit "
+                   f"(--{flag}): retry later, send fewer requests at once (wait for answers before sending "
+                   f"more), or raise --{flag}")
 
 
 def too_many_connections(holding: str, flag: str) -> str:
@@ -283,9 +283,9 @@ class MemoryBudget:
 
     @staticmethod
     def _refusal(holding: str, flag: str) -> BrokerError:
-        return BrokerError(Reason.TOO_MANY_REQUESTS,
-                           f"[TOO_MANY_REQUESTS] {holding}, the broker's limit (--{flag}): read what the broker "
-                           f"sends as it comes, send fewer requests at once, retry later, or raise --{flag}")
+        return refused(Reason.TOO_MANY_REQUESTS,
+                       f"[TOO_MANY_REQUESTS] {holding}, the broker's limit (--{flag}): read what the broker "
+                       f"sends as it comes, send fewer requests at once, retry later, or raise --{flag}")
 
 
 class Holding:
@@ -388,4 +388,4 @@ class TopicQuota:
 
 
 def _limit(sentence: str) -> BrokerError:
-    return BrokerError(Reason.LIMIT_EXCEEDED, sentence)
+    return refused(Reason.LIMIT_EXCEEDED, sentence)

@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.errors import BrokerError, Reason, refused
 from broker_sim.store import GetStatus, TagFilter, TopicConfig
 
 
@@ -152,8 +152,8 @@ class RangeCursor:
         return self._core.store.find_topic(self.config.name) is not self.config
 
     def _deleted_error(self) -> BrokerError:
-        return BrokerError(Reason.TOPIC_NOT_FOUND, f"topic {self.config.name!r} was deleted while it was being read; "
-                                                   "nothing more of it can be read (created again, it starts empty)")
+        return refused(Reason.TOPIC_NOT_FOUND, f"topic {self.config.name!r} was deleted while it was being read; "
+                                               "nothing more of it can be read (created again, it starts empty)")
 
     def _no_records(self, result) -> None:
         if result.status is GetStatus.NO_MESSAGE_IN_QUEUE:  # nothing was ever stored in the queue

@@ -101,8 +101,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import re
 import struct
+from typing import Callable
 
 import grpc
 
@@ -171,36 +173,48 @@ def abort(context: grpc.ServicerContext, error: BrokerError):
     context.abort(code_of(error), error.message)
 
 
-def translated(method):
-    """Decorate a unary handler: exceptions become statuses through ``from_exception``."""
-
-    @functools.wraps(method)
-    def handler(self, request, context):
-        try:
-            if isinstance(request, RefusedRequest):
-                raise request.refusal()
-            return method(self, request, context)
-        except Exception as err:  # context.abort raises too: only our own call is inside
-            error = from_exception(err)
-        abort(context, error)
-
-    return handler
+ABORT = None  # how our contract answers a refusal: the call ends with the reason's gRPC status
 
 
-def translated_async(method):
-    """``translated`` for a unary handler that is a coroutine of the asyncio server."""
+def answering(answer: Callable[[BrokerError], object] | None):
+    """The decorator of a door's unary handlers, sync or coroutines: a request refused before its
+    handler (``RefusedRequest``) or an exception of the handler becomes a ``BrokerError``
+    (``from_exception``), which the door answers its way: ``answer(error)`` is the response
+    (RocketMQ 5's door: a response whose Status carries the code), or with ``ABORT`` the call
+    ends with the error's gRPC status and its reason in the trailers (our contract)."""
 
-    @functools.wraps(method)
-    async def handler(self, request, context):
-        try:
-            if isinstance(request, RefusedRequest):
-                raise request.refusal()
-            return await method(self, request, context)
-        except Exception as err:
-            error = from_exception(err)
-        await abort_stream(context, error)
+    def decorate(method):
+        if inspect.iscoroutinefunction(method):
+            @functools.wraps(method)
+            async def handler(self, request, context):
+                try:
+                    if isinstance(request, RefusedRequest):
+                        raise request.refusal()
+                    return await method(self, request, context)
+                except Exception as err:  # context.abort raises too: only our own call is inside
+                    error = from_exception(err)
+                if answer is not ABORT:
+                    return answer(error)
+                await abort_stream(context, error)
+        else:
+            @functools.wraps(method)
+            def handler(self, request, context):
+                try:
+                    if isinstance(request, RefusedRequest):
+                        raise request.refusal()
+                    return method(self, request, context)
+                except Exception as err:
+                    error = from_exception(err)
+                if answer is not ABORT:
+                    return answer(error)
+                abort(context, error)
 
-    return handler
+        return handler
+
+    return decorate
+
+
+translated = answering(ABORT)  # our contract's unary handlers, sync or coroutines
 
 
 def translated_stream(method):

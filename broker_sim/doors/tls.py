@@ -13,8 +13,10 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker_sim.common.faults import ConfigError
 
-class TlsConfigError(ValueError):
+
+class TlsConfigError(ConfigError):
     """A TLS file that cannot be used; the message says which and how to fix it."""
 
 

@@ -7,7 +7,7 @@ the store, ``common`` and ``rmq_wire``.
 """
 
 from broker_sim.pop.config import PopConfig
-from broker_sim.pop.errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, PopError, ReceiptHandleExpired
+from broker_sim.pop.errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from broker_sim.pop.receipt import ReceiptSigner
 from broker_sim.pop.revive import ReviveService
 from broker_sim.pop.service import AckFailure, AckStatus, PoppedUnit, PopResult, PopService, dlq_topic, retry_topic
@@ -15,6 +15,6 @@ from broker_sim.pop.state import PopCheckpoint, PopStateStore, RocksDBState
 
 __all__ = [
     "AckFailure", "AckStatus", "GroupNotFound", "InvalidPopRequest", "InvalidReceiptHandle", "PopCheckpoint",
-    "PoppedUnit", "PopConfig", "PopError", "PopResult", "PopService", "PopStateStore", "ReceiptHandleExpired",
+    "PoppedUnit", "PopConfig", "PopResult", "PopService", "PopStateStore", "ReceiptHandleExpired",
     "ReceiptSigner", "ReviveService", "RocksDBState", "dlq_topic", "retry_topic",
 ]

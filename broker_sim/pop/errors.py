@@ -1,23 +1,29 @@
-"""Faults and refusals of the pop service (expected outcomes are status values, see service.py).
-broker_sim/doors/grpc_common.py maps them to gRPC statuses."""
+"""Refusals of the pop service, each a ``BrokerError`` with its reason (expected outcomes are
+status values, see service.py)."""
+
+from broker_sim.common.faults import BrokerError, Reason
 
 
-class PopError(Exception):
-    """Base of the pop service's refusals; the message says what was wrong and how to fix it."""
-
-
-class InvalidPopRequest(PopError, ValueError):
+class InvalidPopRequest(BrokerError, ValueError):
     """A request argument out of range: invisible time, poll time, message count, names."""
 
+    reason = Reason.INVALID_ARGUMENT
 
-class GroupNotFound(PopError, LookupError):
+
+class GroupNotFound(BrokerError, LookupError):
     """An ack or change of invisible time for a group that never popped on this broker."""
 
+    reason = Reason.GROUP_NOT_FOUND
 
-class InvalidReceiptHandle(PopError, ValueError):
+
+class InvalidReceiptHandle(BrokerError, ValueError):
     """A handle this broker did not issue (forged, damaged) or issued to another group."""
 
+    reason = Reason.RECEIPT_HANDLE_INVALID
 
-class ReceiptHandleExpired(PopError):
+
+class ReceiptHandleExpired(BrokerError):
     """The handle's message was acked, revived after its invisible time, or its invisible time
     was changed (which issues a new handle)."""
+
+    reason = Reason.RECEIPT_HANDLE_EXPIRED

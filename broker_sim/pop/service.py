@@ -60,6 +60,7 @@ from broker_sim.store import (
     StateMarks,
     StoredBatch,
     StorePaths,
+    UnknownQueueError,
     UnknownTopicError,
     echo,
     wall_clock_ms,
@@ -281,7 +282,7 @@ class PopService:
                                     "messages")
         config = self.store.topic(topic)
         if queue_id != -1 and not 0 <= queue_id < config.queue_count:
-            raise UnknownTopicError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; there is no queue "
+            raise UnknownQueueError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; there is no queue "
                                     f"{queue_id} (pop queue -1 for any)")
         give_up = time.monotonic() + poll_time_ms / 1000
         waiting = False

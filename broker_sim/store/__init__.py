@@ -7,13 +7,15 @@ from broker_sim.store.commitlog import PendingRecord, wall_clock_ms
 from broker_sim.store.config import FlushMode, StoreConfig
 from broker_sim.store.consume_queue import IndexUnit
 from broker_sim.store.consumer_offsets import DEFAULT_FLUSH_INTERVAL_MS, ConsumerOffsetTable
-from broker_sim.store.disk import DiskGuard, full_at_start_sentence, full_sentence
+from broker_sim.store.disk import DiskGuard, full_at_start_sentence
 from broker_sim.store.errors import (
+    STOPPING,
     DataDirInUseError,
     DiskFailedError,
     DiskFullError,
     StoreClosedError,
     StoreError,
+    UnknownQueueError,
     UnknownTopicError,
     echo,
 )
@@ -49,10 +51,10 @@ __all__ = [
     "CorruptedRecord", "CreateStatus", "DataDirInUseError", "DiskFailedError", "DiskFullError", "DiskGuard",
     "FlushMode", "GetResult", "GetStatus", "IndexUnit", "LogPositions", "MappedFile", "MessageStore",
     "PendingRecord", "PutContext", "PutResult", "PutStatus", "QueueRecords", "QueueType", "RecoveryReport",
-    "StateLossError", "StateMarks",
+    "STOPPING", "StateLossError", "StateMarks",
     "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
-    "TagFilter", "TopicConfig", "UnknownTopicError", "creation_problem", "decode_record", "echo",
+    "TagFilter", "TopicConfig", "UnknownQueueError", "UnknownTopicError", "creation_problem", "decode_record", "echo",
     "encode_message_batch", "file_name",
     "full_at_start_sentence",
-    "close_checked", "full_sentence", "open_checked", "stamp_problem", "system_topic_problem", "wall_clock_ms",
+    "close_checked", "open_checked", "stamp_problem", "system_topic_problem", "wall_clock_ms",
 ]

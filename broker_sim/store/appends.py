@@ -10,7 +10,7 @@ from typing import Callable
 
 from broker_sim.store.commitlog import CommitLog, PendingRecord
 from broker_sim.store.config import StoreConfig
-from broker_sim.store.disk import DiskGuard, full_sentence
+from broker_sim.store.disk import DiskGuard
 from broker_sim.store.dispatcher import Dispatcher
 from broker_sim.store.errors import DiskFailedError, DiskFullError, echo
 from broker_sim.store.producer_state import ProducerState, stamp_problem, stamp_property
@@ -207,7 +207,7 @@ class Appends:
         try:
             appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
         except DiskFullError as err:
-            return PutResult(PutStatus.DISK_FULL, full_sentence(err))
+            return PutResult(PutStatus.DISK_FULL, err.message)
         except OSError as err:  # the append was undone, but the disk cannot be trusted any more
             return PutResult(PutStatus.DISK_FAILED, str(self.disk.fail("a write", err)))
         if appended is None:

@@ -73,8 +73,3 @@ def full_at_start_sentence(detail) -> str:
     """A start stopped for lack of space (``detail``: what could not be written): what to do."""
     return f"out of disk space: {detail}; the broker cannot start. Free space on that disk and start it again"
 
-
-def full_sentence(error: DiskFullError) -> str:
-    """The refusal of a write for lack of space: what happened and what to do."""
-    return (f"out of disk space: {error}; nothing was stored. Free space on that disk and send again: sends "
-            "resume once there is room")

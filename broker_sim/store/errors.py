@@ -1,7 +1,10 @@
-"""Faults of the store (expected outcomes are status values, see status.py), and how error
-sentences show what a client sent."""
+"""Faults of the store, each a ``BrokerError`` with its reason (expected outcomes are status
+values, see status.py), and how error sentences show what a client sent."""
+
+from broker_sim.common.faults import BrokerError, Reason
 
 ECHO_CHARS = 64
+STOPPING = "the broker is stopping; retry against a running broker"
 
 
 def echo(value) -> str:
@@ -11,8 +14,9 @@ def echo(value) -> str:
     return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS - 3] + "..."
 
 
-class StoreError(Exception):
-    """Base of the store's faults."""
+class StoreError(BrokerError):
+    """Base of the store's faults; one of its own (a damaged file, a closed table) is the
+    broker's (INTERNAL) unless a subclass says otherwise."""
 
 
 class DataDirInUseError(StoreError):
@@ -20,20 +24,49 @@ class DataDirInUseError(StoreError):
 
 
 class UnknownTopicError(StoreError, LookupError):
-    """A call named a topic or queue that does not exist."""
+    """A call named a topic that does not exist."""
+
+    reason = Reason.TOPIC_NOT_FOUND
+
+
+class UnknownQueueError(UnknownTopicError):
+    """A call named a queue its topic does not have."""
+
+    reason = Reason.QUEUE_NOT_FOUND
 
 
 class StoreClosedError(StoreError):
-    """The store was closed."""
+    """The store was closed: a client is told the broker is stopping."""
+
+    reason = Reason.SERVICE_NOT_AVAILABLE
+
+    @property
+    def message(self) -> str:
+        return STOPPING
 
 
 class DiskFullError(StoreError):
     """A file of the store could not be allocated or written for lack of space; nothing of
-    the write that needed it was kept."""
+    the write that needed it was kept. ``str()`` says which file; ``message`` what to do.
+
+    The broker's view; ``rmq_spark.errors.DiskFullError`` is what its clients raise for it.
+    """
+
+    reason = Reason.DISK_FULL
+
+    @property
+    def message(self) -> str:
+        return (f"out of disk space: {self}; nothing was stored. Free space on that disk and send again: sends "
+                "resume once there is room")
 
 
 class DiskFailedError(StoreError):
-    """A flush failed: the store accepts no write until the broker is restarted."""
+    """A flush failed: the store accepts no write until the broker is restarted.
+
+    The broker's view; ``rmq_spark.errors.DiskFailedError`` is what its clients raise for it.
+    """
+
+    reason = Reason.DISK_FAILED
 
 
 class IndexGapError(StoreError):

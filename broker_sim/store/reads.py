@@ -14,7 +14,7 @@ from broker_sim.store.config import StoreConfig
 from broker_sim.store.consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
 from broker_sim.store.disk import DiskGuard
 from broker_sim.store.dispatcher import Dispatcher
-from broker_sim.store.errors import StoreClosedError, UnknownTopicError
+from broker_sim.store.errors import StoreClosedError, UnknownQueueError, UnknownTopicError
 from broker_sim.store.integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
 from broker_sim.store.status import GetResult, GetStatus, LogPositions, StoredBatch
 from broker_sim.store.topics import QueueType, TopicTable, unknown_topic
@@ -284,7 +284,7 @@ class Reads:
         if config is None:
             raise UnknownTopicError(unknown_topic(topic, self.topics))
         if not 0 <= queue_id < config.queue_count:
-            raise UnknownTopicError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; "
+            raise UnknownQueueError(f"topic {topic!r} has queues 0 to {config.queue_count - 1}; "
                                     f"there is no queue {queue_id}")
         return self.queues.find(topic, queue_id)
 

@@ -11,12 +11,10 @@ from broker_sim.txn.service import (
                       EndResult,
                       Outcome,
                       PreparedPuts,
-                      Refusal,
                       TransactionConfig,
-                      TransactionRefused,
                       TransactionService,
 )
 from broker_sim.txn.state import SinkRecord, Transaction, TxnState
 
-__all__ = ["EndResult", "Outcome", "PreparedPuts", "Refusal", "SinkRecord", "Transaction", "TransactionConfig",
-           "TransactionRefused", "TransactionService", "TxnState"]
+__all__ = ["EndResult", "Outcome", "PreparedPuts", "SinkRecord", "Transaction", "TransactionConfig",
+           "TransactionService", "TxnState"]

@@ -42,12 +42,12 @@ may end, commit or look them up (FORBIDDEN).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.common.faults import BrokerError, Reason, refused
 from broker_sim.common.service_thread import ServiceThread
 from broker_sim.store import (
     DEFAULT_PUT,
@@ -63,7 +63,6 @@ from broker_sim.store import (
     StateMarks,
     StorePaths,
     echo,
-    full_sentence,
     stamp_problem,
     wall_clock_ms,
 )
@@ -107,23 +106,6 @@ class TransactionConfig:
         for name in ("timeout_ms", "check_interval_ms", "ended_retention_ms", "half_segment_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be positive")
-
-
-class Refusal(enum.Enum):
-    INVALID = "INVALID"  # a malformed id, a repeated id, nothing named
-    NOT_FOUND = "NOT_FOUND"  # no such transaction (never prepared, or forgotten after retention)
-    ENDED = "ENDED"  # the transaction's state forbids the call (rolled back, committed)
-    INCOMPLETE = "INCOMPLETE"  # fewer or more messages than the client sent, or a damaged batch
-    FORBIDDEN = "FORBIDDEN"  # another account's transaction (ACLs)
-
-
-class TransactionRefused(Exception):
-    """A call refused as a whole: nothing changed."""
-
-    def __init__(self, refusal: Refusal, message: str):
-        super().__init__(message)
-        self.refusal = refusal
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -221,7 +203,7 @@ class TransactionService:
                 else:
                     self._check_open(txn, transaction_id)
                     _check_owner([txn], owner)
-            except TransactionRefused:
+            except BrokerError:  # refused: nothing changed
                 self.half.release([position for position, _ in written])
                 raise
             if producer in txn.stamps:  # a repeat that ran alongside the first send
@@ -249,7 +231,7 @@ class TransactionService:
         except (DiskFullError, DiskFailedError, OSError) as err:
             self.half.release([position for position, _ in written])
             if isinstance(err, DiskFullError):
-                return PutResult(PutStatus.DISK_FULL, full_sentence(err))
+                return PutResult(PutStatus.DISK_FULL, err.message)
             if not isinstance(err, DiskFailedError):
                 err = self.store.disk.fail("a write to the transaction half log", err)
             return PutResult(PutStatus.DISK_FAILED, str(err))
@@ -257,7 +239,7 @@ class TransactionService:
     def _check_open(self, txn: Transaction | None, transaction_id: str) -> None:
         if txn is None or txn.state is TxnState.OPEN:
             return
-        raise TransactionRefused(Refusal.ENDED, f"transaction {transaction_id!r} {_ended(txn)}; no batch can be "
+        raise refused(Reason.TRANSACTION_ENDED, f"transaction {transaction_id!r} {_ended(txn)}; no batch can be "
                                                 "added to it: send under a new transaction id")
 
     # --- commit and rollback -------------------------------------------------------------
@@ -270,10 +252,10 @@ class TransactionService:
         if sink is not None:
             check_id(sink[0], "sink id")
             if not isinstance(sink[1], int) or sink[1] < 0:
-                raise TransactionRefused(Refusal.INVALID, f"batch id {sink[1]!r}: give the sink's batch id, 0 or more")
+                raise refused(Reason.INVALID_ARGUMENT, f"batch id {sink[1]!r}: give the sink's batch id, 0 or more")
         elif not ids:
-            raise TransactionRefused(Refusal.INVALID, "the commit names no transaction and no sink batch: name the "
-                                                      "transactions to commit")
+            raise refused(Reason.INVALID_ARGUMENT, "the commit names no transaction and no sink batch: name the "
+                                                   "transactions to commit")
         with self._end_lock:
             with self._lock:
                 txns = self._known(ids)
@@ -309,14 +291,14 @@ class TransactionService:
         so; committed ones refuse."""
         ids = self._check_ids(transaction_ids)
         if not ids:
-            raise TransactionRefused(Refusal.INVALID, "the rollback names no transaction: name the transactions")
+            raise refused(Reason.INVALID_ARGUMENT, "the rollback names no transaction: name the transactions")
         with self._end_lock:
             with self._lock:
                 txns = self._known(ids)
                 _check_owner(txns, owner)
                 for txn in txns:
                     if txn.state in (TxnState.COMMITTED, TxnState.COMMITTING):
-                        raise TransactionRefused(Refusal.ENDED, f"transaction {txn.id!r} {_ended(txn)}; it cannot be "
+                        raise refused(Reason.TRANSACTION_ENDED, f"transaction {txn.id!r} {_ended(txn)}; it cannot be "
                                                                 "rolled back")
                 rolled = self._roll_back([t for t in txns if t.state is TxnState.OPEN], expired=False)
             return EndResult([Outcome(t.id, TxnState.ROLLED_BACK, t in rolled, t.batch_count, t.message_count)
@@ -344,7 +326,7 @@ class TransactionService:
         batch id (-1: none); with ``owner`` (ACLs), only of a sink of that account's."""
         check_id(sink_id, "sink id")
         if not isinstance(batch_id, int) or batch_id < 0:
-            raise TransactionRefused(Refusal.INVALID, f"batch id {batch_id!r}: give the sink's batch id, 0 or more")
+            raise refused(Reason.INVALID_ARGUMENT, f"batch id {batch_id!r}: give the sink's batch id, 0 or more")
         self._check_sink_owner(sink_id, owner)
         return self.state.sink_record(sink_id, batch_id), self.state.latest_sink_batch(sink_id)
 
@@ -356,9 +338,9 @@ class TransactionService:
             return
         recorded = self.state.sink_owner(sink_id)
         if recorded and recorded != owner:
-            raise TransactionRefused(Refusal.FORBIDDEN, f"sink {sink_id!r} belongs to another account: only the "
-                                                        "account that first committed a batch under it may commit "
-                                                        "its batches or look them up; use a sink id of your own")
+            raise refused(Reason.PERMISSION_DENIED, f"sink {sink_id!r} belongs to another account: only the "
+                                                    "account that first committed a batch under it may commit "
+                                                    "its batches or look them up; use a sink id of your own")
 
     def transactions(self, ids: list[str] | None = None, owner: str | None = None) -> list[Transaction | None]:
         """The open and committing transactions, or those named (None for an unknown one); with
@@ -396,7 +378,7 @@ class TransactionService:
         unknown = [i for i, t in zip(ids, txns) if t is None]
         if unknown:
             shown = ", ".join(repr(i) for i in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
-            raise TransactionRefused(Refusal.NOT_FOUND, f"unknown transaction id {shown}: no batch was prepared under "
+            raise refused(Reason.TRANSACTION_NOT_FOUND, f"unknown transaction id {shown}: no batch was prepared under "
                                                         "it, or it ended longer ago than the broker remembers")
         return txns
 
@@ -405,17 +387,17 @@ class TransactionService:
             check_id(i, "transaction id")
         if len(set(ids)) != len(ids):
             repeated = sorted({i for i in ids if ids.count(i) > 1})
-            raise TransactionRefused(Refusal.INVALID, f"transaction id {repeated[0]!r} is named twice: name each once")
+            raise refused(Reason.INVALID_ARGUMENT, f"transaction id {repeated[0]!r} is named twice: name each once")
         return list(ids)
 
     def _check_committable(self, txns: list[Transaction], expected: dict) -> None:
         for txn in txns:
             if txn.state in (TxnState.ROLLED_BACK, TxnState.COMMITTING):
-                raise TransactionRefused(Refusal.ENDED, f"transaction {txn.id!r} {_ended(txn)}; it cannot be committed "
+                raise refused(Reason.TRANSACTION_ENDED, f"transaction {txn.id!r} {_ended(txn)}; it cannot be committed "
                                                         "(nothing of this commit was done)")
             want = expected.get(txn.id) or 0
             if want and want != txn.message_count:
-                raise TransactionRefused(Refusal.INCOMPLETE, (
+                raise refused(Reason.TRANSACTION_INCOMPLETE, (
                     f"transaction {txn.id!r} holds {txn.message_count} prepared messages where the client sent {want}: "
                     "some batches were lost or added (a broker crash?); roll it back and write again "
                     "(nothing of this commit was done)"))
@@ -428,7 +410,7 @@ class TransactionService:
                     try:
                         self.half.read(batch.position, batch.size)
                     except HalfLogError as err:
-                        raise TransactionRefused(Refusal.INCOMPLETE, (
+                        raise refused(Reason.TRANSACTION_INCOMPLETE, (
                             f"batch {index} of transaction {txn.id!r} was damaged on disk ({err}), likely by a "
                             "machine crash before it was flushed; roll the transaction back and write again "
                             "(nothing of this commit was done)")) from None
@@ -601,15 +583,15 @@ def _check_owner(txns: list[Transaction], owner: str | None) -> None:
         return
     for txn in txns:
         if txn.owner != owner:
-            raise TransactionRefused(Refusal.FORBIDDEN, f"transaction {txn.id!r} belongs to another account: only "
-                                                        "the account that opened it may send under it, commit it or "
-                                                        "roll it back")
+            raise refused(Reason.PERMISSION_DENIED, f"transaction {txn.id!r} belongs to another account: only "
+                                                    "the account that opened it may send under it, commit it or "
+                                                    "roll it back")
 
 
 def check_id(value: str, what: str) -> str:
     if not isinstance(value, str) or not TRANSACTION_ID_PATTERN.match(value):
         shown = echo(value) if isinstance(value, str) else type(value).__name__
-        raise TransactionRefused(Refusal.INVALID, f"{what} {shown} is malformed: use {TRANSACTION_ID_RULE}")
+        raise refused(Reason.INVALID_ARGUMENT, f"{what} {shown} is malformed: use {TRANSACTION_ID_RULE}")
     return value
 
 

@@ -21,7 +21,7 @@ from rmq_wire.codec._bytes import ChainError, as_uint8, chains_entry_starts, ent
 from rmq_wire.codec._messages import MessageColumns
 from rmq_wire.codec.columns import BATCH_SCHEMA
 from rmq_wire.codec.properties import SYSTEM_PROPERTIES, encode_property_column
-from rmq_wire.errors import CodecError
+from rmq_wire.errors import BatchFormatError, CodecError
 from rmq_wire.record import (
     BATCH_ENTRY,
     BATCH_ENTRY_FIXED_BYTES,
@@ -33,15 +33,6 @@ from rmq_wire.record import (
 
 _BODYLEN_AT = 16
 _HEADER = np.dtype([("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("flag", ">i4"), ("body_length", ">i4")])
-
-
-class BatchFormatError(CodecError):
-    """A MessageBatch payload that does not parse; the message says where and why, ``payload``
-    which of those scanned together."""
-
-    def __init__(self, message: str, payload: int = 0):
-        super().__init__(message)
-        self.payload = payload
 
 
 _PROPLEN = struct.Struct(">h")

@@ -6,7 +6,7 @@ import asyncio
 
 from broker_sim.core import AckStatus, BrokerCore
 from broker_sim.doors.contract.serialized import with_bytes_field
-from broker_sim.doors.grpc_common import translated, translated_async
+from broker_sim.doors.grpc_common import translated
 from rmq_wire.contract import pop_pb2 as pb
 from rmq_wire.contract import pop_pb2_grpc as pb_grpc
 
@@ -23,7 +23,7 @@ class PopServicer(pb_grpc.PopServicer):
     def __init__(self, core: BrokerCore):
         self._core = core
 
-    @translated_async
+    @translated
     async def Pop(self, request, context):
         if not self._core.pop_waits_for_disk and not self._core.reads_may_wait():
             found, answer = self._pop(request, 0, context.peer())
@@ -33,7 +33,7 @@ class PopServicer(pb_grpc.PopServicer):
                                                                           request.poll_time_ms, context.peer())
         return answer
 
-    @translated_async
+    @translated
     async def Ack(self, request, context):
         if self._core.pop_waits_for_disk:
             return await asyncio.get_running_loop().run_in_executor(None, self._ack, request)

@@ -18,10 +18,10 @@ from broker_sim.core import (
     SingleSend,
     TopicConfig,
 )
-from broker_sim.core.errors import BrokerError, Reason, bad_range, from_exception, invalid
+from broker_sim.core.errors import BrokerError, Reason, bad_range, from_exception, invalid, refused
 from broker_sim.doors.contract.serialized import with_bytes_field
 from broker_sim.doors.grpc_acl import caller
-from broker_sim.doors.grpc_common import peer_host, translated, translated_async, translated_stream
+from broker_sim.doors.grpc_common import peer_host, translated, translated_stream
 from broker_sim.doors.grpc_limits import client_of
 from rmq_wire import record as fmt
 from rmq_wire.contract import broker_pb2 as pb
@@ -121,11 +121,11 @@ class MessagingServicer(pb_grpc.MessagingServicer):
     # into the page cache, and the hand-off to a pool thread and back cost more (~130 us a call).
     # With --flush sync they wait for the flush in the pool, where concurrent sends share it.
 
-    @translated_async
+    @translated
     async def Send(self, request, context):
         return await self._run_append(self._send, request, peer_host(context.peer()), caller())
 
-    @translated_async
+    @translated
     async def SendMany(self, request, context):
         return await self._run_append(self._send_many, request, peer_host(context.peer()), caller())
 
@@ -202,12 +202,12 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                 return None
             write.cancel()
             if ended is not None and ended.done():
-                return BrokerError(Reason.TOO_MANY_REQUESTS, f"[TOO_MANY_REQUESTS] the broker ended this stream: "
-                                                             f"{ended.result()}")
-            return BrokerError(Reason.STREAM_STALLED, f"the client took no response of this stream for "
-                                                      f"{self.write_timeout_s:g} s, so the broker ended it; read the "
-                                                      "responses as they come, and read again from the last "
-                                                      "next_offset received")
+                return refused(Reason.TOO_MANY_REQUESTS, f"[TOO_MANY_REQUESTS] the broker ended this stream: "
+                                                         f"{ended.result()}")
+            return refused(Reason.STREAM_STALLED, f"the client took no response of this stream for "
+                                                  f"{self.write_timeout_s:g} s, so the broker ended it; read the "
+                                                  "responses as they come, and read again from the last "
+                                                  "next_offset received")
         finally:
             if not write.done():  # the call was cancelled (the client went away)
                 write.cancel()

@@ -4,7 +4,7 @@ BrokerError naming it, rather than failing somewhere inside the door."""
 
 from __future__ import annotations
 
-from broker_sim.core import BrokerError, Reason
+from broker_sim.core import BrokerError, Reason, refused
 
 
 def objects(body: dict, name: str, what: str) -> list[dict]:
@@ -44,4 +44,4 @@ def _json_type(value) -> str:
 
 
 def _refused(sentence: str) -> BrokerError:
-    return BrokerError(Reason.INVALID_ARGUMENT, sentence)
+    return refused(Reason.INVALID_ARGUMENT, sentence)

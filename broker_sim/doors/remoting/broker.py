@@ -18,7 +18,6 @@ import orjson
 
 from broker_sim.core import (
     BrokerCore,
-    BrokerError,
     EarlyBatchSend,
     InnerBatchSend,
     RangeStatus,
@@ -28,6 +27,7 @@ from broker_sim.core import (
     TopicConfig,
     TransactionChecks,
     parse_tag_filter,
+    refused,
 )
 from broker_sim.core.limits import client_key
 from broker_sim.doors.remoting import bodies
@@ -136,8 +136,8 @@ class BrokerRequests:
         transaction_id = ""
         if properties.get(fmt.PROPERTY_TRANSACTION_PREPARED) == "true":
             if batch:
-                raise BrokerError(Reason.INVALID_ARGUMENT, "a batch cannot be transactional: send its messages "
-                                                           "one at a time")
+                raise refused(Reason.INVALID_ARGUMENT, "a batch cannot be transactional: send its messages "
+                                                       "one at a time")
             transaction_id = properties.get(fmt.PROPERTY_UNIQ_KEY) or f"{connection.remote}-{request.opaque}"
         if batch:
             body = _inflated(request.body, self.core.store.config.max_message_bytes) \
@@ -169,10 +169,10 @@ class BrokerRequests:
         try:
             count = sum(1 for _ in fmt.iter_message_batch(body, len(body) // fmt.BATCH_ENTRY_FIXED_BYTES + 1))
         except fmt.BatchFormatError as bad:
-            raise BrokerError(Reason.MESSAGE_ILLEGAL, f"the batch's body is not RocketMQ's MessageBatch encoding: "
-                                                      f"{bad}") from None
+            raise refused(Reason.MESSAGE_ILLEGAL, f"the batch's body is not RocketMQ's MessageBatch encoding: "
+                                                  f"{bad}") from None
         if not count:
-            raise BrokerError(Reason.MESSAGE_ILLEGAL, "the batch holds no message: send at least one")
+            raise refused(Reason.MESSAGE_ILLEGAL, "the batch holds no message: send at least one")
         if config.queue_type is QueueType.BATCH_CQ and fmt.PROPERTY_UNIQ_KEY in properties:
             return InnerBatchSend(body, count, "rmq", properties=properties, tags=tags)
         return EarlyBatchSend(body, count)
@@ -235,8 +235,8 @@ class BrokerRequests:
         config = self.core.topic(fields.text("topic"))
         queue_id = fields.integer("queueId")
         if not 0 <= queue_id < config.queue_count:
-            raise BrokerError(Reason.QUEUE_NOT_FOUND, f"queueId[{queue_id}] is illegal, topic:[{config.name}] has "
-                                                      f"queues 0 to {config.queue_count - 1}")
+            raise refused(Reason.QUEUE_NOT_FOUND, f"queueId[{queue_id}] is illegal, topic:[{config.name}] has "
+                                                  f"queues 0 to {config.queue_count - 1}")
         return config, queue_id
 
     def max_offset(self, request: RemotingCommand, _connection) -> RemotingCommand:
@@ -347,8 +347,8 @@ class BrokerRequests:
         the SubscriptionGroupConfig is whether the group consumes orderly."""
         config = _json_body(request, "SubscriptionGroupConfig")
         if not isinstance(config.get("groupName"), str):
-            raise BrokerError(Reason.INVALID_ARGUMENT, "the SubscriptionGroupConfig has no groupName: send one as "
-                                                       "mqadmin updateSubGroup does")
+            raise refused(Reason.INVALID_ARGUMENT, "the SubscriptionGroupConfig has no groupName: send one as "
+                                                   "mqadmin updateSubGroup does")
         self.core.update_group(config["groupName"], config.get("consumeMessageOrderly") is True)
         return request.response(ResponseCode.SUCCESS)
 
@@ -457,11 +457,11 @@ def _inflated(body: bytes, max_bytes: int) -> bytes:
     try:
         out = inflater.decompress(body, max_bytes + 1)
     except zlib.error as bad:
-        raise BrokerError(Reason.MESSAGE_ILLEGAL, f"the batch's body is flagged compressed but is not zlib: {bad}") \
+        raise refused(Reason.MESSAGE_ILLEGAL, f"the batch's body is flagged compressed but is not zlib: {bad}") \
             from None
     if len(out) > max_bytes:
-        raise BrokerError(Reason.MESSAGE_TOO_LARGE, f"the batch inflates to more than {max_bytes} bytes "
-                                                    "(max_message_bytes): send smaller batches")
+        raise refused(Reason.MESSAGE_TOO_LARGE, f"the batch inflates to more than {max_bytes} bytes "
+                                                "(max_message_bytes): send smaller batches")
     return out
 
 
@@ -469,9 +469,9 @@ def _json_body(request: RemotingCommand, what: str) -> dict:
     try:
         body = orjson.loads(request.body or b"{}")
     except orjson.JSONDecodeError as bad:
-        raise BrokerError(Reason.INVALID_ARGUMENT, f"the request's body is not {what} JSON: {bad}") from None
+        raise refused(Reason.INVALID_ARGUMENT, f"the request's body is not {what} JSON: {bad}") from None
     if not isinstance(body, dict):
-        raise BrokerError(Reason.INVALID_ARGUMENT, f"the request's body is not a {what} object")
+        raise refused(Reason.INVALID_ARGUMENT, f"the request's body is not a {what} object")
     return body
 
 

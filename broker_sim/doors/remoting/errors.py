@@ -7,12 +7,15 @@ from broker_sim.core import BrokerError, Reason
 from rmq_wire.remoting import ResponseCode
 
 
-class HeaderFieldError(ValueError):
-    """A request header field is missing or not what its type needs (RocketMQ answers
-    SYSTEM_ERROR, as for a header its decoder cannot fill)."""
+class HeaderFieldError(BrokerError, ValueError):
+    """A request header field is missing or not what its type needs: this door answers
+    SYSTEM_ERROR, as RocketMQ does for a header its decoder cannot fill (any other door would
+    answer its reason, INVALID_ARGUMENT)."""
+
+    reason = Reason.INVALID_ARGUMENT
 
 
-_CODES = {
+CODES = {
     Reason.TOPIC_NOT_FOUND: ResponseCode.TOPIC_NOT_EXIST,
     Reason.QUEUE_NOT_FOUND: ResponseCode.SYSTEM_ERROR,  # "queueId[n] is illegal", as RocketMQ answers
     Reason.MESSAGE_TOO_LARGE: ResponseCode.MESSAGE_ILLEGAL,
@@ -31,15 +34,19 @@ _CODES = {
     Reason.RECEIPT_HANDLE_EXPIRED: ResponseCode.NO_MESSAGE,
     Reason.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     Reason.SEND_IN_PROGRESS: ResponseCode.SYSTEM_BUSY,
+    Reason.STREAM_STALLED: ResponseCode.SYSTEM_ERROR,  # ReadRanges is our contract's: never met here
     Reason.TOO_MANY_REQUESTS: ResponseCode.SYSTEM_BUSY,  # RocketMQ's flow control; its clients retry
     Reason.LIMIT_EXCEEDED: ResponseCode.INVALID_PARAMETER,  # as RocketMQ refuses a topic creation
     Reason.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,  # RocketMQ: "service not available now ... disk full"
     Reason.DISK_FAILED: ResponseCode.SYSTEM_ERROR,
     Reason.UNAUTHENTICATED: ResponseCode.NO_PERMISSION,  # RocketMQ answers both with NO_PERMISSION (16)
     Reason.PERMISSION_DENIED: ResponseCode.NO_PERMISSION,
+    Reason.INTERNAL: ResponseCode.SYSTEM_ERROR,
 }
 
 
 def response_code(refused: BrokerError) -> int:
     """RocketMQ's response code for a refusal."""
-    return _CODES.get(refused.reason, ResponseCode.SYSTEM_ERROR)
+    if isinstance(refused, HeaderFieldError):
+        return ResponseCode.SYSTEM_ERROR
+    return CODES[refused.reason]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from broker_sim.core import BrokerCore, BrokerError, Reason, parse_tag_filter, retry_topic
+from broker_sim.core import BrokerCore, BrokerError, Reason, parse_tag_filter, refused, retry_topic
 from broker_sim.doors.remoting.fields import Fields
 from rmq_wire.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -104,5 +104,5 @@ class PopRequests:
 
 
 def _bad_extra_info(request: RemotingCommand) -> BrokerError:
-    return BrokerError(Reason.INVALID_ARGUMENT, f"extraInfo {request.ext_fields.get('extraInfo', '')[:80]!r} is not "
-                                                "what a pop answered: send the message's POP_CK property as it came")
+    return refused(Reason.INVALID_ARGUMENT, f"extraInfo {request.ext_fields.get('extraInfo', '')[:80]!r} is not "
+                                            "what a pop answered: send the message's POP_CK property as it came")

@@ -5,9 +5,9 @@ A handler takes ``(request, connection)`` and returns the response command, None
 later, or a oneway request), or a coroutine (waits: long polling); handlers marked ``blocking``
 (a sync flush, a pop that may wait) run in the door's thread pool, and reads too while they may
 wait for the store's index (``Handler.waits_now``). A handler's refusal
-(BrokerError, or a HeaderFieldError for a bad or missing header field) becomes the response's
-code and remark; the connection stays. A frame that cannot be cut (a length no frame may have)
-closes the connection: nothing after it can be read.
+(a BrokerError; a HeaderFieldError for a bad or missing header field is SYSTEM_ERROR) becomes
+the response's code and remark; the connection stays. A frame that cannot be cut (a length no
+frame may have) closes the connection: nothing after it can be read.
 
 Per-client limits (``ClientLimits``): a connection past the connections allowed (per address,
 in all) has its first request answered SYSTEM_BUSY with a remark saying so, then is closed; a
@@ -41,7 +41,7 @@ from broker_sim.common.service_thread import ServiceTask
 from broker_sim.core import BrokerError
 from broker_sim.core.errors import from_exception
 from broker_sim.core.limits import ClientLimits, MemoryBudget, client_key, too_many_connections, too_many_requests
-from broker_sim.doors.remoting.errors import HeaderFieldError, response_code
+from broker_sim.doors.remoting.errors import response_code
 from broker_sim.doors.remoting.tls import TLS_HANDSHAKE_RECORD, TlsListener
 from broker_sim.doors.remoting.wrong_door import GrpcClientAnswer
 from rmq_wire.remoting import (
@@ -533,8 +533,6 @@ async def _answer_later(coroutine, request: RemotingCommand):
 
 def refusal(request: RemotingCommand, err: Exception) -> RemotingCommand:
     """A refusal as RocketMQ's response code and a remark the user can act on."""
-    if isinstance(err, HeaderFieldError):
-        return request.response(ResponseCode.SYSTEM_ERROR, str(err))
     refused = from_exception(err)
     return request.response(response_code(refused), refused.message)
 

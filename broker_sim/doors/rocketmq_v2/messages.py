@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker_sim.core import BrokerError, EarlyBatchSend, InnerBatchSend, Reason, SendRequest, SingleSend
+from broker_sim.core import EarlyBatchSend, InnerBatchSend, Reason, SendRequest, SingleSend, refused
 from broker_sim.doors.rocketmq_v2 import receipts
+from broker_sim.doors.rocketmq_v2.errors import V2Refusal
 from rmq_wire import record as fmt
 from rmq_wire.codec import SYSTEM_PROPERTIES, Compression, decompress
 from rmq_wire.codec.records import decode_records
@@ -34,15 +35,6 @@ _SYSTEM_ONLY = {fmt.PROPERTY_UNIQ_KEY, SHARDING_KEY, TIMER_DELIVER_MS, TRACE_CON
 MAX_DELAY_MS = 24 * 3600 * 1000  # the proxy's maxDelayTimeMills
 MAX_MESSAGE_GROUP_BYTES = 64  # maxMessageGroupSize
 ACCEPTED_TYPES = (v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION)
-
-
-class V2Refusal(Exception):
-    """A refusal with the protocol's own code (checks the proxy makes before the core is asked)."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -228,8 +220,8 @@ def _plain_body(record) -> bytes:
         try:
             return bytes(decompress(record.body, Compression.from_sys_flag(record.sys_flag)))
         except ValueError as bad:
-            raise BrokerError(Reason.MESSAGE_ILLEGAL, f"the stored message at queue offset {record.queue_offset} is "
-                                                      f"flagged compressed but does not inflate: {bad}") from None
+            raise refused(Reason.MESSAGE_ILLEGAL, f"the stored message at queue offset {record.queue_offset} is "
+                                                  f"flagged compressed but does not inflate: {bad}") from None
     return bytes(record.body)
 
 

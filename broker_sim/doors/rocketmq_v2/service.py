@@ -10,7 +10,6 @@ real proxy leaves unimplemented, are served here so that a v2 client can replay 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -23,17 +22,17 @@ from broker_sim.core import (
     SendRequest,
     TransactionChecks,
     parse_tag_filter,
+    refused,
 )
-from broker_sim.core.errors import from_exception
 from broker_sim.core.hold import PullHold
 from broker_sim.doors.grpc_acl import caller
-from broker_sim.doors.grpc_common import RefusedRequest, peer_host
+from broker_sim.doors.grpc_common import RefusedRequest, answering, peer_host
 from broker_sim.doors.rocketmq_v2 import receipts
 from broker_sim.doors.rocketmq_v2.clients import Clients, Session, ask_client, merged_settings
+from broker_sim.doors.rocketmq_v2.errors import OK, V2Refusal, refusal_status, status
 from broker_sim.doors.rocketmq_v2.messages import (
     ACCEPTED_TYPES,
     QueueChooser,
-    V2Refusal,
     batch_content,
     incoming,
     outgoing,
@@ -53,36 +52,6 @@ MIN_LONG_POLLING_MS, MAX_LONG_POLLING_MS = 5_000, 20_000
 MAX_RECEIVE_BATCH = 32
 PULL_MAX_BYTES = 4 << 20
 
-_CODES = {
-    Reason.TOPIC_NOT_FOUND: v2.TOPIC_NOT_FOUND,
-    Reason.QUEUE_NOT_FOUND: v2.NOT_FOUND,
-    Reason.MESSAGE_TOO_LARGE: v2.MESSAGE_BODY_TOO_LARGE,
-    Reason.MESSAGE_ILLEGAL: v2.BAD_REQUEST,
-    Reason.PROPERTIES_SIZE_EXCEEDED: v2.MESSAGE_PROPERTIES_TOO_LARGE,
-    Reason.WRONG_QUEUE_TYPE: v2.BAD_REQUEST,
-    Reason.TOPIC_CONFLICT: v2.BAD_REQUEST,
-    Reason.INVALID_ARGUMENT: v2.BAD_REQUEST,
-    Reason.BAD_OFFSET_RANGE: v2.ILLEGAL_OFFSET,
-    Reason.TRANSACTION_NOT_FOUND: v2.INVALID_TRANSACTION_ID,
-    Reason.TRANSACTION_ENDED: v2.INVALID_TRANSACTION_ID,
-    Reason.TRANSACTION_INCOMPLETE: v2.BAD_REQUEST,
-    Reason.GROUP_NOT_FOUND: v2.CONSUMER_GROUP_NOT_FOUND,
-    Reason.MESSAGE_NOT_FOUND: v2.MESSAGE_NOT_FOUND,
-    Reason.RECEIPT_HANDLE_INVALID: v2.INVALID_RECEIPT_HANDLE,
-    Reason.RECEIPT_HANDLE_EXPIRED: v2.INVALID_RECEIPT_HANDLE,
-    Reason.SERVICE_NOT_AVAILABLE: v2.INTERNAL_SERVER_ERROR,
-    Reason.SEND_IN_PROGRESS: v2.TOO_MANY_REQUESTS,
-    Reason.STREAM_STALLED: v2.REQUEST_TIMEOUT,
-    Reason.TOO_MANY_REQUESTS: v2.TOO_MANY_REQUESTS,  # the proxy's flow control
-    Reason.LIMIT_EXCEEDED: v2.FORBIDDEN,
-    Reason.DISK_FULL: v2.INTERNAL_SERVER_ERROR,
-    Reason.DISK_FAILED: v2.INTERNAL_SERVER_ERROR,
-    Reason.UNAUTHENTICATED: v2.UNAUTHORIZED,
-    Reason.PERMISSION_DENIED: v2.FORBIDDEN,
-    Reason.INTERNAL: v2.INTERNAL_ERROR,
-}
-
-
 @dataclass(frozen=True)
 class V2Options:
     """The v2 door's settings.
@@ -101,36 +70,9 @@ class V2Options:
     transaction_check_max: int = 15
 
 
-def status(code: int, message: str = "") -> v2.Status:
-    return v2.Status(code=code, message=message or v2.Code.Name(code))
-
-
-OK = status(v2.OK)
-
-
-def refusal_status(err: Exception) -> v2.Status:
-    if isinstance(err, V2Refusal):
-        return status(err.code, err.message)
-    error = from_exception(err)
-    return status(_CODES.get(error.reason, v2.INTERNAL_ERROR), error.message)
-
-
 def answered(response_type):
     """A unary handler whose refusals become the response's status."""
-
-    def wrap(method):
-        @functools.wraps(method)
-        def handler(self, request, context):
-            try:
-                if isinstance(request, RefusedRequest):
-                    raise request.refusal()
-                return method(self, request, context)
-            except Exception as err:
-                return response_type(status=refusal_status(err))
-
-        return handler
-
-    return wrap
+    return answering(lambda error: response_type(status=refusal_status(error)))
 
 
 def client_id_of(context) -> str:
@@ -380,7 +322,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         finally:
             self.inner.settled(unit)
         if failures:
-            raise BrokerError(Reason.RECEIPT_HANDLE_EXPIRED, failures[0].detail)
+            raise refused(Reason.RECEIPT_HANDLE_EXPIRED, failures[0].detail)
 
     def _check_inner(self, group: str, unit: str, index: int, count: int) -> None:
         """A message's ack is kept until its unit is whole only for a unit this broker gave
@@ -388,9 +330,9 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         kept for ever (memory without bound)."""
         held = self.core.held_count(group, unit)
         if count != held or index >= count:
-            raise BrokerError(Reason.RECEIPT_HANDLE_INVALID, f"the receipt handle names message {index} of {count} "
-                                                             f"of a batch of {held}: pass the handle a receive "
-                                                             "returned, unchanged")
+            raise refused(Reason.RECEIPT_HANDLE_INVALID, f"the receipt handle names message {index} of {count} "
+                                                         f"of a batch of {held}: pass the handle a receive "
+                                                         "returned, unchanged")
 
     @answered(v2.ChangeInvisibleDurationResponse)
     def ChangeInvisibleDuration(self, request, context):
