@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo lint peers test fuzz bench bench-store bench-read bench-model bench-pop bench-trust bench-soak check-java setup clean protos
+.PHONY: demo lint peers test test-quick fuzz bench bench-store bench-read bench-model bench-pop bench-trust bench-soak check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
@@ -12,8 +12,12 @@ demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming q
 lint: $(STAMP)  ## ruff, configured in pyproject.toml; `$(PY) -m ruff check --fix .` fixes most of what it reports
 	$(PY) -m ruff check .
 
-test: lint check-java peers
+test: lint check-java peers  ## everything (what CI runs): the JVM peers and Spark too
 	$(PY) -m pytest -q tests
+
+# The tiers are marked in tests/conftest.py by the fixtures a test uses.
+test-quick: $(STAMP)  ## after each change: everything but Spark and the JVM peers (`-m "not spark and not jvm"`)
+	$(PY) -m pytest -q tests -m "not spark and not jvm"
 
 # FUZZ_SCALE times the CI examples of tests/fuzz, random each run (failures are kept in .hypothesis/
 # and tried first next time): the default 50 runs some 10 to 20 minutes on 2 cores.
