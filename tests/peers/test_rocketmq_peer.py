@@ -34,7 +34,7 @@ def test_the_broker_s_transaction_threads_sleep_once_transactions_ended(rocketmq
     """RocketMQ 5.5.0's TransactionalOpBatchService spins a core for good once the commit and
     rollback marks it batches have drained and its interval (3 s by default) has passed (apache/
     rocketmq issue 10966): on the 2-core machine the rest of the suite ran beside it. The peer
-    is configured so that it sleeps (peers/rocketmq.py): sampled for 5 s past the transactions,
+    is configured so that it sleeps (peers/rocketmq.py): sampled for 8 s past the transactions,
     the thread is asleep, not running or waiting for a core."""
     rocketmq.create_topic("peer-tx", queues=1, batch_cq=False)
     done = java_transaction(rocketmq.namesrv_addr, "peer-tx", timeout_s=90)
@@ -42,7 +42,7 @@ def test_the_broker_s_transaction_threads_sleep_once_transactions_ended(rocketmq
     [stat] = [task / "stat" for task in Path(f"/proc/{rocketmq.broker_pid}/task").iterdir()
               if (task / "comm").read_text().strip() == "TransactionalOp"]  # the name, cut to 15 bytes
     states = []
-    for _ in range(50):  # a window to watch, not a wait for a condition: the spin never ends
+    for _ in range(80):  # a window to watch, not a wait for a condition: the spin never ends
         states.append(stat.read_text().rpartition(")")[2].split()[0])
         time.sleep(0.1)
-    assert states.count("S") >= 45, "".join(states)
+    assert states.count("S") >= 72, "".join(states)  # unfixed: it spun from the 35th sample on
