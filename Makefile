@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo lint peers test fuzz bench bench-store bench-read bench-model bench-pop bench-trust bench-soak check-java setup clean protos
+.PHONY: demo lint peers test test-quick fuzz bench bench-store bench-read bench-model bench-pop bench-trust bench-soak check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
@@ -13,8 +13,12 @@ lint: $(STAMP)  ## ruff, and the layers' import contract (lint-imports); both co
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-test: lint check-java peers
+test: lint check-java peers  ## everything (what CI runs): the JVM peers and Spark too
 	$(PY) -m pytest -q tests
+
+# The tiers are marked in tests/conftest.py by the fixtures a test uses.
+test-quick: $(STAMP)  ## after each change: everything but Spark and the JVM peers, a tenth of the fuzz examples
+	FUZZ_PROFILE=quick $(PY) -m pytest -q tests -m "not spark and not jvm"
 
 # FUZZ_SCALE times the CI examples of tests/fuzz, random each run (failures are kept in .hypothesis/
 # and tried first next time): the default 50 runs some 10 to 20 minutes on 2 cores.

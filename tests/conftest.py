@@ -1,6 +1,12 @@
 """Session-wide fixtures: one local Spark; broker_sim's remoting door as one broker and as a
 two-broker cluster (processes of their own); and the real peers (one of each per session,
-skipped with one line when Java or Maven is missing or `make peers` has not fetched them)."""
+skipped with one line when Java or Maven is missing or `make peers` has not fetched them).
+
+The tiers are marked here, by the fixtures a test uses, and nowhere else: ``spark`` (a Spark
+session, or a Spark job in a process of its own) and ``jvm`` (the real RocketMQ or Kafka, or
+RocketMQ's Java clients). `make test-quick` runs ``-m "not spark and not jvm"``; `make test`
+runs everything.
+"""
 
 import os
 import sys
@@ -8,6 +14,24 @@ import sys
 import pytest
 
 import peers
+
+# The fixtures that make a test need Spark or a JVM peer (`make test-quick` leaves it out); a
+# test marked ``peers`` (tests/peers/) runs a real peer too.
+SPARK_FIXTURES = {"spark", "spark_in_a_process"}
+JVM_FIXTURES = {"rocketmq", "kafka", "require_java_peers"}
+# A parametrized target fixture whose parameter is "rocketmq" asks for the real broker by name.
+REAL_ROCKETMQ_PARAM = "rocketmq"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        used = set(item.fixturenames)
+        params = getattr(item, "callspec", None)
+        if used & SPARK_FIXTURES:
+            item.add_marker(pytest.mark.spark)
+        if used & JVM_FIXTURES or item.get_closest_marker("peers") or (params is not None and any(
+                name in used and value == REAL_ROCKETMQ_PARAM for name, value in params.params.items())):
+            item.add_marker(pytest.mark.jvm)
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +59,12 @@ def require_peers(*groups: str) -> None:
             peers.jars(group)
     except peers.PeersMissing as missing:
         pytest.skip(str(missing))
+
+
+@pytest.fixture
+def spark_in_a_process():
+    """For a test that runs a Spark job in a process of its own (as users run one): it marks the
+    test ``spark``, as the ``spark`` fixture does."""
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def test_pop_workers(capsys):
     assert "each order once: True" in out and "%DLQ%order-workers: [99, 199, 299]" in out
 
 
-def test_clickstream_etl_as_make_demo_runs_it(tmp_path):
+def test_clickstream_etl_as_make_demo_runs_it(tmp_path, spark_in_a_process):
     """As `make demo` runs it: a process of its own that starts its own Spark, and says what it
     does in one line per step and per micro-batch, with nothing of Spark's start-up noise."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}

@@ -29,7 +29,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_the_quickstart_runs_as_written(tmp_path):
+def test_the_quickstart_runs_as_written(tmp_path, spark_in_a_process):
     commands, python = quickstart()
     assert len(commands) == 2 and commands[0].startswith("rmq-broker-sim ") and commands[0].endswith("&")
     assert len(python.splitlines()) + len(commands) + 1 <= 15, "the quickstart is at most 15 lines"

@@ -69,7 +69,14 @@ def test_push_consumer(target, orderly, serialize_type):
 
 
 def test_transactions_commit_roll_back_and_are_checked(target):
+    """broker_sim delivers each committed message once. The real broker promises at least once:
+    its check may find a half message whose commit it has not yet recorded, ask the producer
+    again, and write the message a second time (a fresh-clone run saw "commit" three times)."""
     topic = unique("java-tx", target)
     target.create_topic(topic, 1, batch_cq=False)
     got = java_transaction(target.namesrv, topic, timeout_s=90)
-    assert got == {"states": "COMMIT_MESSAGE,ROLLBACK_MESSAGE,UNKNOW", "visible": "commit,unknown", "checked": True}
+    assert (got["states"], got["checked"]) == ("COMMIT_MESSAGE,ROLLBACK_MESSAGE,UNKNOW", True), got
+    if target.kind == "rocketmq":
+        assert set(got["visible"].split(",")) == {"commit", "unknown"}, got  # each at least once, no rollback
+    else:
+        assert got["visible"] == "commit,unknown", got

@@ -1,4 +1,4 @@
-"""Helpers of the broker_sim.server tests: the generated stubs over a real channel on
+"""Helpers of the tests of our gRPC door (broker_sim.doors.contract): the generated stubs over a real channel on
 127.0.0.1, refusals as (code, reason, details), ReadRanges answers grouped per range."""
 
 from __future__ import annotations

@@ -52,14 +52,14 @@ def _python_lacking_the_package() -> str:
 
 
 @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="the tests run outside a virtual environment")
-def test_a_script_run_by_the_venvs_python_unactivated_finds_the_format(tmp_path):
+def test_a_script_run_by_the_venvs_python_unactivated_finds_the_format(tmp_path, spark_in_a_process):
     _python_lacking_the_package()  # python3 on PATH lacks the package, as a fresh machine's does
     result = _run_job(tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "rows 3" in result.stdout
 
 
-def test_workers_without_the_package_are_named_in_the_first_line(tmp_path):
+def test_workers_without_the_package_are_named_in_the_first_line(tmp_path, spark_in_a_process):
     lacking = _python_lacking_the_package()
     result = _run_job(tmp_path, PYSPARK_PYTHON=lacking)
     assert result.returncode != 0
@@ -68,7 +68,7 @@ def test_workers_without_the_package_are_named_in_the_first_line(tmp_path):
     assert f"set PYSPARK_PYTHON={sys.executable}" in ours[0]
 
 
-def test_an_uncaught_error_of_ours_leads_with_its_sentence(tmp_path):
+def test_an_uncaught_error_of_ours_leads_with_its_sentence(tmp_path, spark_in_a_process):
     """Spark puts a data source's error after its own words and the worker's traceback."""
     result = _run_job(tmp_path, _JOB.replace('.option("topic", "first-hour")',
                                              '.option("topic", "first-hour").option("maxPartitions", "abc")'))
