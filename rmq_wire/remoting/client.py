@@ -54,6 +54,7 @@ class RemotingConnection:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._closed = False
+        self._ended: Exception | None = None  # why the reader stopped: what a later request is told
         self.on_request = None  # called with requests the server sends (transaction checks)
         self._reader = threading.Thread(target=self._read, name=f"remoting-{address}", daemon=True)
         self._reader.start()
@@ -65,7 +66,7 @@ class RemotingConnection:
         future.opaque = command.opaque
         with self._lock:
             if self._closed:
-                raise ConnectionError(f"the connection to {self.address} is closed")
+                raise self._ended or ConnectionError(f"the connection to {self.address} is closed")
             self._pending[command.opaque] = future
         self.send(command)
         return future
@@ -134,6 +135,8 @@ class RemotingConnection:
         except (OSError, FrameError, ValueError) as err:
             error = ConnectionError(f"the connection to {self.address} failed: {err}")
         with self._lock:
+            if not self._closed:  # the peer ended it, not close()
+                self._ended = error
             self._closed = True
             pending, self._pending = self._pending, {}
         for future in pending.values():
