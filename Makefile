@@ -17,8 +17,8 @@ test: lint check-java peers  ## everything (what CI runs): the JVM peers and Spa
 	$(PY) -m pytest -q tests
 
 # The tiers are marked in tests/conftest.py by the fixtures a test uses.
-test-quick: $(STAMP)  ## after each change: everything but Spark and the JVM peers, a tenth of the fuzz examples
-	FUZZ_PROFILE=quick $(PY) -m pytest -q tests -m "not spark and not jvm"
+test-quick: $(STAMP)  ## after each change: the in-process tests (no Spark, JVM or crashed processes), a tenth of the fuzz examples, two at a time
+	FUZZ_PROFILE=quick $(PY) -m pytest -q -n 2 tests -m "not spark and not jvm and not processes"
 
 # FUZZ_SCALE times the CI examples of tests/fuzz, random each run (failures are kept in .hypothesis/
 # and tried first next time): the default 50 runs some 10 to 20 minutes on 2 cores.

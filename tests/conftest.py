@@ -2,10 +2,11 @@
 two-broker cluster (processes of their own); and the real peers (one of each per session,
 skipped with one line when Java or Maven is missing or `make peers` has not fetched them).
 
-The tiers are marked here, by the fixtures a test uses, and nowhere else: ``spark`` (a Spark
-session, or a Spark job in a process of its own) and ``jvm`` (the real RocketMQ or Kafka, or
-RocketMQ's Java clients). `make test-quick` runs ``-m "not spark and not jvm"``; `make test`
-runs everything.
+The tiers are marked here and nowhere else: ``spark`` (a Spark session, or a Spark job in a
+process of its own) and ``jvm`` (the real RocketMQ or Kafka, or RocketMQ's Java clients), by the
+fixtures a test uses; ``processes`` (brokers, clients or interpreters started, crashed and
+restarted as processes of their own), by the files below. `make test-quick` runs the rest, two at
+a time (pytest-xdist); `make test` runs everything.
 """
 
 import os
@@ -21,6 +22,16 @@ SPARK_FIXTURES = {"spark", "spark_in_a_process"}
 JVM_FIXTURES = {"rocketmq", "kafka", "require_java_peers"}
 # A parametrized target fixture whose parameter is "rocketmq" asks for the real broker by name.
 REAL_ROCKETMQ_PARAM = "rocketmq"
+# The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
+# their disk, or run a client of another language): two thirds of the in-process tiers' time.
+PROCESS_TESTS = (
+    "acl/test_acl_cli.py", "acl/test_acl_rocketmq_clients.py", "pop/test_pop_crash.py",
+    "remoting/test_ali_ons.py", "remoting/test_cpp_client.py", "sdk/test_fork_safety.py",
+    "sdk/test_layers.py::test_every_module_imports_alone", "sdk/test_producer_restart.py",
+    "server/test_delete_durable.py", "server/test_server_disk_full.py", "server/test_server_lifecycle.py",
+    "store/test_recovery_crash.py", "tls/test_tls_cli.py", "tls/test_tls_official_clients.py",
+    "txn/test_txn_crash.py", "v2/test_python_client.py",
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -32,6 +43,8 @@ def pytest_collection_modifyitems(items):
         if used & JVM_FIXTURES or item.get_closest_marker("peers") or (params is not None and any(
                 name in used and value == REAL_ROCKETMQ_PARAM for name, value in params.params.items())):
             item.add_marker(pytest.mark.jvm)
+        if item.nodeid.removeprefix("tests/").startswith(PROCESS_TESTS):
+            item.add_marker(pytest.mark.processes)
 
 
 @pytest.fixture(scope="session")
