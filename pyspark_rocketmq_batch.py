@@ -29,8 +29,9 @@ __all__ = ["DefaultSource", "start_up", "lead_sentence", "missing_format_hint"] 
 
 _FORMAT = "rocketmq-batch"
 _PACKAGE = "rocketmq-batch-spark"
-# The last line of a worker's traceback: the type of one of our errors (rmq_spark.errors) and its sentence.
-_OUR_ERROR = re.compile(r"rmq_spark\.errors\.\w+: (.+)")
+# The last line of a worker's traceback: the type of one of our errors (rmq_spark.errors, whose root and wire
+# errors are defined in rmq_wire.errors) and its sentence.
+_OUR_ERROR = re.compile(r"(?:rmq_spark|rmq_wire)\.errors\.\w+: (.+)")
 
 
 def __getattr__(name: str):

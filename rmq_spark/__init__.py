@@ -15,6 +15,7 @@ _HOMES = {
     "TransportConfig": "client.transport",
     "check_endpoint": "client.transport",
     "check_name_server": "client.transport",
+    "transport_type": "client.connect",
     "Transactions": "client.transactions",
     "new_transaction_id": "client.transactions",
     "deterministic_keys": "client.message_ids",

@@ -251,13 +251,14 @@ class Transport(ABC):
     unique_keys: UniqueKeys | None = None
 
     @classmethod
-    def refused_write_settings(cls, codec: Codec, compression: Compression) -> dict[str, str]:
-        """The settings of a write in ``codec`` and ``compression`` that this transport cannot
-        carry, each with the value ``write_form`` needs (``{"compression": "none"}``); empty
-        when it carries them. The one place the rule is checked: ``check_write`` and the Spark
-        sink's options ask it."""
+    def refused_write_settings(cls, codec: "Codec | str", compression: "Compression | str") -> dict[str, str]:
+        """The settings of a write in ``codec`` and ``compression`` (or their names) that this
+        transport cannot carry, each with the value ``write_form`` needs (``{"compression":
+        "none"}``); empty when it carries them. The one place the rule is checked: ``check_write``
+        and the Spark sink's options ask it."""
         if cls.write_form is None:
             return {}
+        codec, compression = Codec.parse(codec), Compression.parse(compression)
         needed = {"codec": cls.write_form[0].value, "compression": cls.write_form[1].name.lower()}
         given = {"codec": codec.value, "compression": compression.name.lower()}
         return {name: value for name, value in needed.items() if given[name] != value}

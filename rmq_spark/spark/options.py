@@ -22,11 +22,9 @@ from rmq_spark import (
     check_endpoint,
     check_name_server,
     normalize_tag_filter,
+    transport_type,
 )
-from rmq_spark.client.connect import transport_type
-from rmq_spark.client.transport import Transport
 from rmq_spark.spark import kafka
-from rmq_wire.codec import Codec, Compression
 from rmq_wire.units import parse_duration_ms, parse_size_bytes
 
 EARLIEST = -2  # in offset JSON, as Kafka's
@@ -86,9 +84,9 @@ class BrokerAddress:
         return self.name_server is not None
 
     @property
-    def transport_type(self) -> type[Transport]:
+    def transport_type(self) -> type:
         """The transport that reaches it: what a write through it may carry."""
-        return transport_type(name_server=self.native)
+        return transport_type(name_server=self.native)  # rmq_spark's: the Transport subclass it connects with
 
     def sdk(self, **transport_changes) -> dict:
         """The SDK's keyword arguments naming it and how to connect; ``transport_changes``:
@@ -528,7 +526,7 @@ def parse_sink_options(options) -> SinkOptions:
         query_name=given.get("queryName"),
         schema=_schema(given),
     )
-    refused = transport.refused_write_settings(Codec.parse(opts.codec), Compression.parse(opts.compression))
+    refused = transport.refused_write_settings(opts.codec, opts.compression)
     if refused:
         name, needed = next(iter(refused.items()))
         raise ConfigError(f"option {name}={given[name]!r}: through nameServer a batch is RocketMQ's MessageBatch, "
@@ -551,7 +549,7 @@ _EXACTLY_ONCE_REFUSED = (
     "batch, partition and row, the same when a write is repeated, so readers can drop repeats")
 
 
-def _write_defaults(transport: type[Transport]) -> dict:
+def _write_defaults(transport: type) -> dict:
     """The defaults of a write that ``transport`` changes: the one codec and compression its
     batches may have (``write_form``), at least once where it has no transactions."""
     defaults = {}
