@@ -267,7 +267,9 @@ def test_a_call_carries_at_most_request_max_bytes(endpoint, clock, topic):
     for t in "ABCDE":
         producer.send_async(Message(topic, b"x" * 900, queue_id=0, tags=t))
     producer.flush()
-    assert spy.calls == [2, 2, 1]
+    # Each 900-byte batch is full on arrival, so the sender may take some before the rest are
+    # queued: how the five are grouped is the threads' timing; that no call carries three is not.
+    assert sum(spy.calls) == 5 and max(spy.calls) <= 2, spy.calls
     producer.close()
 
 
