@@ -10,7 +10,6 @@ for tests that kill it or fill its disk, and for benchmarks that give it the oth
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import re
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 __all__ = ["broker_process", "die_with_parent", "wait_listening"]
 
 _PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if sys.platform.startswith("linux") else None
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None  # this process: libc in it
 
 
 def die_with_parent() -> None:

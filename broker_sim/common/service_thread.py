@@ -21,7 +21,27 @@ from typing import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 
-class ServiceThread:
+class _ServiceLoop:
+    """What ServiceThread and ServiceTask share: the settings, and the wait after a failed run."""
+
+    def __init__(self, name: str, interval_s: float, run_once, task: str | None, retry_s: float | None):
+        self.name = name
+        self.interval_s = interval_s
+        self.task = task or name
+        self.retry_s = interval_s if retry_s is None else retry_s
+        if run_once is not None:
+            self.run_once = run_once
+
+    def run_once(self):
+        raise NotImplementedError(f"give {type(self).__name__} a run_once callable, or override run_once")
+
+    def _failed(self) -> float:
+        """Log the exception being handled; the wait before the next run."""
+        log.exception("%s failed; retrying in %.1f s", self.task, self.retry_s)
+        return self.retry_s
+
+
+class ServiceThread(_ServiceLoop):
     """Runs ``run_once()`` (or the ``run_once`` given) on a thread named ``name``: first after
     ``interval_s``, then again after the wait it returns (None: ``interval_s``; 0: at once).
 
@@ -32,18 +52,10 @@ class ServiceThread:
 
     def __init__(self, name: str, interval_s: float, run_once: Callable[[], float | None] | None = None, *,
                  task: str | None = None, retry_s: float | None = None):
-        self.name = name
-        self.interval_s = interval_s
-        self.task = task or name
-        self.retry_s = interval_s if retry_s is None else retry_s
-        if run_once is not None:
-            self.run_once = run_once
+        super().__init__(name, interval_s, run_once, task, retry_s)
         self._woken = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
-
-    def run_once(self) -> float | None:
-        raise NotImplementedError("give ServiceThread a run_once callable, or override run_once")
 
     def start(self) -> None:
         """Start the loop (again, after a stop)."""
@@ -83,13 +95,12 @@ class ServiceThread:
             try:
                 wait = self.run_once()
             except Exception:  # a fault here must not stop the loop silently
-                wait = self.retry_s
-                log.exception("%s failed; retrying in %.1f s", self.task, wait)
+                wait = self._failed()
             if wait is None:
                 wait = self.interval_s
 
 
-class ServiceTask:
+class ServiceTask(_ServiceLoop):
     """ServiceThread's twin on an asyncio event loop: runs ``run_once()`` (or the ``run_once``
     given; a plain function or a coroutine function) as a task of the loop given to ``start``,
     first after ``interval_s``, then again after the wait it returns (None: ``interval_s``; 0:
@@ -105,20 +116,12 @@ class ServiceTask:
     def __init__(self, name: str, interval_s: float,
                  run_once: Callable[[], float | None | Awaitable[float | None]] | None = None, *,
                  task: str | None = None, retry_s: float | None = None):
-        self.name = name
-        self.interval_s = interval_s
-        self.task = task or name
-        self.retry_s = interval_s if retry_s is None else retry_s
-        if run_once is not None:
-            self.run_once = run_once
+        super().__init__(name, interval_s, run_once, task, retry_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._woken: asyncio.Event | None = None  # made by each start
         self._stopped = False
         self._ended = threading.Event()  # set when the task's run ends: what stop() joins
         self._ended.set()
-
-    def run_once(self) -> float | None | Awaitable[float | None]:
-        raise NotImplementedError("give ServiceTask a run_once callable, or override run_once")
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the loop (again, after a stop) as a task of ``loop``, from any thread."""
@@ -187,7 +190,6 @@ class ServiceTask:
                 if inspect.isawaitable(wait):
                     wait = await wait
             except Exception:  # a fault here must not stop the loop silently
-                wait = self.retry_s
-                log.exception("%s failed; retrying in %.1f s", self.task, wait)
+                wait = self._failed()
             if wait is None:
                 wait = self.interval_s

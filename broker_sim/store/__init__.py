@@ -26,7 +26,6 @@ from broker_sim.store.message_store import MessageStore
 from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import stamp_problem
 from broker_sim.store.recovery import RecoveryReport
-from broker_sim.store.rocks import close_checked, open_checked
 from broker_sim.store.state_marks import StateLossError, StateMarks
 from broker_sim.store.status import (
     DEFAULT_PUT,
@@ -58,3 +57,13 @@ __all__ = [
     "full_at_start_sentence",
     "close_checked", "open_checked", "stamp_problem", "system_topic_problem", "wall_clock_ms",
 ]
+
+
+def __getattr__(name: str):
+    """RocksDB's open and close, as pop and transactions take them, imported on first use: the
+    store's own processes (the concurrent dispatcher's workers) never load rocksdict."""
+    if name in ("close_checked", "open_checked"):
+        from broker_sim.store import rocks
+
+        return getattr(rocks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -122,3 +122,14 @@ def test_run_once_stops_its_own_loop(started):
             break
         time.sleep(0.01)
     assert not thread.running, "the loop went on after run_once stopped it"
+
+
+def test_importing_the_store_loads_no_rocksdb():
+    """The concurrent dispatcher's worker processes import the store: RocksDB (pop's and
+    transactions' state) is loaded only by whoever opens it."""
+    import subprocess
+    import sys
+
+    code = "import sys, broker_sim.store; print('rocksdict' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
