@@ -6,7 +6,9 @@ The tiers are marked here and nowhere else: ``spark`` (a Spark session, or a Spa
 process of its own) and ``jvm`` (the real RocketMQ or Kafka, or RocketMQ's Java clients), by the
 fixtures a test uses; ``processes`` (brokers, clients or interpreters started, crashed and
 restarted as processes of their own), by the files below. `make test-quick` runs the rest, two at
-a time (pytest-xdist); `make test` runs everything.
+a time (pytest-xdist); `make test` runs everything, two at a time too: the tests that share the
+session's Spark run on one worker (xdist group ``spark``), those that share the real RocketMQ or
+Kafka on one worker (group ``jvm``), so that none is started twice, and the rest fill both workers.
 """
 
 import os
@@ -20,6 +22,7 @@ import peers
 # test marked ``peers`` (tests/peers/) runs a real peer too.
 SPARK_FIXTURES = {"spark", "spark_in_a_process"}
 JVM_FIXTURES = {"rocketmq", "kafka", "require_java_peers"}
+SHARED_PEER_FIXTURES = {"rocketmq", "kafka"}  # started once per session (per xdist worker)
 # A parametrized target fixture whose parameter is "rocketmq" asks for the real broker by name.
 REAL_ROCKETMQ_PARAM = "rocketmq"
 # The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
@@ -34,17 +37,39 @@ PROCESS_TESTS = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         used = set(item.fixturenames)
         params = getattr(item, "callspec", None)
+        real_rocketmq = params is not None and any(
+            name in used and value == REAL_ROCKETMQ_PARAM for name, value in params.params.items())
+        shares_peers = bool(used & SHARED_PEER_FIXTURES) or real_rocketmq
         if used & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
-        if used & JVM_FIXTURES or item.get_closest_marker("peers") or (params is not None and any(
-                name in used and value == REAL_ROCKETMQ_PARAM for name, value in params.params.items())):
+        if used & JVM_FIXTURES or item.get_closest_marker("peers") or shares_peers:
             item.add_marker(pytest.mark.jvm)
+        # One Spark session and one of each real peer per worker: the tests that share one run on
+        # one worker (a test of both shares the Spark's), the rest wherever a worker is free.
+        # A module that compares answers across its tests names its group itself.
+        if item.get_closest_marker("xdist_group") is None:
+            if "spark" in used:
+                item.add_marker(pytest.mark.xdist_group("spark"))
+            elif shares_peers:
+                item.add_marker(pytest.mark.xdist_group("jvm"))
         if item.nodeid.removeprefix("tests/").startswith(PROCESS_TESTS):
             item.add_marker(pytest.mark.processes)
+
+
+def pytest_collection_finish(session):
+    """pytest-xdist groups tests by a suffix it adds to their ids; a pytest that drops it
+    (9.2: pytest-xdist#1386) would quietly start Spark and the peers in every worker."""
+    if getattr(session.config.option, "loadgroup", False):
+        lost = [item.nodeid for item in session.items
+                if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+        if lost:
+            raise pytest.UsageError(f"pytest {pytest.__version__} dropped pytest-xdist's groups ({lost[0]} has "
+                                    "none): install the test extra's pytest, pip install -e '.[test]'")
 
 
 @pytest.fixture(scope="session")

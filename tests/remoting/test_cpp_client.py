@@ -38,7 +38,8 @@ def message(topic: str, body: str, tags: str = "TagA", keys: str = "") -> Messag
 
 
 def started_producer(target, group: str) -> Producer:
-    producer = Producer(group)
+    """The C++ client's sends time out after 3 s unless told: 30 s, for a machine under load."""
+    producer = Producer(group, timeout=30_000)
     producer.set_namesrv_addr(target.namesrv)
     producer.start()
     return producer
@@ -91,7 +92,8 @@ def test_sends_of_every_kind_are_stored_and_pulled(target):
         results = []
         producer.send_async(message(topic, "async"), lambda r: (results.append(r), answered.set()),
                             lambda e: (results.append(e), answered.set()))
-        assert answered.wait(10) and results[0].status == SendStatus.OK
+        assert answered.wait(40), "the async send was neither answered nor failed"
+        assert getattr(results[0], "status", None) == SendStatus.OK, results[0]
         producer.send_oneway(message(topic, "oneway"))
         ordered = [producer.send_orderly(message(topic, f"ordered-{i}"), 7) for i in range(3)]
         assert all(r.status == SendStatus.OK for r in ordered)

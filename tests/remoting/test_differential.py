@@ -17,6 +17,10 @@ import pytest
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from wire import extra_info, pop, pull, records, send, wait_indexed
 
+# broker_sim's answers are compared with the real broker's, kept in this module between its tests:
+# all of them run in one worker, the one that has the real peers (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("jvm")
+
 _names = itertools.count()
 _results: dict[str, dict] = {}
 _pop_results: dict[str, dict] = {}

@@ -11,6 +11,10 @@ import pytest
 
 from peers.rocketmq import body, digest, java_produce, java_pull, java_push, java_sends, java_transaction
 
+# broker_sim's answers are compared with the real broker's, kept in this module between its tests:
+# all of them run in one worker, the one that has the real peers (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("jvm")
+
 _names = itertools.count()
 _sends_by_target = {}
 
