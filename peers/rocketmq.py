@@ -191,6 +191,11 @@ def remoting_tls(ca: str | None = None, cert: str | None = None, key: str | None
     return tuple(options)
 
 
+# A push consumer subscribes to its group's retry topic too, and finds the route the broker made
+# for it at its next rebalance: every 20 s unless told otherwise (RebalanceService).
+_REBALANCE_EVERY_SECOND = ("-Drocketmq.client.rebalance.waitInterval=1000",)
+
+
 def java_push(namesrv: str, topic: str, group: str, messages: int, orderly: bool = False,
               timeout_s: float = 90, serialize_type: str = "JSON") -> dict:
     """RocketMQ's push consumer (clustering) after N sends; message 3 fails once when not
@@ -198,7 +203,7 @@ def java_push(namesrv: str, topic: str, group: str, messages: int, orderly: bool
     JSON or ROCKETMQ: how the clients encode their headers (rocketmq.serialize.type)."""
     return _harness("push", "--namesrv", namesrv, "--topic", topic, "--group", group, "--messages", str(messages),
                     "--orderly", str(orderly).lower(), "--timeout-s", str(timeout_s), timeout_s=timeout_s + 60,
-                    jvm=(f"-Drocketmq.serialize.type={serialize_type}",))
+                    jvm=(f"-Drocketmq.serialize.type={serialize_type}", *_REBALANCE_EVERY_SECOND))
 
 
 def java_transaction(namesrv: str, topic: str, timeout_s: float = 90) -> dict:

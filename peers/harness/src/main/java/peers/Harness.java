@@ -42,7 +42,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *              --tls true: enableSsl (the client trusts any certificate of the endpoint).
  * push         --namesrv H:P --topic T --group G --messages N [--orderly true] [--timeout-s S]
  *              DefaultMQProducer sends N, then DefaultMQPushConsumer (clustering) receives them;
- *              message 3 fails once (RECONSUME_LATER, concurrently: back through the retry topic).
+ *              message 3 fails once (RECONSUME_LATER at delay level 1, concurrently: back through the
+ *              retry topic).
  * transaction  --namesrv H:P --topic T [--timeout-s S]
  *              TransactionMQProducer: one commit, one rollback, one UNKNOW that the check commits;
  *              then a lite pull reads what became visible.
@@ -237,6 +238,7 @@ public final class Harness {
                         for (MessageExt m : msgs) {
                             String text = new String(m.getBody(), StandardCharsets.UTF_8);
                             if (text.startsWith("m-3x") && m.getReconsumeTimes() == 0) {
+                                context.setDelayLevelWhenNextConsume(1);  // back in 1 s, not level 3's 10 s
                                 return org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus.RECONSUME_LATER;
                             }
                             if (m.getReconsumeTimes() > 0) retried.incrementAndGet();
