@@ -4,6 +4,7 @@ for with a bounded wait, and stopped (the whole group) whatever happens."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -35,6 +36,16 @@ def _is_free(port: int) -> bool:
     return True
 
 
+# More JVM options for every peer JVM started here, after the peer's own (the test suite sets C1
+# only: its JVMs live seconds to minutes and spent most of their CPU in C2's compiler; a
+# benchmark leaves it unset, so that the peers it measures run as their users run them).
+JVM_OPTIONS_VARIABLE = "RMQ_PEERS_JVM_OPTIONS"
+
+
+def java_command(classpath: str, main: str, args: list[str], jvm: list[str] = ()) -> list[str]:
+    return ["java", *jvm, *shlex.split(os.environ.get(JVM_OPTIONS_VARIABLE, "")), "-cp", classpath, main, *args]
+
+
 class JavaProcess:
     """``java [jvm options] -cp classpath main args``, its output in ``log``."""
 
@@ -42,7 +53,7 @@ class JavaProcess:
                  jvm: list[str] = (), env: dict | None = None, cwd: Path | None = None):
         self.name = name
         self.log = log
-        command = ["java", *jvm, "-cp", classpath, main, *args]
+        command = java_command(classpath, main, args, jvm)
         with open(log, "ab") as out:
             self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                           env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
@@ -99,7 +110,7 @@ def run_java(classpath: str, main: str, args: list[str], *, timeout_s: float = 1
     """Run a Java main to its end; its output (``stderr_too``: both streams as one, in order),
     or RuntimeError with it on failure. A run past ``timeout_s`` is asked for its threads'
     stacks (SIGQUIT) before it is killed, so that the error says where it hung."""
-    command = ["java", *jvm, "-cp", classpath, main, *args]
+    command = java_command(classpath, main, args, jvm)
     stderr = subprocess.STDOUT if stderr_too else subprocess.PIPE
     with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
                           text=True, env={**os.environ, **(env or {})}, start_new_session=True,

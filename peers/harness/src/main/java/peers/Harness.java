@@ -320,11 +320,15 @@ public final class Harness {
                 .get(0).getBrokerName(), 0));
         out.add("\"sync\": {\"status\": \"" + syncResult.getSendStatus() + "\", \"queue\": "
                 + syncResult.getMessageQueue().getQueueId() + ", \"offset\": " + syncResult.getQueueOffset() + "}");
-        producer.sendOneway(new Message(topic, "TagB", "oneway".getBytes(StandardCharsets.UTF_8)),
-                new MessageQueue(topic, syncResult.getMessageQueue().getBrokerName(), 1));
+        MessageQueue second = new MessageQueue(topic, syncResult.getMessageQueue().getBrokerName(), 1);
+        producer.sendOneway(new Message(topic, "TagB", "oneway".getBytes(StandardCharsets.UTF_8)), second);
+        // A oneway send has no answer, and RocketMQ's broker stores sends in a pool of threads:
+        // the batch that follows could be stored first. The batch is sent once the oneway is.
+        long stored = System.currentTimeMillis() + 30_000;
+        while (producer.maxOffset(second) < 1 && System.currentTimeMillis() < stored) Thread.sleep(20);
         List<Message> batch = new ArrayList<>();
         for (int i = 0; i < 3; i++) batch.add(new Message(topic, "TagC", ("batch-" + i).getBytes(StandardCharsets.UTF_8)));
-        SendResult batchResult = producer.send(batch, new MessageQueue(topic, syncResult.getMessageQueue().getBrokerName(), 1));
+        SendResult batchResult = producer.send(batch, second);
         out.add("\"batch\": {\"status\": \"" + batchResult.getSendStatus() + "\", \"offset\": "
                 + batchResult.getQueueOffset() + "}");
         org.apache.rocketmq.tools.admin.DefaultMQAdminExt admin = new org.apache.rocketmq.tools.admin.DefaultMQAdminExt();
