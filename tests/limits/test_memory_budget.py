@@ -22,6 +22,7 @@ from test_grpc_limits import TIMEOUT_S, wait_until
 
 MiB = 1 << 20
 STALLED_STREAMS = 6
+STALLED_S = 180.0  # a stalled stream's deadline: it must outlive the test, however busy the machine
 
 
 def test_a_client_past_its_share_is_refused_and_the_greediest_is_cut_for_another():
@@ -100,9 +101,11 @@ def test_stalled_streams_hold_no_more_than_the_budget_and_another_client_reads(b
     try:
         for ch in stalled:  # one at a time: each stalls (a response waits for the client) or is refused
             calls.append(pb_grpc.MessagingStub(ch).ReadRanges(pb.ReadRangesRequest(
-                ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=TIMEOUT_S))
+                ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=STALLED_S))
             wait_until(lambda: counters.responses_waiting + sum(c.done() for c in calls) == len(calls),
-                       "the stream stalls or is refused", timeout_s=30)
+                       "the stream stalls or is refused", timeout_s=30,
+                       state=lambda: f"{counters.responses_waiting} waiting, {sum(c.done() for c in calls)} of "
+                                     f"{len(calls)} ended, {memory.clients} held")
         # each stalled stream holds a response twice (ours, gRPC's copy): the client's share fills
         assert memory.held <= memory.total_bytes and memory.clients["127.0.0.1"] <= memory.per_client_bytes
         ended = [c for c in calls if c.done()]
@@ -154,7 +157,7 @@ def cancelled_streams_give_their_memory_back(data_dir) -> None:
         before = resident_bytes()
         stalled = [channel(broker.endpoint) for _ in range(STALLED_STREAMS * 3)]
         calls = [pb_grpc.MessagingStub(c).ReadRanges(pb.ReadRangesRequest(
-            ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=TIMEOUT_S) for c in stalled]
+            ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=STALLED_S) for c in stalled]
         wait_until(lambda: broker.core.counters.responses_waiting == len(calls), "every stream stalls", timeout_s=30)
         grown = resident_bytes() - before
         assert grown > 64 * MiB  # each holds a response or two of 4 MiB
@@ -163,4 +166,11 @@ def cancelled_streams_give_their_memory_back(data_dir) -> None:
             c.close()
         wait_until(lambda: broker.core.counters.responses_waiting == 0, "the streams end")
         wait_until(lambda: resident_bytes() - before < grown / 2, "most of the streams' memory is given back",
-                   timeout_s=15)
+                   timeout_s=15, state=lambda: f"(grown {grown >> 20} MiB, now {(resident_bytes() - before) >> 20} MiB; "
+                                               f"{_after_a_trim(before)})")
+
+
+def _after_a_trim(before: int) -> str:
+    from broker_sim.core.limits import malloc_trim
+    malloc_trim()
+    return f"after one more trim {(resident_bytes() - before) >> 20} MiB"
