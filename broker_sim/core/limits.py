@@ -155,8 +155,7 @@ class MemoryBudget:
 
     Freed buffers go back to the allocator; glibc keeps large freed areas of its arenas in the
     process rather than give them to the system, so after many megabytes are released the
-    budget asks it to (``malloc_trim``), at once and again a moment later, at most once in
-    ``TRIM_INTERVAL_S``.
+    budget asks it to (``malloc_trim``), at most once a second.
     """
 
     TRIM_AFTER_BYTES = 16 << 20  # released since the last trim before the next one
@@ -262,24 +261,19 @@ class MemoryBudget:
                 del self._holdings[holding.client]
 
     def _trim_due(self, released: int) -> bool:
-        """Whether to trim now (under the lock). A trim due within the interval of the last one
-        is made by a timer at the interval's end, so that a burst of releases is trimmed too;
-        a trim made now is made once more at the interval's end, for the buffers freed a moment
-        after their release is counted (gRPC's copies of a cancelled stream's responses)."""
+        """Whether to trim now (under the lock); a trim due within the interval of the last one
+        is made by a timer at the interval's end, so that a burst of releases is trimmed too."""
         self._released_since_trim += released
         if self._released_since_trim < self.TRIM_AFTER_BYTES or self._trim_timer is not None:
             return False
         wait_s = self._last_trim + self.TRIM_INTERVAL_S - time.monotonic()
-        self._trim_after(max(wait_s, self.TRIM_INTERVAL_S))
         if wait_s > 0:
+            self._trim_timer = threading.Timer(wait_s, self._trim_later)
+            self._trim_timer.daemon = True
+            self._trim_timer.start()
             return False
         self._released_since_trim, self._last_trim = 0, time.monotonic()
         return True
-
-    def _trim_after(self, wait_s: float) -> None:
-        self._trim_timer = threading.Timer(wait_s, self._trim_later)
-        self._trim_timer.daemon = True
-        self._trim_timer.start()
 
     def _trim_later(self) -> None:
         with self._lock:
