@@ -58,10 +58,12 @@ def refused(call):
     return None
 
 
-def wait_until(condition, what: str, timeout_s: float = 10.0):
+def wait_until(condition, what: str, timeout_s: float = 10.0, state=lambda: ""):
+    """Poll ``condition`` until it is true; AssertionError naming ``what`` (and the ``state`` it
+    was in) after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while not (result := condition()):
-        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
+        assert time.monotonic() < deadline, f"{what} within {timeout_s} s {state()}".rstrip()
         time.sleep(0.02)
     return result
 

@@ -5,8 +5,6 @@ the others go on. Real broker, real channels; a second client address through a 
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 
 import grpc
@@ -22,6 +20,7 @@ from test_grpc_limits import TIMEOUT_S, wait_until
 
 MiB = 1 << 20
 STALLED_STREAMS = 6
+STALLED_S = 180.0  # a stalled stream's deadline: it must outlive the test, however busy the machine
 
 
 def test_a_client_past_its_share_is_refused_and_the_greediest_is_cut_for_another():
@@ -63,7 +62,11 @@ def broker(tmp_path):
 
 
 def channel(endpoint: str) -> grpc.Channel:
-    return grpc.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", 64 * MiB)])
+    """A client that reads nothing stalls its streams by HTTP/2's flow control: its window stays
+    at 64 KiB (no bandwidth probe: under load the probe grew it until whole streams were sent,
+    and they never stalled)."""
+    return grpc.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", 64 * MiB),
+                                                    ("grpc.http2.bdp_probe", 0)])
 
 
 def read_all(endpoint: str) -> int:
@@ -100,9 +103,11 @@ def test_stalled_streams_hold_no_more_than_the_budget_and_another_client_reads(b
     try:
         for ch in stalled:  # one at a time: each stalls (a response waits for the client) or is refused
             calls.append(pb_grpc.MessagingStub(ch).ReadRanges(pb.ReadRangesRequest(
-                ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=TIMEOUT_S))
+                ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=STALLED_S))
             wait_until(lambda: counters.responses_waiting + sum(c.done() for c in calls) == len(calls),
-                       "the stream stalls or is refused", timeout_s=30)
+                       "the stream stalls or is refused", timeout_s=30,
+                       state=lambda: f"({counters.responses_waiting} waiting, {sum(c.done() for c in calls)} of "
+                                     f"{len(calls)} ended)")
         # each stalled stream holds a response twice (ours, gRPC's copy): the client's share fills
         assert memory.held <= memory.total_bytes and memory.clients["127.0.0.1"] <= memory.per_client_bytes
         ended = [c for c in calls if c.done()]
@@ -128,22 +133,9 @@ def resident_bytes() -> int:
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_the_memory_of_cancelled_streams_goes_back_to_the_system(tmp_path, monkeypatch):
-    """glibc keeps freed buffers in its arenas: without a trim the broker stayed at its peak.
-    Measured in a fresh process, as a broker runs: the resident size of a process that ran
-    other tests first (Spark's, a hundred brokers') says more about them than about the trim.
-    Its malloc starts where a broker's ends up once it has freed a few large buffers: glibc then
-    raises its mmap threshold (to 32 MiB at most) and its trim threshold to twice that, so that
-    responses of 4 MiB live in its arenas and stay there when freed."""
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(32 * MiB))
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(64 * MiB))
-    spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as fresh:
-        fresh.submit(cancelled_streams_give_their_memory_back, tmp_path / "data").result(timeout=180)
-
-
-def cancelled_streams_give_their_memory_back(data_dir) -> None:
-    with Broker(data_dir) as broker, channel(broker.endpoint) as ch:
+def test_the_memory_of_cancelled_streams_goes_back_to_the_system(tmp_path):
+    """glibc keeps freed buffers in its arenas: without a trim the broker stayed at its peak."""
+    with Broker(tmp_path / "data") as broker, channel(broker.endpoint) as ch:
         pb_grpc.AdminStub(ch).CreateTopic(pb.CreateTopicRequest(topic=pb.Topic(name="big", queue_count=1,
                                                                                queue_type=pb.SIMPLE_CQ)))
         body = os.urandom(512 << 10)
@@ -154,8 +146,10 @@ def cancelled_streams_give_their_memory_back(data_dir) -> None:
         before = resident_bytes()
         stalled = [channel(broker.endpoint) for _ in range(STALLED_STREAMS * 3)]
         calls = [pb_grpc.MessagingStub(c).ReadRanges(pb.ReadRangesRequest(
-            ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=TIMEOUT_S) for c in stalled]
-        wait_until(lambda: broker.core.counters.responses_waiting == len(calls), "every stream stalls", timeout_s=30)
+            ranges=[pb.ReadRange(topic="big", queue_id=0, start_offset=0)]), timeout=STALLED_S) for c in stalled]
+        wait_until(lambda: broker.core.counters.responses_waiting == len(calls), "every stream stalls", timeout_s=30,
+                   state=lambda: f"({broker.core.counters.responses_waiting} waiting, {sum(c.done() for c in calls)} "
+                                 "ended)")
         grown = resident_bytes() - before
         assert grown > 64 * MiB  # each holds a response or two of 4 MiB
         for call, c in zip(calls, stalled):
@@ -163,4 +157,5 @@ def cancelled_streams_give_their_memory_back(data_dir) -> None:
             c.close()
         wait_until(lambda: broker.core.counters.responses_waiting == 0, "the streams end")
         wait_until(lambda: resident_bytes() - before < grown / 2, "most of the streams' memory is given back",
-                   timeout_s=15)
+                   timeout_s=15,
+                   state=lambda: f"(grown {grown >> 20} MiB, now {(resident_bytes() - before) >> 20} MiB)")
