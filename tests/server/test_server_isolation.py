@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from broker_sim.broker import Broker
+from broker_sim.core.limits import ClientLimits
 from broker_sim.pop import PopConfig
 from broker_sim.store import StoreConfig
 from broker_sim.store.paths import StorePaths
@@ -67,10 +68,25 @@ def stalled_streams(endpoint: str, count: int, channels: int = 4):
             channel.close()
 
 
-def wait_until(condition, what: str) -> None:
+def ended_how(streams) -> str:
+    """How the first of ``streams`` to end ended: ", the first: CODE details"."""
+    for stream in streams:
+        if stream.done():
+            try:
+                stream.result()
+            except grpc.RpcError as err:
+                return f", the first: {err.code().name} {err.details()}"
+            except Exception as err:  # noqa: BLE001 - any end is worth naming
+                return f", the first: {err!r}"
+            return ", the first: with OK"
+    return ""
+
+
+def wait_until(condition, what: str, state=lambda: "") -> None:
+    """Poll ``condition``; AssertionError naming ``what`` (and the ``state`` seen) after WAIT_S."""
     deadline = time.monotonic() + WAIT_S
     while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
+        assert time.monotonic() < deadline, f"never happened: {what} {state()}".rstrip()
         time.sleep(0.02)
 
 
@@ -89,12 +105,19 @@ def waiting_pops(endpoint: str, count: int) -> list[threading.Thread]:
 
 
 def test_stalled_streams_and_waiting_pops_leave_other_clients_served(tmp_path):
-    with running(tmp_path, stream_write_timeout_s=STALLED_DEADLINE_S) as (broker, client):
+    # One client's 100 stalled streams hold some 2.6 MB each in the broker's memory budget (a
+    # response twice), and a step reserves up to 12 MiB before it runs: past the default share
+    # of 256 MiB when a few steps run at once. The budget itself is tests/limits' subject.
+    roomy = ClientLimits(memory_budget_bytes=2 << 30, memory_budget_per_client_bytes=1 << 30)
+    with running(tmp_path, stream_write_timeout_s=STALLED_DEADLINE_S, limits=roomy) as (broker, client):
         write_big_topic(client)
         client.create("quiet", 1)
         with stalled_streams(broker.endpoint, 100) as streams:
             # Each stream's response is on its way, held by flow control: the broker waits for them all.
-            wait_until(lambda: broker.core.counters.responses_waiting == 100, "100 responses waiting for their clients")
+            wait_until(lambda: broker.core.counters.responses_waiting == 100, "100 responses waiting for their clients",
+                       lambda: f"({broker.core.counters.responses_waiting} waiting, "
+                               f"{sum(stream.done() for stream in streams)} streams ended"
+                               f"{ended_how(streams)})")
             pops = waiting_pops(broker.endpoint, broker.pop_config.max_waiting_pops)
             most = broker.pop_config.max_waiting_pops
             wait_until(lambda: broker.core.pop_service._waiting == most, "every pop waiting")
