@@ -163,12 +163,12 @@ def _harness(*args: str, timeout_s: float = 600.0, jvm: tuple = ()) -> dict:
 
 
 def java_produce(namesrv: str, topic: str, messages: int, threads: int = 4, body_bytes: int = 1024,
-                 tag: str = "", jvm: tuple = ()) -> dict:
+                 tag: str = "", jvm: tuple = (), batch_delay_ms: int = 10) -> dict:
     """RocketMQ's Java producer (remoting) with autoBatch on, async sends from ``threads``
     threads: {"sent", "failed", "seconds", "msgs_per_s", ...}. ``jvm``: more JVM options, as
-    ``remoting_tls``'s."""
+    ``remoting_tls``'s; ``batch_delay_ms``: how long a batch waits for more (batchMaxDelayMs)."""
     args = ["produce", "--namesrv", namesrv, "--topic", topic, "--messages", str(messages), "--threads",
-            str(threads), "--body-bytes", str(body_bytes)]
+            str(threads), "--body-bytes", str(body_bytes), "--batch-delay-ms", str(batch_delay_ms)]
     return _harness(*args, *(["--tag", tag] if tag else []), jvm=jvm)
 
 

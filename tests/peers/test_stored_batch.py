@@ -33,8 +33,10 @@ EXPECTED_DIFFERENCES = {
 
 def real_record_and_unit(rocketmq):
     rocketmq.create_topic("stored-batch", queues=1, batch_cq=True)
+    # One batch: its 4 KiB are far below the 32 KiB that close one, and a second is time enough
+    # to send them all on a busy machine (at 10 ms, the default here, a run split them 11 + 53).
     sent = java_produce(rocketmq.namesrv_addr, "stored-batch", messages=MESSAGES, threads=1, body_bytes=BODY_BYTES,
-                        tag=TAG)
+                        tag=TAG, batch_delay_ms=1000)
     assert sent["sent"] == MESSAGES, sent
     deadline = time.monotonic() + 30
     units = []

@@ -34,7 +34,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * can check every message by a digest of the sorted bodies.
  *
  * produce      --namesrv H:P --topic T --messages N [--threads K] [--body-bytes B] [--tag TAG]
- *              DefaultMQProducer (remoting) with autoBatch on, async sends, K threads.
+ *              [--batch-delay-ms D]
+ *              DefaultMQProducer (remoting) with autoBatch on (a batch waits D ms for more, 10
+ *              unless told), async sends, K threads.
  * pull         --namesrv H:P --topic T --expect N [--timeout-s S]
  *              DefaultLitePullConsumer: every queue from its beginning until N messages.
  * grpc-produce --endpoint H:P --topic T --messages N [--body-bytes B] [--tls true]   (rocketmq-client-java)
@@ -115,7 +117,7 @@ public final class Harness {
         DefaultMQProducer producer = new DefaultMQProducer("harness-producer");
         producer.setNamesrvAddr(a.get("namesrv"));
         producer.setAutoBatch(true);
-        producer.batchMaxDelayMs(10);
+        producer.batchMaxDelayMs(Integer.parseInt(a.getOrDefault("batch-delay-ms", "10")));
         producer.batchMaxBytes(32 * 1024);
         producer.setSendMsgTimeout(30_000);
         producer.start();
