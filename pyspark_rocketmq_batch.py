@@ -9,6 +9,10 @@
   virtual environment, and, where a worker's Python truly lacks the package (a cluster whose
   workers were not given it), puts one sentence before Spark's DATA_SOURCE_NOT_FOUND saying which
   interpreter lacks it and what to set.
+- ``df.write`` and ``writeStream`` find a Python data source through the calling thread's active
+  session in Spark's JVM, which PySpark sets only in the thread that created the session: a write
+  from another thread fails with DATA_SOURCE_NOT_FOUND though the package is there. The sentence
+  then names the thread and ``rmq_spark.spark.register(spark)``, which fixes it.
 - Spark wraps a data source's error in its own (``[PYTHON_DATA_SOURCE_ERROR] ...``, then the
   worker's traceback), so the sentence comes last; an uncaught one is printed first as well
   (``lead_sentence``). With ``spark.sql.execution.pyspark.udf.hideTraceback.enabled=true`` Spark
@@ -24,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 __all__ = ["DefaultSource", "start_up", "lead_sentence", "missing_format_hint"]  # noqa: F822 (DefaultSource: __getattr__)
 
@@ -50,6 +55,8 @@ def start_up() -> None:
         os.environ["PYSPARK_PYTHON"] = sys.executable
     if sys.excepthook is sys.__excepthook__:  # never over another tool's hook (IPython has its own)
         sys.excepthook = _excepthook
+    if threading.excepthook is threading.__excepthook__:  # a thread's uncaught error
+        threading.excepthook = _thread_excepthook
 
 
 def lead_sentence(error: BaseException) -> str | None:
@@ -67,9 +74,15 @@ def lead_sentence(error: BaseException) -> str | None:
 
 def missing_format_hint(text: str) -> str | None:
     """The sentence for an error whose ``text`` is Spark's DATA_SOURCE_NOT_FOUND for
-    ``rocketmq-batch`` when the workers' Python cannot import this package; None otherwise."""
+    ``rocketmq-batch``: the calling thread has no active session, or the workers' Python cannot
+    import this package; None otherwise. Called in the thread that met the error."""
     if "DATA_SOURCE_NOT_FOUND" not in text or _FORMAT not in text:
         return None
+    if _thread_lacks_a_session():
+        return (f"{_FORMAT}: PySpark finds a Python data source for df.write and writeStream through the calling "
+                f"thread's active SparkSession, and thread {threading.current_thread().name!r} has none (PySpark "
+                "sets it only in the thread that created the session): call rmq_spark.spark.register(spark) in "
+                "this thread before it writes.")
     python, chosen_by = _workers_python()
     try:
         found = subprocess.run([python, "-c", "import pyspark_rocketmq_batch"], capture_output=True,
@@ -81,6 +94,18 @@ def missing_format_hint(text: str) -> str | None:
     return (f"{_FORMAT}: Spark's Python workers run {python} ({chosen_by}), which cannot import the package "
             f"{_PACKAGE}: install it into that Python, or set PYSPARK_PYTHON={sys.executable} (the Python "
             f"that has it) before the SparkSession starts.")
+
+
+def _thread_lacks_a_session() -> bool:
+    """Whether Spark's JVM has no active session for the calling thread (classic PySpark only)."""
+    context_module = sys.modules.get("pyspark.core.context")
+    context = getattr(getattr(context_module, "SparkContext", None), "_active_spark_context", None)
+    if context is None:
+        return False
+    try:
+        return context._jvm.org.apache.spark.sql.SparkSession.getActiveSession().isEmpty()
+    except Exception:  # noqa: BLE001 - a stopped JVM: no hint rather than a second error
+        return False
 
 
 def _workers_python() -> tuple[str, str]:
@@ -104,3 +129,10 @@ def _excepthook(kind, value, traceback) -> None:
     if hint:
         print(hint, file=sys.stderr, flush=True)
     sys.__excepthook__(kind, value, traceback)
+
+
+def _thread_excepthook(args) -> None:
+    hint = lead_sentence(args.exc_value) if args.exc_value is not None else None
+    if hint:
+        print(hint, file=sys.stderr, flush=True)
+    threading.__excepthook__(args)

@@ -13,6 +13,7 @@ Kafka on one worker (group ``jvm``), so that none is started twice, and the rest
 
 import os
 import sys
+import warnings
 
 import pytest
 
@@ -98,6 +99,33 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+_spark_thread = {"test": "the session's start", "connection": None}  # as the last test using Spark left them
+
+
+@pytest.fixture(autouse=True)
+def _spark_is_this_threads(request):
+    """PySpark finds a Python data source for ``df.write`` through the active session of the JVM
+    thread that serves the calling Python thread (rmq_spark.spark.compat), set when the session was
+    created. A run once lost it in mid-suite, and the writes of the tests that followed failed with
+    DATA_SOURCE_NOT_FOUND. Before each test that uses the shared session it is made active again if
+    it is not, with a warning that names the test before and whether the py4j connection (so the
+    JVM thread) is new since, so that the cause can still be found."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    spark = request.getfixturevalue("spark")
+    client = spark.sparkContext._gateway._gateway_client
+    if spark._jvm.org.apache.spark.sql.SparkSession.getActiveSession().isEmpty():
+        connection = "a new" if id(client.get_thread_connection()) != _spark_thread["connection"] else "the same"
+        warnings.warn(f"the Spark session was not active in this thread after {_spark_thread['test']}, on "
+                      f"{connection} py4j connection: made active again", stacklevel=1)
+        from rmq_spark.spark.compat import activate_in_this_thread
+
+        activate_in_this_thread(spark)
+    yield
+    _spark_thread.update(test=request.node.nodeid, connection=id(client.get_thread_connection()))
 
 
 def require_peers(*groups: str) -> None:

@@ -4,15 +4,28 @@ imports the producer, the consumers and below; nothing of the SDK imports it.
 
 Installing the package registers the format by itself (the top-level module
 ``pyspark_rocketmq_batch``, which PySpark finds among ``pyspark_*`` modules); where that
-lookup is off or the package is not installed in Spark's Python, call ``register(spark)``.
+lookup is off or the package is not installed in Spark's Python, call ``register(spark)``, and
+in a thread of your own that writes (PySpark finds a data source for ``df.write`` through the
+thread's active session, which it sets only in the thread that created the session).
 """
 
+from rmq_spark.spark.compat import activate_in_this_thread
 from rmq_spark.spark.datasource import NAME, RocketMQBatchDataSource
 
 
 def register(spark) -> None:
-    """Register the format ``rocketmq-batch`` with a SparkSession."""
+    """Register the format ``rocketmq-batch`` with a SparkSession, and make it the calling
+    thread's active session.
+
+    Installing the package registers the format by itself; call this where PySpark's lookup of
+    ``pyspark_*`` modules is off or Spark's Python lacks the package, and in any thread other than
+    the one that created the session before it writes (``df.write`` or ``writeStream``): PySpark
+    finds a Python data source for a write through the calling thread's active session, which it
+    sets only in the thread that created the session, so a write from another thread fails with
+    DATA_SOURCE_NOT_FOUND. Reads need neither.
+    """
     spark.dataSource.register(RocketMQBatchDataSource)
+    activate_in_this_thread(spark)
 
 
 __all__ = ["NAME", "RocketMQBatchDataSource", "register"]

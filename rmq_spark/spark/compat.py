@@ -7,6 +7,10 @@
   Python sources get back the default read limit they gave, or ReadAllAvailable (for
   ``Trigger.Once``); there is no composite limit, so the source applies minRecordsPerTrigger
   and maxRecordsPerTrigger together itself.
+- Every PySpark 4 (classic, not Spark Connect): ``df.write`` and ``writeStream`` find a Python
+  data source through the calling thread's active session in the JVM, which PySpark sets only in
+  the thread that created the session (``spark.read`` takes its own session and needs none):
+  ``activate_in_this_thread``.
 """
 
 from __future__ import annotations
@@ -77,3 +81,13 @@ def admission(limit: ReadLimit | None, min_records: int | None, max_records: int
     else:
         raise ValueError(f"the rocketmq-batch source does not know the read limit {limit!r}; it reads by records")
     return Admission(all_available=False, min_records=min_records, max_records=max_records)
+
+
+def activate_in_this_thread(spark) -> None:
+    """Make ``spark`` the active session of the calling thread in Spark's JVM, where PySpark 4
+    (classic) looks up a Python data source for ``df.write`` and ``writeStream``: a thread
+    other than the one that created the session has none, and the lookup fails with
+    DATA_SOURCE_NOT_FOUND. Spark Connect sessions have no JVM here and need nothing."""
+    session = getattr(spark, "_jsparkSession", None)
+    if session is not None:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)

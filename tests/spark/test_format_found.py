@@ -1,6 +1,7 @@
 """A user's own script finds the format with no register call, however its Python was started;
 where Spark's workers truly lack the package, the first thing the user reads says so; and an
-error of ours that Spark wraps in its own is read first, not after Spark's traceback.
+error of ours that Spark wraps in its own is read first, not after Spark's traceback. A thread of
+the user's own that writes is told to call ``register(spark)``, and then writes.
 
 Each test runs a script as a user would: this environment's interpreter by its path (the venv not
 activated: PATH has only the system's Python), from a directory of its own, PYSPARK_PYTHON unset.
@@ -11,9 +12,14 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
+
+import pyspark_rocketmq_batch
+from rmq_spark import Admin
+from rmq_spark.spark import register
 
 _JOB = textwrap.dedent("""
     import broker_sim
@@ -98,3 +104,45 @@ def test_the_install_puts_the_project_on_the_path_plainly_and_runs_the_start_up_
     module_dir = Path(pyspark_rocketmq_batch.__file__).parent
     assert module_dir == site or any(module_dir == Path(line.strip()) for pth in site.glob("*.pth")
                                      for line in pth.read_text().splitlines())
+
+
+def test_a_thread_of_its_own_that_writes_is_told_to_register_and_then_writes(spark, endpoint, topic_name):
+    """PySpark finds a Python data source for a write through the calling thread's active session,
+    which it sets only in the thread that created the session."""
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic_name, 2)
+    df = spark.range(20).selectExpr("cast(id as string) as body")
+    outcome = {}
+
+    def write():
+        writer = (df.write.format("rocketmq-batch").mode("append").option("endpoint", endpoint)
+                  .option("topic", topic_name))
+        try:
+            writer.save()
+        except Exception as error:  # noqa: BLE001 - the test reads what the user would
+            outcome["hint"] = pyspark_rocketmq_batch.lead_sentence(error)
+        register(spark)
+        writer.save()
+        outcome["written"] = True
+
+    thread = threading.Thread(target=write, name="nightly-writer")
+    thread.start()
+    thread.join(180)
+    assert outcome.get("written"), "the write after register(spark) did not finish"
+    assert outcome.get("hint", "").startswith("rocketmq-batch: PySpark finds a Python data source for df.write"), (
+        f"{outcome.get('hint')!r}: if PySpark now finds the format from any thread, drop the hint and this test")
+    assert "'nightly-writer'" in outcome["hint"] and "register(spark)" in outcome["hint"]
+    rows = spark.read.format("rocketmq-batch").option("endpoint", endpoint).option("topic", topic_name).load()
+    assert rows.count() == 20  # the one write that ran
+
+
+def test_a_thread_s_uncaught_error_of_ours_leads_with_its_sentence(capsys):
+    error = RuntimeError("[PYTHON_DATA_SOURCE_ERROR] ... rmq_spark.errors.ConfigError: option topic is required")
+    try:
+        raise error
+    except RuntimeError:
+        args = threading.ExceptHookArgs((RuntimeError, error, error.__traceback__, threading.current_thread()))
+    pyspark_rocketmq_batch._thread_excepthook(args)
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert first == "rocketmq-batch: option topic is required"
+    assert "RuntimeError: [PYTHON_DATA_SOURCE_ERROR]" in "\n".join(rest)  # the error itself follows, whole
