@@ -10,6 +10,9 @@ One set of rules for both ways of sending (``Producer.send`` and ``Producer.send
   batch of such messages on one queue, then takes the next: RocketMQ's AutoBatch chooses the
   queue per batch, Kafka's sticky partitioner per batch too), a message sent alone is a turn,
   and so is a run of about ``batch_max_bytes`` of rows (rows go to a queue a batch at a time).
+  Each producer's counter starts at a random place, as RocketMQ's producers' do: many producers
+  that each send a batch or two (Spark's write tasks) spread over every queue of every broker
+  instead of all starting at the first.
 
 A topic's queues are listed as (broker, queue id), broker by broker (the broker "" through our
 door, where there is one): the hash and the turns pick a place in that list, as RocketMQ's
@@ -19,6 +22,7 @@ producers pick from a topic's message queues.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import zlib
 from typing import NamedTuple
@@ -78,7 +82,7 @@ class Router:
         self._transport = transport
         self.by_keys = selector == "hash"
         self._routes: dict[str, Route] = {}
-        self._turns = itertools.count()
+        self._turns = itertools.count(random.randrange(1 << 16))  # RocketMQ's producers start at random too
         self._lock = threading.Lock()
 
     def topic(self, name: str) -> TopicInfo:

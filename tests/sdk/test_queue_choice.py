@@ -64,9 +64,20 @@ def test_messages_and_rows_take_the_queues_in_turn_from_one_counter(endpoint, to
         producer.send_arrow(rows, topic).wait(10)  # three runs of ten 100-byte rows
         producer.send(Message(topic, b"last", keys=keys))
     queue_of = stored(endpoint, topic, 32)
-    assert queue_of[b"first"] == 0
-    assert [queue_of[b"row-%d" % i + b"." * 95] for i in range(0, 30, 10)] == [1, 2, 3]
-    assert queue_of[b"last"] == 4
+    first = queue_of[b"first"]  # where this producer's turns start: at random
+    assert [queue_of[b"row-%d" % i + b"." * 95] for i in range(0, 30, 10)] == [(first + n) % QUEUES for n in (1, 2, 3)]
+    assert queue_of[b"last"] == (first + 4) % QUEUES
+
+
+def test_producers_that_send_once_each_start_at_random_queues(endpoint, topic_name):
+    """Spark's write tasks are producers of a batch or two each: were every producer to start at
+    the first queue, 40 of them would all write to it."""
+    topic = create(endpoint, topic_name)
+    for i in range(40):
+        with Producer(endpoint) as producer:
+            producer.send(Message(topic, b"task-%d" % i))
+    used = set(stored(endpoint, topic, 40).values())
+    assert len(used) >= 4, f"40 producers of one message each used queues {sorted(used)} of {QUEUES}"
 
 
 def test_early_or_inner_batch_is_decided_by_the_queue_type_alone():

@@ -202,6 +202,22 @@ def test_writes_are_read_back_and_a_replayed_write_carries_the_same_ids(spark, t
     assert len(ids) == 1000 and len(set(ids)) == 500  # each id twice: readers can drop the repeat
 
 
+def test_many_small_writer_tasks_spread_over_every_queue_of_every_broker(spark, broker_sim_cluster):
+    """20 write tasks of a batch each: each task's producer starts its turns at a random queue, as
+    RocketMQ's producers do (starting at the first, all 2,000 rows went to broker-a's queue 0)."""
+    topic = unique("spark-spread", broker_sim_cluster)
+    create_topic(broker_sim_cluster.namesrv, topic, 4)
+    spark.range(0, 2000, numPartitions=20).selectExpr("cast(id as string) as body").write \
+        .format("rocketmq-batch").mode("append").option("nameServer", broker_sim_cluster.namesrv) \
+        .option("topic", topic).save()
+    with Admin(name_server=broker_sim_cluster.namesrv) as admin:
+        held_by = {(q.broker, q.queue_id): q.max_offset - q.min_offset for q in admin.offsets([topic])[topic]}
+    assert sum(held_by.values()) == 2000
+    used = {queue for queue, count in held_by.items() if count}
+    assert {broker for broker, _ in used} == {"broker-a", "broker-b"}, held_by
+    assert len(used) >= 4, held_by  # 20 random starts over 8 queues: fewer than 4 used about once in 10^7 runs
+
+
 def test_exactly_once_through_name_servers_is_refused_at_load(spark, broker_sim_remoting):
     df = spark.range(1).selectExpr("cast(id as string) as body")
     with pytest.raises(Exception, match="exactlyOnce is broker_sim's guarantee"):
