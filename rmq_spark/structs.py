@@ -169,6 +169,18 @@ class TransactionState(str, enum.Enum):
     UNKNOWN = "unknown"  # never prepared, or ended longer ago than the broker remembers
 
 
+class HalfMessage(NamedTuple):
+    """A message prepared under RocketMQ's transactional messages (a "half message"): stored in
+    the broker's half topic, invisible until END_TRANSACTION commits it, and what that request
+    names (``RemotingTransport.end_halves``)."""
+
+    broker: str
+    topic: str  # the topic the message is for, once committed
+    unique_key: str  # its UNIQ_KEY (RocketMQ's msgId), which the committed message keeps
+    commit_log_offset: int  # where the broker stored the half message
+    queue_offset: int  # its offset in the broker's half topic (tranStateTableOffset)
+
+
 @dataclass(frozen=True)
 class PreparedTransaction:
     """What a writer prepared under one transaction: what it hands to the committer.

@@ -8,10 +8,13 @@ are (broker, queue id). Reads are pulls by offset (``pulls.py``); writes are Roc
 sends (a batch in RocketMQ's MessageBatch encoding, which a BatchCQ topic stores as one inner
 batch); group offsets are RocketMQ's consumer offsets, which its tools show.
 
-Not here, because RocketMQ has no such thing: transactions that end a writer's batches in one
-step with a fence against replays (RocketMQ ends transactional messages one at a time), and
-idempotent sends (a retried send may be stored twice: sends are at least once, each message
-carrying the UNIQ_KEY its producer gave it).
+Transactions are RocketMQ's transactional messages: a message is prepared alone (a half
+message, never in a batch) and ended alone (END_TRANSACTION, which is not idempotent: a commit
+sent twice stores the message twice), and a message's UNIQ_KEY finds it once committed
+(QUERY_MESSAGE). Not here, because RocketMQ has no such thing: transactions that end a writer's
+batches in one step with a fence against replays (the Spark sink builds exactly once on the half
+messages: rmq_spark/spark/sink_rocketmq.py), and idempotent sends (a retried send may be stored
+twice: sends are at least once, each message carrying the UNIQ_KEY its producer gave it).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from rmq_spark.structs import (
     CommitResult,
     GroupInfo,
     GroupOffset,
+    HalfMessage,
     Message,
     OffsetRange,
     PreparedTransaction,
@@ -73,14 +77,23 @@ from rmq_spark.structs import (
 )
 from rmq_wire.codec import Codec, Compression
 from rmq_wire.codec.records import read_headers
-from rmq_wire.record import PROPERTY_INNER_NUM, SysFlag, find_property
+from rmq_wire.record import (
+    PROPERTY_INNER_NUM,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    SysFlag,
+    decode_record,
+    find_property,
+)
 from rmq_wire.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, fastjson
 
 PRODUCER_GROUP = "rocketmq-batch-producer"  # RocketMQ's sends name a producer group
 TRANSACTIONS_REFUSED = (
-    "exactly-once transactions are broker_sim's (through endpoint): RocketMQ ends transactional messages one at a "
-    "time and has no fence against a replayed batch. Through name servers, write at least once (each message "
-    "carries a UNIQ_KEY, deterministic in the Spark sink, so readers can drop repeats)")
+    "transactions of batches (a Producer's transaction_id, Transactions) are broker_sim's (through endpoint): "
+    "RocketMQ prepares and ends transactional messages one at a time and has no fence against a replayed batch. "
+    "Through name servers, send at least once (each message carries a UNIQ_KEY, so readers can drop repeats), or "
+    "write a stream exactly once with the Spark sink (deliveryGuarantee=exactlyOnce: RocketMQ's transactional "
+    "messages)")
 _QUEUE_TYPE_ATTRIBUTE = "queue.type"
 _STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, 11, 12)  # 11, 12: the slave's lag: stored
 _HEARTBEAT_S = 60.0
@@ -106,6 +119,7 @@ class RemotingTransport(Transport):
 
     native_rocketmq = True
     supports_transactions = False
+    supports_half_messages = True
     transactions_refused = TRANSACTIONS_REFUSED
     write_form = (Codec.RMQ, Compression.NONE)
     write_form_reason = ("through name servers a batch is RocketMQ's MessageBatch, uncompressed, which RocketMQ's "
@@ -653,6 +667,92 @@ class RemotingTransport(Transport):
         head = answer.ext_fields
         renewed = receipt.renewed(int(head["popTime"]), int(head["invisibleTime"]), head.get("reviveQid", "0"))
         return renewed.encode(), int(head["popTime"]) + int(head["invisibleTime"])
+
+    # --- RocketMQ's transactional messages -------------------------------------------------------
+
+    def send_half(self, topic: str, queue: tuple[str, int], body: bytes, properties: dict, group: str) -> Future:
+        """Prepare one message under RocketMQ's transactional messages, as producer ``group``
+        (whose name END_TRANSACTION must repeat); a Future of its HalfMessage, or of the
+        RmqError that refused it. ``properties`` are the message's own (TAGS, KEYS, ...)."""
+        broker, queue_id = queue
+        route = self.route(topic)
+        address = route.address(self.broker_of(route, broker))
+        unique_key = self.unique_keys.next()
+        text = _properties_text({**properties, "UNIQ_KEY": unique_key, "WAIT": "true",
+                                 PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group})
+        fields = {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": SysFlag.TRANSACTION_PREPARED,
+                  "g": int(time.time() * 1000), "h": 0, "i": text, "j": 0, "k": "false", "m": "false", "n": broker}
+        half: Future = Future()
+
+        def answered(future: Future) -> None:
+            try:
+                answer = future.result()
+            except (ConnectionError, OSError) as err:
+                half.set_exception(self._unavailable(address, f"{address}: {err}"))
+                return
+            if answer.code not in _STORED:
+                half.set_exception(_refused(answer, f"the broker at {address} refused a transactional message "
+                                                    f"to {topic!r} queue {queue_id}"))
+                return
+            head = answer.ext_fields
+            half.set_result(HalfMessage(broker, topic, head.get("transactionId") or unique_key,
+                                        int(head["msgId"][-16:], 16), int(head.get("queueOffset", 0))))
+
+        self.request(address, RequestCode.SEND_MESSAGE_V2, fields, body).add_done_callback(answered)
+        return half
+
+    def end_halves(self, halves: Sequence[HalfMessage], commit: bool, group: str, timeout_ms: int | None = None,
+                   in_flight: int = 1024, ended: Callable[[int], None] | None = None) -> None:
+        """END_TRANSACTION for each half message, committing or rolling it back, ``in_flight``
+        at a time, each answered (RocketMQ's clients send them oneway); raises the first
+        refusal or failure once those in flight are answered. ``ended(n)`` is told how many
+        are answered so far. Never sent twice here: a commit repeated stores a message twice."""
+        decision = "8" if commit else "12"  # MessageSysFlag.TRANSACTION_COMMIT_TYPE / ROLLBACK_TYPE
+        pending: list = []
+        done = 0
+
+        def settle(upto: int) -> None:
+            nonlocal done
+            while len(pending) > upto:
+                address, half, future = pending.pop(0)
+                answer = self.wait(future, address, RequestCode.END_TRANSACTION, timeout_ms)
+                if answer.code != ResponseCode.SUCCESS:
+                    raise _refused(answer, f"the broker at {address} refused to {'commit' if commit else 'roll back'} "
+                                           f"transactional message {half.unique_key} of {half.topic!r}")
+                done += 1
+                if ended is not None:
+                    ended(done)
+
+        for half in halves:
+            route = self.route(half.topic)
+            address = route.address(self.broker_of(route, half.broker))
+            fields = {"producerGroup": group, "tranStateTableOffset": str(half.queue_offset),
+                      "commitLogOffset": str(half.commit_log_offset), "commitOrRollback": decision,
+                      "fromTransactionCheck": "false", "msgId": half.unique_key, "transactionId": half.unique_key,
+                      "topic": half.topic, "bname": half.broker}
+            pending.append((address, half, self.request(address, RequestCode.END_TRANSACTION, fields)))
+            settle(in_flight)
+        settle(0)
+
+    def message_exists(self, topic: str, broker: str, unique_key: str) -> bool:
+        """Whether ``broker`` stores a message of ``topic`` with this UNIQ_KEY: a committed half
+        message (the broker's index of keys; RocketMQ's mqadmin queryMsgByUniqueKey)."""
+        route = self.route(topic)
+        address = route.address(self.broker_of(route, broker))
+        answer = self._invoke(address, RequestCode.QUERY_MESSAGE, {
+            "topic": topic, "key": unique_key, "maxNum": 32, "beginTimestamp": 0, "endTimestamp": 2**63 - 1,
+            "_UNIQUE_KEY_QUERY": "true"})
+        if answer.code == ResponseCode.QUERY_NOT_FOUND:
+            return False
+        if answer.code != ResponseCode.SUCCESS:
+            raise _refused(answer, f"the broker at {address} could not look up message {unique_key} of {topic!r}")
+        body, at = memoryview(answer.body or b""), 0
+        while at < len(body):  # the index finds keys by hash: the records say which are this one
+            record = decode_record(body, at)
+            if record.topic == topic and record.properties.get("UNIQ_KEY") == unique_key:
+                return True
+            at += record.total_size
+        return False
 
     # --- transactions: not RocketMQ's --------------------------------------------------------------
 

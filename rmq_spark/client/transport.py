@@ -237,13 +237,16 @@ class Transport(ABC):
     ``check_write``. ``pull_group``: the consumer group reads name where the protocol's reads
     name one (RocketMQ's pulls); settable, ignored by the others. ``unique_keys``: where sends
     carry message ids the producer gives them (``native_rocketmq``), the ``UniqueKeys`` it
-    draws them from; else None.
+    draws them from; else None. ``supports_half_messages``: RocketMQ's transactional messages,
+    prepared one at a time and ended one at a time (``send_half``, ``end_halves``,
+    ``message_exists``: the remoting transport's own methods).
     """
 
     endpoint: str  # what the transport reaches, for sentences: HOST:PORT, or the name servers
     config: TransportConfig
     native_rocketmq = False
     supports_transactions = True
+    supports_half_messages = False
     transactions_refused = ""
     write_form: tuple[Codec, Compression] | None = None
     write_form_reason = ""

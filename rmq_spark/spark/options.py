@@ -486,6 +486,11 @@ class SinkOptions:
         if self.sink_id is not None:
             raise ConfigError("option sinkId applies to streaming writes (writeStream) only: a batch write commits "
                               "all its rows at once, in one step; drop sinkId")
+        if self.exactly_once and self.address.native:
+            raise ConfigError("deliveryGuarantee=exactlyOnce through nameServer is for writeStream, whose checkpoint "
+                              "lets a restarted query finish a commit that RocketMQ's transactional messages make "
+                              "one message at a time; a df.write through nameServer is at least once: drop the "
+                              "option (each message carries a UNIQ_KEY, the same when the write is repeated)")
 
 
 def parse_sink_options(options) -> SinkOptions:
@@ -506,8 +511,6 @@ def parse_sink_options(options) -> SinkOptions:
     if topic is not None and (not topic.strip() or "," in topic):
         raise ConfigError(f"option topic={topic!r}: give one topic name (or a topic column, one topic per row)")
     transport = address.transport_type
-    if not transport.supports_transactions and given.get("deliveryGuarantee", "").strip().lower() == "exactlyonce":
-        raise ConfigError(_EXACTLY_ONCE_REFUSED)
     defaults = {**DEFAULTS, **_write_defaults(transport)}
     default = defaults.__getitem__
     opts = SinkOptions(
@@ -539,14 +542,6 @@ def parse_sink_options(options) -> SinkOptions:
         raise ConfigError("option sinkId names the commits of deliveryGuarantee=exactlyOnce; drop it, or drop "
                           "deliveryGuarantee=atLeastOnce")
     return opts
-
-
-_EXACTLY_ONCE_REFUSED = (
-    "option deliveryGuarantee=exactlyOnce is broker_sim's guarantee (option endpoint): it needs transactions that "
-    "make a task's batches visible in one step and remember each committed micro-batch, and RocketMQ ends "
-    "transactional messages one at a time with no fence against a replayed batch. Through nameServer writes are at "
-    "least once: drop the option (or set atLeastOnce); every message carries a UNIQ_KEY made from the sink id, "
-    "batch, partition and row, the same when a write is repeated, so readers can drop repeats")
 
 
 def _write_defaults(transport: type) -> dict:

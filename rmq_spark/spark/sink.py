@@ -16,7 +16,8 @@ a word is rolled back by the broker's transaction timeout.
 Through name servers (RocketMQ's own sends) rows are visible as sent: at least once. Each row
 carries a message id (UNIQ_KEY) made from the sink, the micro-batch, the partition and the
 row's place in it, so a task retried or a micro-batch replayed writes its rows again under the
-same ids, which readers can use to drop repeats.
+same ids, which readers can use to drop repeats. A stream written exactly once through name
+servers rides on RocketMQ's transactional messages instead: ``sink_rocketmq.py``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from rmq_spark import (
     deterministic_keys,
     new_transaction_id,
 )
-from rmq_spark.spark import kafka
+from rmq_spark.spark import kafka, sink_rocketmq
 from rmq_spark.spark.options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,8 @@ class SinkCommitMessage(WriterCommitMessage):
     rows: int
     transaction: Optional[PreparedTransaction] = None
     sink_id: Optional[str] = None  # streams: what the task's rows are committed under (task_sink_id)
+    halves: tuple = ()  # exactly once through name servers: the HalfMessages the attempt prepared
+    group: Optional[str] = None  # ... and the producer group they name
 
 
 def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.RecordBatch],
@@ -392,12 +395,18 @@ class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
         if sink_id is None and self.options.address.native:
             log.warning("rocketmq-batch: this write names its rows' message ids by its run (no query id, no sinkId "
                         "option): rows written again after a restart get new ids")
+        if self.options.exactly_once and self.options.address.native:
+            halves, group = sink_rocketmq.prepare(self.options, self.plan, _read_ahead(iterator), sink_id)
+            return SinkCommitMessage(len(halves), sink_id=sink_id, halves=tuple(halves), group=group)
         name = sink_id if sink_id is not None and (self.options.exactly_once or self.options.address.native) \
             else self.run_name
         return dataclasses.replace(write_partition(self.options, self.plan, iterator, name), sink_id=sink_id)
 
     def commit(self, messages, batchId: int) -> None:
         if not self.options.exactly_once:  # atLeastOnce: every row is visible once sent
+            return
+        if self.options.address.native:
+            sink_rocketmq.commit(self.options, _decisions(self.options), messages, batchId, log)
             return
         sink_id = self.options.sink_id or next((m.sink_id for m in messages if m is not None and m.sink_id), None)
         if sink_id is None:  # no task returned: nothing was prepared
@@ -409,7 +418,19 @@ class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
                         "its rows were not written again", batchId, sink_id)
 
     def abort(self, messages, batchId: int) -> None:
+        if self.options.exactly_once and self.options.address.native:
+            sink_rocketmq.abort(self.options, _decisions(self.options), messages, batchId)
+            return
         roll_back(self.options, messages, f"micro-batch {batchId}")
+
+
+def _decisions(options: SinkOptions) -> Path:
+    """Where a stream written exactly once through name servers keeps its decisions: beside its
+    checkpoint, which must be named and local."""
+    if options.checkpoint_location is None:
+        raise ConfigError("deliveryGuarantee=exactlyOnce through nameServer keeps each micro-batch's decision beside "
+                          "the query's checkpoint: set .option('checkpointLocation', ...) on the writeStream")
+    return sink_rocketmq.decisions_dir(_local_path(options.checkpoint_location))
 
 
 def make_writer(options: SinkOptions, schema: StructType, overwrite: bool, streaming: bool):
@@ -420,6 +441,8 @@ def make_writer(options: SinkOptions, schema: StructType, overwrite: bool, strea
                           "df.write, outputMode('append') or 'update' for writeStream")
     if not streaming:
         options.check_batch_write()
+    elif options.exactly_once and options.address.native:
+        _decisions(options)
     plan = plan_write(schema, options)
     check_topic(options)
     return RocketMQBatchStreamWriter(options, plan) if streaming else RocketMQBatchWriter(options, plan)

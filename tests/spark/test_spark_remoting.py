@@ -218,9 +218,9 @@ def test_many_small_writer_tasks_spread_over_every_queue_of_every_broker(spark, 
     assert len(used) >= 4, held_by  # 20 random starts over 8 queues: fewer than 4 used about once in 10^7 runs
 
 
-def test_exactly_once_through_name_servers_is_refused_at_load(spark, broker_sim_remoting):
+def test_exactly_once_df_write_through_name_servers_is_refused_at_load(spark, broker_sim_remoting):
     df = spark.range(1).selectExpr("cast(id as string) as body")
-    with pytest.raises(Exception, match="exactlyOnce is broker_sim's guarantee"):
+    with pytest.raises(Exception, match="exactlyOnce through nameServer is for writeStream"):
         (df.write.format("rocketmq-batch").mode("append").option("nameServer", broker_sim_remoting.namesrv)
          .option("topic", "any").option("deliveryGuarantee", "exactlyOnce").save())
     with pytest.raises(Exception, match="codec='lz4'|compression='lz4'"):

@@ -401,6 +401,8 @@ def test_a_write_through_name_servers_is_checked_by_its_transport_at_load():
         assert str(refused.value) == (
             f"option {name}={value!r}: through nameServer a batch is RocketMQ's MessageBatch, uncompressed, which "
             f"RocketMQ's brokers and clients read: drop the option (or set {name}={needed})")
-    with pytest.raises(ConfigError, match="^option deliveryGuarantee=exactlyOnce is broker_sim's guarantee"):
+    with pytest.raises(ConfigError, match="^option codec='arrow'"):  # exactly once or not
         parse_sink_options({**ns, "deliveryGuarantee": "exactlyOnce", "codec": "arrow"})
+    with pytest.raises(ConfigError, match="^deliveryGuarantee=exactlyOnce through nameServer is for writeStream"):
+        parse_sink_options({**ns, "deliveryGuarantee": "exactlyOnce"}).check_batch_write()
     assert parse_sink_options({**ns, "codec": "rmq", "compression": "NONE"}).codec == "rmq"
