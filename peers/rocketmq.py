@@ -30,8 +30,9 @@ class RocketMQCluster:
     """Start with ``with``. ``namesrv_addr`` for remoting clients, ``proxy_endpoint`` for
     RocketMQ 5's gRPC clients, ``broker_addr`` for the broker itself, ``store_dir`` its data."""
 
-    def __init__(self, heap_mb: int = 512):
+    def __init__(self, heap_mb: int = 512, broker_settings: dict | None = None):
         self.heap_mb = heap_mb
+        self.broker_settings = broker_settings or {}  # over the ones below (a benchmark's: RocketMQ's defaults)
         self.dir = Path(tempfile.mkdtemp(prefix="rocketmq-peer-"))
         self.store_dir = self.dir / "store"
         self.namesrv_port = free_port()
@@ -83,6 +84,7 @@ class RocketMQCluster:
             # wait is an hour, so it sleeps between transactions; marks written at once also leave
             # the check fewer committed half messages to ask the producer about again.
             "transactionOpMsgMaxSize=1", "transactionOpBatchInterval=3600000",
+            *(f"{name}={value}" for name, value in self.broker_settings.items()),
         ]) + "\n")
         (self.dir / "proxy.json").write_text(json.dumps({
             "rocketMQClusterName": CLUSTER, "namesrvAddr": self.namesrv_addr, "grpcServerPort": self.grpc_port,

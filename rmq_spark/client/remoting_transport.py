@@ -25,6 +25,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from typing import Callable, Iterator, Sequence
 
@@ -673,7 +674,9 @@ class RemotingTransport(Transport):
     def send_half(self, topic: str, queue: tuple[str, int], body: bytes, properties: dict, group: str) -> Future:
         """Prepare one message under RocketMQ's transactional messages, as producer ``group``
         (whose name END_TRANSACTION must repeat); a Future of its HalfMessage, or of the
-        RmqError that refused it. ``properties`` are the message's own (TAGS, KEYS, ...)."""
+        RmqError that refused it. ``properties`` are the message's own (TAGS, KEYS, ...). A
+        broker that sheds load (SYSTEM_BUSY: the request waited too long in its queue and was
+        not run) is asked again, as RocketMQ's producers do."""
         broker, queue_id = queue
         route = self.route(topic)
         address = route.address(self.broker_of(route, broker))
@@ -684,11 +687,21 @@ class RemotingTransport(Transport):
                   "g": int(time.time() * 1000), "h": 0, "i": text, "j": 0, "k": "false", "m": "false", "n": broker}
         half: Future = Future()
 
-        def answered(future: Future) -> None:
+        def send(attempt: int) -> None:
+            try:
+                self.request(address, RequestCode.SEND_MESSAGE_V2, fields, body).add_done_callback(
+                    lambda future: answered(future, attempt))
+            except RmqError as error:
+                half.set_exception(error)
+
+        def answered(future: Future, attempt: int) -> None:
             try:
                 answer = future.result()
             except (ConnectionError, OSError) as err:
                 half.set_exception(self._unavailable(address, f"{address}: {err}"))
+                return
+            if answer.code == ResponseCode.SYSTEM_BUSY and attempt < self.config.retries:
+                threading.Timer(self.backoff_s(attempt), send, (attempt + 1,)).start()
                 return
             if answer.code not in _STORED:
                 half.set_exception(_refused(answer, f"the broker at {address} refused a transactional message "
@@ -698,24 +711,38 @@ class RemotingTransport(Transport):
             half.set_result(HalfMessage(broker, topic, head.get("transactionId") or unique_key,
                                         int(head["msgId"][-16:], 16), int(head.get("queueOffset", 0))))
 
-        self.request(address, RequestCode.SEND_MESSAGE_V2, fields, body).add_done_callback(answered)
+        send(0)
         return half
 
     def end_halves(self, halves: Sequence[HalfMessage], commit: bool, group: str, timeout_ms: int | None = None,
-                   in_flight: int = 1024, ended: Callable[[int], None] | None = None) -> None:
+                   in_flight: int = 128, ended: Callable[[int], None] | None = None) -> None:
         """END_TRANSACTION for each half message, committing or rolling it back, ``in_flight``
         at a time, each answered (RocketMQ's clients send them oneway); raises the first
         refusal or failure once those in flight are answered. ``ended(n)`` is told how many
-        are answered so far. Never sent twice here: a commit repeated stores a message twice."""
+        are answered so far. An end is sent again only when the broker shed it unrun
+        (SYSTEM_BUSY, its flow control): a commit run twice stores the message twice."""
         decision = "8" if commit else "12"  # MessageSysFlag.TRANSACTION_COMMIT_TYPE / ROLLBACK_TYPE
-        pending: list = []
+        pending: deque = deque()
         done = 0
+
+        def send(half: HalfMessage, attempt: int) -> None:
+            route = self.route(half.topic)
+            address = route.address(self.broker_of(route, half.broker))
+            fields = {"producerGroup": group, "tranStateTableOffset": str(half.queue_offset),
+                      "commitLogOffset": str(half.commit_log_offset), "commitOrRollback": decision,
+                      "fromTransactionCheck": "false", "msgId": half.unique_key, "transactionId": half.unique_key,
+                      "topic": half.topic, "bname": half.broker}
+            pending.append((address, half, attempt, self.request(address, RequestCode.END_TRANSACTION, fields)))
 
         def settle(upto: int) -> None:
             nonlocal done
             while len(pending) > upto:
-                address, half, future = pending.pop(0)
+                address, half, attempt, future = pending.popleft()
                 answer = self.wait(future, address, RequestCode.END_TRANSACTION, timeout_ms)
+                if answer.code == ResponseCode.SYSTEM_BUSY and attempt < self.config.retries:
+                    self._sleep(self.backoff_s(attempt))
+                    send(half, attempt + 1)
+                    continue
                 if answer.code != ResponseCode.SUCCESS:
                     raise _refused(answer, f"the broker at {address} refused to {'commit' if commit else 'roll back'} "
                                            f"transactional message {half.unique_key} of {half.topic!r}")
@@ -724,13 +751,7 @@ class RemotingTransport(Transport):
                     ended(done)
 
         for half in halves:
-            route = self.route(half.topic)
-            address = route.address(self.broker_of(route, half.broker))
-            fields = {"producerGroup": group, "tranStateTableOffset": str(half.queue_offset),
-                      "commitLogOffset": str(half.commit_log_offset), "commitOrRollback": decision,
-                      "fromTransactionCheck": "false", "msgId": half.unique_key, "transactionId": half.unique_key,
-                      "topic": half.topic, "bname": half.broker}
-            pending.append((address, half, self.request(address, RequestCode.END_TRANSACTION, fields)))
+            send(half, 0)
             settle(in_flight)
         settle(0)
 
