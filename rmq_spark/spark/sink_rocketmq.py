@@ -95,9 +95,7 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str) -> t
                         prepared.append(pending.popleft().result(timeout_s))
         while pending:
             prepared.append(pending.popleft().result(timeout_s))
-    except BaseException:
-        for future in pending:  # what the broker still answers is dropped by its checks
-            future.cancel()
+    except BaseException:  # what is still unanswered in ``pending`` is dropped by the broker's checks
         try:
             transport.end_halves(prepared, False, group)
         except Exception:  # noqa: BLE001 - the task's own error is the one to report
