@@ -142,7 +142,8 @@ def read_section(table: Rows, spark, endpoint: str, kafka, queue_counts: list[in
         table.measure("Spark readStream -> noop", "Kafka connector from Kafka", "peer", queues, theirs)
 
 
-def write_section(table: Rows, spark, endpoint: str, kafka, rows_per_batch: int, batches: int, work: Path) -> None:
+def write_section(table: Rows, spark, endpoint: str, kafka, rocketmq, rows_per_batch: int, batches: int,
+                  work: Path) -> None:
     from rmq_spark import Admin
 
     with Admin(endpoint) as admin:
@@ -153,6 +154,16 @@ def write_section(table: Rows, spark, endpoint: str, kafka, rows_per_batch: int,
         table.measure("Spark writeStream", f"rocketmq-batch {guarantee} into broker_sim", "ours", 16,
                       lambda g=guarantee: spark_write_bench.run(df, "rocketmq-batch", {**sink, "deliveryGuarantee": g},
                                                                 work / f"write-{g}", batches))
+
+    def into_rocketmq():
+        if rocketmq is None:
+            raise Skip("no RocketMQ peer (make peers)")
+        rocketmq.create_topic("written", 16, batch_cq=True)
+        options = {"nameServer": rocketmq.namesrv_addr, "topic": "written", "deliveryGuarantee": "atLeastOnce"}
+        return spark_write_bench.run(df, "rocketmq-batch", options, work / "write-rocketmq", batches)
+
+    table.measure("Spark writeStream", "rocketmq-batch atLeastOnce through nameServer into RocketMQ", "ours", 16,
+                  into_rocketmq)
 
     def theirs():
         if kafka is None:
@@ -173,6 +184,14 @@ def produce_section(table: Rows, endpoint: str, kafka, rocketmq, messages: int) 
         with Admin(endpoint) as admin:
             admin.create_topic("produced", PRODUCER_QUEUES, "BatchCQ")
         result = produce_bench.run(endpoint, "produced", "async", PRODUCER_THREADS, messages)
+        return result["messages"], result["msgs/s"]
+
+    def ours_into_rocketmq():
+        if rocketmq is None:
+            raise Skip("no RocketMQ peer (make peers)")
+        rocketmq.create_topic("produced-ours", PRODUCER_QUEUES, batch_cq=True)
+        result = produce_bench.run(None, "produced-ours", "async", PRODUCER_THREADS, messages,
+                                   name_server=rocketmq.namesrv_addr)
         return result["messages"], result["msgs/s"]
 
     def java():
@@ -229,7 +248,10 @@ def produce_section(table: Rows, endpoint: str, kafka, rocketmq, messages: int) 
 
     section = f"Producers, {PRODUCER_THREADS} threads"
     table.measure(section, "our AutoBatch (send_async) into broker_sim", "ours", PRODUCER_QUEUES, ours)
-    table.measure(section, "RocketMQ Java producer, autoBatch, into RocketMQ", "peer", PRODUCER_QUEUES, java)
+    table.measure(section, "our AutoBatch (send_async) through nameServer into RocketMQ", "ours", PRODUCER_QUEUES,
+                  ours_into_rocketmq)
+    table.measure(section, "RocketMQ Java producer, autoBatch, into RocketMQ (the same broker)", "peer",
+                  PRODUCER_QUEUES, java)
     table.measure(section, "kafka-python into Kafka", "peer", PRODUCER_QUEUES, kafka_python)
     table.measure(section, "confluent-kafka into Kafka", "peer", PRODUCER_QUEUES, confluent)
     table.measure(section, "rocketmq-python-client through the RocketMQ proxy", "peer", PRODUCER_QUEUES,
@@ -286,7 +308,8 @@ def main(argv=None) -> int:
                     read_section(table, spark, endpoint, kafka, [int(q) for q in args.queues.split(",")], args.rows,
                                  work)
                 if "write" in sections:
-                    write_section(table, spark, endpoint, kafka, args.write_rows_per_batch, args.write_batches, work)
+                    write_section(table, spark, endpoint, kafka, rocketmq, args.write_rows_per_batch,
+                                  args.write_batches, work)
             finally:
                 spark.stop()
         if "produce" in sections:

@@ -39,12 +39,14 @@ LATENCY_SAMPLE = 32  # send_async rows time every 32nd message (a closure of its
 ARROW_ROWS = 10_000
 
 
-def run(endpoint: str, topic: str, mode: str, threads: int, messages: int, keyed: bool = False) -> dict:
-    """Send ``messages`` from ``threads`` threads; returns msgs/s and latency percentiles (ms)."""
+def run(endpoint: str | None, topic: str, mode: str, threads: int, messages: int, keyed: bool = False,
+        name_server: str | None = None) -> dict:
+    """Send ``messages`` from ``threads`` threads (to broker_sim's ``endpoint``, or through
+    ``name_server`` to any RocketMQ); returns msgs/s and latency percentiles (ms)."""
     unit = {"arrow": ARROW_ROWS, "batch": BATCH}.get(mode, 1)
     per_thread = max(1, messages // threads // unit) * unit
     latencies = np.zeros(per_thread * threads // (LATENCY_SAMPLE if mode == "async" else 1))
-    producer = Producer(endpoint, auto_batch=mode != "single")
+    producer = Producer(endpoint, name_server=name_server, auto_batch=mode != "single")
     failures = []
 
     def count_failure(_result, error) -> None:  # one callback for every message, as an application's

@@ -13,7 +13,8 @@ from rmq_spark.client.remoting_transport import TRANSACTIONS_REFUSED, RemotingTr
 from rmq_spark.client.transport import InnerBatch, Send, Transport
 from rmq_wire.codec import Codec, Compression
 
-CAPABILITIES = ("native_rocketmq", "supports_transactions", "write_form", "pull_group", "unique_keys")
+CAPABILITIES = ("native_rocketmq", "supports_transactions", "supports_half_messages", "write_form", "pull_group",
+                "unique_keys")
 ARROW_REFUSED = ("codec='arrow', compression='none': through name servers a batch is RocketMQ's MessageBatch, "
                  "uncompressed, which RocketMQ's brokers and clients read; use codec='rmq' and compression='none' "
                  "(the defaults)")
@@ -21,10 +22,11 @@ ARROW_REFUSED = ("codec='arrow', compression='none': through name servers a batc
 
 def test_capabilities_are_declared_on_the_seam():
     assert all(name in vars(Transport) for name in CAPABILITIES)
-    assert (GrpcTransport.native_rocketmq, GrpcTransport.supports_transactions, GrpcTransport.write_form) == (
-        False, True, None)
+    assert (GrpcTransport.native_rocketmq, GrpcTransport.supports_transactions, GrpcTransport.supports_half_messages,
+            GrpcTransport.write_form) == (False, True, False, None)
     assert (RemotingTransport.native_rocketmq, RemotingTransport.supports_transactions,
-            RemotingTransport.write_form) == (True, False, (Codec.RMQ, Compression.NONE))
+            RemotingTransport.supports_half_messages, RemotingTransport.write_form) == (
+        True, False, True, (Codec.RMQ, Compression.NONE))
     assert (transport_type(name_server=False), transport_type(name_server=True)) == (
         GrpcTransport, RemotingTransport)
 
