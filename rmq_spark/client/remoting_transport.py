@@ -600,7 +600,11 @@ class RemotingTransport(Transport):
                 properties["KEYS"] = content.keys
             fields.update(f=0, i=_properties_text(properties), m="false")
             return address, RequestCode.SEND_MESSAGE_V2, fields, bytes(content.body), (unique_key,)
-        properties = {"UNIQ_KEY": self.unique_keys.next(), "WAIT": "true"}  # the batch's own: one inner batch
+        # The batch's own UNIQ_KEY makes it one inner batch. RocketMQ 4 has none, and copies a
+        # batch's properties into each of its messages, where a second UNIQ_KEY would hide each
+        # message's own from RocketMQ's clients (the last one wins): it is left out there.
+        properties = {"UNIQ_KEY": self.unique_keys.next()} if self.broker_version(address).has(BATCH_CQ) else {}
+        properties["WAIT"] = "true"
         if isinstance(content, InnerBatch) and content.tags:
             properties["TAGS"] = content.tags  # a BatchCQ unit's tag
         ids = content.message_ids  # the producer's (a list, or an Arrow array of a batch of rows)
