@@ -35,7 +35,7 @@ SPARK_FIXTURES = {"spark", "spark_in_a_process"}
 JVM_FIXTURES = {"rocketmq", "rocketmq4", "kafka", "require_java_peers"}
 SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "kafka"}  # started once per session (per xdist worker)
 # A parametrized target fixture whose parameter is "rocketmq" or "rocketmq4" asks for a real broker by name.
-REAL_ROCKETMQ_PARAMS = set(REAL_ROCKETMQ_TARGETS)
+REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unhashable (a list)
 # The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
 # their disk, or run a client of another language): two thirds of the in-process tiers' time.
 PROCESS_TESTS = (
