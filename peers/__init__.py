@@ -1,5 +1,5 @@
-"""The real systems beside broker_sim, for tests and benchmarks: Apache RocketMQ (name server,
-broker, proxy), RocketMQ's official Java clients, Apache Kafka and Spark's Kafka connector.
+"""The real systems beside broker_sim, for tests and benchmarks: Apache RocketMQ 5 (name server,
+broker, proxy) and 4 (name server, broker), RocketMQ's official Java clients, Apache Kafka and Spark's Kafka connector.
 
 Their versions are pinned in ``versions.properties``; ``make peers`` (``python -m peers.fetch``)
 fetches their jars from Maven Central into a cache outside git, one directory per set of
@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 POMS = HERE / "poms"
 HARNESS = HERE / "harness"
 GROUPS = tuple(sorted(p.stem for p in POMS.glob("*.xml")))
+AGENT_JAR = "loopback-agent.jar"
 
 
 class PeersMissing(RuntimeError):
@@ -77,6 +78,12 @@ def classpath(*groups: str) -> str:
 def harness_classpath() -> str:
     """The Java harness's classes and RocketMQ's official clients."""
     return os.pathsep.join([str(fetched_dir() / "harness" / "classes"), classpath("clients")])
+
+
+def loopback_agent() -> Path:
+    """The Java agent that keeps RocketMQ 4's listeners on 127.0.0.1 (peers/harness/agent)."""
+    jars("rocketmq4")  # PeersMissing, saying what to do, when the peers are not fetched
+    return fetched_dir() / "agent" / AGENT_JAR
 
 
 def spark_kafka_jars() -> list[Path]:

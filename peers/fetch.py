@@ -10,9 +10,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
-from . import GROUPS, HARNESS, POMS, fetched_dir, missing_tools, versions
+from . import AGENT_JAR, GROUPS, HARNESS, POMS, fetched_dir, missing_tools, versions
 
 
 def fetch() -> None:
@@ -37,6 +38,7 @@ def fetch() -> None:
                          f"{(result.stdout + result.stderr)[-4000:]}")
             print(f"peers: {group} fetched in {time.monotonic() - started:.0f} s")
         _build_harness(Path(work), properties)
+        _build_agent(Path(work))
         (done.parent / work / ".complete").touch()
         shutil.rmtree(done, ignore_errors=True)
         shutil.move(work, done)
@@ -52,6 +54,23 @@ def _build_harness(work: Path, properties: list[str]) -> None:
         sys.exit(f"peers: building the Java harness failed (mvn exit {result.returncode}):\n"
                  f"{(result.stdout + result.stderr)[-4000:]}")
     print("peers: Java harness built")
+
+
+def _build_agent(work: Path) -> None:
+    """Compile the loopback agent (peers/harness/agent) into a jar of the cache. javac, not Maven:
+    it uses the JDK's own ASM (jdk.internal.org.objectweb.asm), which --release forbids."""
+    classes = work / "agent" / "classes"
+    command = ["javac", "--add-exports", "java.base/jdk.internal.org.objectweb.asm=ALL-UNNAMED", "-d", str(classes),
+               *map(str, sorted((HARNESS / "agent").glob("*.java")))]
+    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"peers: compiling the loopback agent failed (javac exit {result.returncode}):\n"
+                 f"{(result.stdout + result.stderr)[-4000:]}")
+    with zipfile.ZipFile(work / "agent" / AGENT_JAR, "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nPremain-Class: peers.LoopbackAgent\n")
+        for path in sorted(classes.rglob("*.class")):
+            jar.write(path, path.relative_to(classes).as_posix())
+    print("peers: loopback agent built")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""A real Apache RocketMQ on loopback ports, in a temporary directory: a name server, and the
-proxy in local mode, whose process runs the broker too (remoting clients reach the broker by
-the name server; gRPC clients reach the proxy). Heaps are sized for a small machine.
+"""A real Apache RocketMQ on loopback ports, in a temporary directory: a name server and a broker.
+RocketMQ 5 (the default) runs the proxy in local mode, whose process runs the broker too
+(remoting clients reach the broker by the name server; gRPC clients reach the proxy); RocketMQ 4
+(``RocketMQCluster(major=4)``, 4.9.7 as versions.properties pins it) has no proxy: its broker
+runs alone. Heaps are sized for a small machine.
 
     with RocketMQCluster() as rocketmq:
         rocketmq.create_topic("orders", queues=8, batch_cq=True)
@@ -17,23 +19,44 @@ import tempfile
 import time
 from pathlib import Path
 
-from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
+from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode, fastjson
 
-from . import classpath, harness_classpath
+from . import classpath, harness_classpath, loopback_agent, versions
 from .process import JavaProcess, free_port, port_open, run_java
 
 CLUSTER = "DefaultCluster"
 BROKER_NAME = "broker-a"
+# Each major version's peers group (peers/poms/) and its key in versions.properties.
+RELEASES = {5: ("rocketmq", "rocketmq.version"), 4: ("rocketmq4", "rocketmq4.version")}
+# RocketMQ 4 on Java 17: its MappedFile frees mapped buffers through the JDK's cleaner by reflection.
+_ROCKETMQ4_OPENS = ["--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens",
+                    "java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED"]
+# A minimal logback configuration: RocketMQ 4's startups read conf/logback_<role>.xml below their
+# home and exit without it; the logs go to a file of the temporary directory.
+_LOGBACK = """<configuration>
+  <appender name="file" class="ch.qos.logback.core.FileAppender">
+    <file>{log}</file>
+    <encoder><pattern>%d %-5level [%thread] %logger{{0}} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="file"/></root>
+</configuration>
+"""
 
 
 class RocketMQCluster:
     """Start with ``with``. ``namesrv_addr`` for remoting clients, ``proxy_endpoint`` for
-    RocketMQ 5's gRPC clients, ``broker_addr`` for the broker itself, ``store_dir`` its data."""
+    RocketMQ 5's gRPC clients (None for RocketMQ 4), ``broker_addr`` for the broker itself,
+    ``store_dir`` its data; ``major`` 5 or 4, ``version`` the pinned version of that major."""
 
-    def __init__(self, heap_mb: int = 512, broker_settings: dict | None = None):
+    def __init__(self, heap_mb: int = 512, major: int = 5, broker_settings: dict | None = None):
+        if major not in RELEASES:
+            raise ValueError(f"no RocketMQ {major} among the peers; the majors are {sorted(RELEASES)}")
+        self.major = major
+        self.group, version_key = RELEASES[major]
+        self.version = versions()[version_key]
         self.heap_mb = heap_mb
-        self.broker_settings = broker_settings or {}  # over the ones below (a benchmark's: RocketMQ's defaults)
-        self.dir = Path(tempfile.mkdtemp(prefix="rocketmq-peer-"))
+        self.broker_settings = broker_settings or {}  # over the harness's own (a benchmark's: RocketMQ's defaults)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"rocketmq{major}-peer-"))
         self.store_dir = self.dir / "store"
         self.namesrv_port = free_port()
         self.broker_port = free_port(count=2)  # the broker also listens on port - 2 and port + 1
@@ -41,7 +64,7 @@ class RocketMQCluster:
         self.remoting_proxy_port = free_port()
         self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
-        self.proxy_endpoint = f"127.0.0.1:{self.grpc_port}"
+        self.proxy_endpoint = f"127.0.0.1:{self.grpc_port}" if major == 5 else None
         self._processes: list[JavaProcess] = []
 
     def __enter__(self) -> "RocketMQCluster":
@@ -58,10 +81,25 @@ class RocketMQCluster:
     def _jvm(self, heap_mb: int) -> list[str]:
         # user.home and rocketmq.home.dir: RocketMQ writes its logs and state below them, not in $HOME.
         return [f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseG1GC",
-                f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}", f"-Djava.io.tmpdir={self.dir}"]
+                f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}", f"-Djava.io.tmpdir={self.dir}",
+                *self._version_jvm()]
+
+    def _version_jvm(self) -> list[str]:
+        """RocketMQ 4's servers listen on every interface and have no setting for it (5 has
+        bindAddress): the harness's loopback agent makes them listen on 127.0.0.1."""
+        if self.major == 5:
+            return []
+        return [f"-javaagent:{loopback_agent()}", "--add-exports",
+                "java.base/jdk.internal.org.objectweb.asm=ALL-UNNAMED", *_ROCKETMQ4_OPENS]
 
     def _start(self) -> None:
-        # bindAddress: the name server and the broker listen on loopback only.
+        # bindAddress: the name server and the broker listen on loopback only (RocketMQ 4 ignores
+        # it: the loopback agent, _version_jvm, does it there).
+        if self.major == 4:
+            (self.dir / "conf").mkdir()
+            for role in ("namesrv", "broker", "tools"):
+                log = self.dir / "logs" / f"{role}.log"
+                (self.dir / "conf" / f"logback_{role}.xml").write_text(_LOGBACK.format(log=log))
         (self.dir / "namesrv.properties").write_text(f"listenPort={self.namesrv_port}\nbindAddress=127.0.0.1\n")
         (self.dir / "broker.conf").write_text("\n".join([
             f"brokerClusterName={CLUSTER}", f"brokerName={BROKER_NAME}", "brokerId=0",
@@ -71,50 +109,76 @@ class RocketMQCluster:
             "mappedFileSizeCommitLog=134217728", "flushDiskType=ASYNC_FLUSH",
             "autoCreateTopicEnable=false",  # as in production, and as broker_sim: topics are created first
             "autoCreateSubscriptionGroup=true",
-            "timerWheelEnable=true",  # pop (the gRPC SimpleConsumer) needs the timer wheel
             # transactional messages left unknown are checked within seconds, not a minute
             "transactionCheckInterval=2000", "transactionTimeOut=3000",
             # RocketMQ refuses a send that waited 200 ms in its queue, or a page cache busy for 1 s
             # (SYSTEM_BUSY, its flow control): on this shared 2-core machine that refused 770 of 5,000
             # sends of its own Java producer once. The tests check what is stored, not that.
             "waitTimeMillsInSendQueue=5000", "osPageCacheBusyTimeOutMills=5000",
+            *(self._broker_conf_5() if self.major == 5 else []),
+            *(f"{name}={value}" for name, value in self.broker_settings.items()),
+        ]) + "\n")
+        server = classpath(self.group)
+        namesrv = JavaProcess(f"rocketmq {self.version} name server", server,
+                              "org.apache.rocketmq.namesrv.NamesrvStartup",
+                              ["-c", str(self.dir / "namesrv.properties")], self.dir / "namesrv.out",
+                              jvm=self._jvm(256))
+        self._processes.append(namesrv)
+        namesrv.wait_until(lambda: port_open(self.namesrv_port), "name server port", timeout_s=60)
+        if self.major == 5:
+            self._start_proxy(server)
+        else:
+            self._start_broker(server)
+        self._processes[-1].wait_until(self._broker_registered, "broker registered with the name server",
+                                       timeout_s=60)
+
+    @staticmethod
+    def _broker_conf_5() -> list[str]:
+        return [
+            "timerWheelEnable=true",  # pop (the gRPC SimpleConsumer) needs the timer wheel
             # RocketMQ 5.5.0's TransactionalOpBatchService spins a core for good once its batch of
             # commit/rollback marks (op messages) drains and the interval passes (apache/rocketmq
             # issue 10966): each mark is written at once (a batch of at most 1 byte) and the idle
             # wait is an hour, so it sleeps between transactions; marks written at once also leave
             # the check fewer committed half messages to ask the producer about again.
             "transactionOpMsgMaxSize=1", "transactionOpBatchInterval=3600000",
-            *(f"{name}={value}" for name, value in self.broker_settings.items()),
-        ]) + "\n")
+        ]
+
+    def _start_proxy(self, server: str) -> None:
         (self.dir / "proxy.json").write_text(json.dumps({
             "rocketMQClusterName": CLUSTER, "namesrvAddr": self.namesrv_addr, "grpcServerPort": self.grpc_port,
             "remotingListenPort": self.remoting_proxy_port}))
-        server = classpath("rocketmq")
-        namesrv = JavaProcess("rocketmq name server", server, "org.apache.rocketmq.namesrv.NamesrvStartup",
-                              ["-c", str(self.dir / "namesrv.properties")], self.dir / "namesrv.out",
-                              jvm=self._jvm(256))
-        self._processes.append(namesrv)
-        namesrv.wait_until(lambda: port_open(self.namesrv_port), "name server port", timeout_s=60)
         proxy = JavaProcess("rocketmq proxy and broker", server, "org.apache.rocketmq.proxy.ProxyStartup",
                             ["-pm", "local", "-bc", str(self.dir / "broker.conf"), "-pc", str(self.dir / "proxy.json")],
                             self.dir / "proxy.out", jvm=self._jvm(self.heap_mb))
         self._processes.append(proxy)
         proxy.wait_until(lambda: port_open(self.broker_port) and port_open(self.grpc_port), "broker and gRPC ports",
                          timeout_s=120)
-        proxy.wait_until(self._broker_registered, "broker registered with the name server", timeout_s=60)
+
+    def _start_broker(self, server: str) -> None:
+        broker = JavaProcess(f"rocketmq {self.version} broker", server, "org.apache.rocketmq.broker.BrokerStartup",
+                             ["-c", str(self.dir / "broker.conf")], self.dir / "broker.out",
+                             jvm=self._jvm(self.heap_mb))
+        self._processes.append(broker)
+        broker.wait_until(lambda: port_open(self.broker_port), "broker port", timeout_s=120)
 
     @property
     def broker_pid(self) -> int:
-        """The process id of the JVM that runs the proxy and the broker."""
+        """The process id of the JVM that runs the broker (and RocketMQ 5's proxy)."""
         return self._processes[1].popen.pid
 
     def _broker_registered(self) -> bool:
-        return BROKER_NAME in self.admin("clusterList", "-n", self.namesrv_addr)
+        """The name server lists the broker (what mqadmin clusterList asks, without a JVM a try)."""
+        with RemotingConnection(self.namesrv_addr) as namesrv:
+            answer = namesrv.invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
+        return answer.code == ResponseCode.SUCCESS and BROKER_NAME in (
+            fastjson.loads(answer.body).get("brokerAddrTable") or {})
 
     def admin(self, *args: str) -> str:
-        """RocketMQ's mqadmin (MQAdminStartup) against this cluster; its output."""
-        return run_java(classpath("rocketmq"), "org.apache.rocketmq.tools.command.MQAdminStartup", list(args),
-                        jvm=["-Xmx128m", f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}"])
+        """This version's mqadmin (MQAdminStartup) against this cluster; its output."""
+        return run_java(classpath(self.group), "org.apache.rocketmq.tools.command.MQAdminStartup", list(args),
+                        jvm=["-Xmx128m", f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}",
+                             *(_ROCKETMQ4_OPENS if self.major == 4 else [])])
 
     def create_topic(self, name: str, queues: int, batch_cq: bool = True, message_type: str = "") -> None:
         """Create a topic on the broker (queue.type BatchCQ, or RocketMQ's default SimpleCQ;
@@ -122,6 +186,8 @@ class RocketMQCluster:
         updateTopic does, by a request to the broker, and wait until the name server routes it.
         (A request, not mqadmin: a JVM a topic costs seconds; tests/remoting/test_mqadmin.py
         runs mqadmin itself.)"""
+        if batch_cq and self.major < 5:
+            raise ValueError(f"RocketMQ {self.version} has no BatchCQ: create the topic with batch_cq=False")
         attributes = (["+queue.type=BatchCQ"] if batch_cq else []) + \
             ([f"+message.type={message_type}"] if message_type else [])
         fields = {"topic": name, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,

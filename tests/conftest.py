@@ -19,6 +19,7 @@ import pytest
 
 import peers
 from peers.process import JVM_OPTIONS_VARIABLE
+from remoting_targets import REAL_ROCKETMQ_TARGETS, TARGETS
 
 # The suite's JVMs (Spark's drivers, the peers, RocketMQ's Java clients) live seconds to minutes
 # on two cores, and spend much of their CPU in C2's compiler: a short Spark job's driver took 26
@@ -31,10 +32,10 @@ os.environ.setdefault(JVM_OPTIONS_VARIABLE, QUICK_JVM)
 # The fixtures that make a test need Spark or a JVM peer (`make test-quick` leaves it out); a
 # test marked ``peers`` (tests/peers/) runs a real peer too.
 SPARK_FIXTURES = {"spark", "spark_in_a_process"}
-JVM_FIXTURES = {"rocketmq", "kafka", "require_java_peers"}
-SHARED_PEER_FIXTURES = {"rocketmq", "kafka"}  # started once per session (per xdist worker)
-# A parametrized target fixture whose parameter is "rocketmq" asks for the real broker by name.
-REAL_ROCKETMQ_PARAM = "rocketmq"
+JVM_FIXTURES = {"rocketmq", "rocketmq4", "kafka", "require_java_peers"}
+SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "kafka"}  # started once per session (per xdist worker)
+# A parametrized target fixture whose parameter is "rocketmq" or "rocketmq4" asks for a real broker by name.
+REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unhashable (a list)
 # The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
 # their disk, or run a client of another language): two thirds of the in-process tiers' time.
 PROCESS_TESTS = (
@@ -53,7 +54,7 @@ def pytest_collection_modifyitems(items):
         used = set(item.fixturenames)
         params = getattr(item, "callspec", None)
         real_rocketmq = params is not None and any(
-            name in used and value == REAL_ROCKETMQ_PARAM for name, value in params.params.items())
+            name in used and value in REAL_ROCKETMQ_PARAMS for name, value in params.params.items())
         shares_peers = bool(used & SHARED_PEER_FIXTURES) or real_rocketmq
         if used & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
@@ -167,6 +168,16 @@ def rocketmq():
 
 
 @pytest.fixture(scope="session")
+def rocketmq4():
+    """The real RocketMQ 4 (4.9.7): a name server and a broker, no proxy."""
+    require_peers("rocketmq4", "clients")
+    from peers.rocketmq import RocketMQCluster
+
+    with RocketMQCluster(heap_mb=384, major=4) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def broker_sim_remoting(tmp_path_factory):
     """broker_sim in a process of its own, its remoting door (name server + broker) on one port."""
     from remoting_targets import broker_sim_target
@@ -184,15 +195,16 @@ def broker_sim_cluster(tmp_path_factory):
         yield target
 
 
-@pytest.fixture(params=["broker_sim", "broker_sim_cluster", "rocketmq"])
+@pytest.fixture(params=TARGETS)
 def target(request):
     """A scenario of RocketMQ's protocols runs against broker_sim's remoting door (one broker), a
     two-broker broker_sim cluster, and the real RocketMQ (`-k "broker_sim]"`, `-k
-    broker_sim_cluster` or `-k rocketmq` picks one)."""
-    if request.param == "rocketmq":
+    broker_sim_cluster` or `-k "rocketmq]"` picks one); a scenario that RocketMQ 4 runs too
+    says so (remoting_targets.with_rocketmq4: `-k rocketmq4`)."""
+    if request.param in REAL_ROCKETMQ_TARGETS:
         from remoting_targets import RocketMQTarget
 
-        return RocketMQTarget(request.getfixturevalue("rocketmq"))
+        return RocketMQTarget(request.getfixturevalue(request.param))
     return request.getfixturevalue("broker_sim_remoting" if request.param == "broker_sim" else request.param)
 
 

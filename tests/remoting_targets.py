@@ -1,6 +1,7 @@
-"""The two remoting targets every RocketMQ-client scenario runs against: the real Apache
-RocketMQ (name server + broker, from the peers) and broker_sim's remoting door. Each gives a
-name-server address and creates topics and groups its own way; a scenario sees only this."""
+"""The remoting targets every RocketMQ-client scenario runs against: the real Apache RocketMQ
+(name server + broker, from the peers), broker_sim's remoting door, and a two-broker broker_sim
+cluster; some scenarios run on the real RocketMQ 4 (4.9.7) too (``with_rocketmq4``). Each gives
+a name-server address and creates topics and groups its own way; a scenario sees only this."""
 
 from __future__ import annotations
 
@@ -9,17 +10,37 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from broker_sim.testing import broker_process
 from peers.process import free_port
+from peers.rocketmq import mqadmin
 from rmq_spark import Admin
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
+
+# The target fixture's parameters (tests/conftest.py); the real RocketMQs among them, and RocketMQ 4.
+TARGETS = ("broker_sim", "broker_sim_cluster", "rocketmq")
+ROCKETMQ4 = "rocketmq4"
+REAL_ROCKETMQ_TARGETS = ("rocketmq", ROCKETMQ4)
+
+
+def with_rocketmq4():
+    """Marks a scenario that runs on RocketMQ 4 too: the targets and ``rocketmq4``."""
+    return pytest.mark.parametrize("target", (*TARGETS, ROCKETMQ4), indirect=True)
+
+
+def with_rocketmq4_by_queue_type():
+    """Marks a scenario of each target and queue type (``queue_type``), and RocketMQ 4 with
+    SimpleCQ, its only one."""
+    cases = [(target, queue_type) for target in TARGETS for queue_type in ("BatchCQ", "SimpleCQ")]
+    return pytest.mark.parametrize("target,queue_type", (*cases, (ROCKETMQ4, "SimpleCQ")), indirect=["target"])
 
 
 class BrokerSimTarget:
     """broker_sim in a process of its own, its remoting door (name server + broker) on one port."""
 
     kind = "broker_sim"
+    batch_cq = True  # it has BatchCQ topics
 
     def __init__(self, endpoint: str, remoting_port: int, process, args: tuple = ()):
         self.endpoint = endpoint  # our gRPC door, for checks through our own SDK
@@ -51,6 +72,7 @@ class ClusterTarget:
     with it (--namesrv); every topic has queues on both."""
 
     kind = "broker_sim_cluster"
+    batch_cq = True
 
     def __init__(self, first: BrokerSimTarget, second: BrokerSimTarget):
         self.brokers = (first, second)
@@ -75,13 +97,20 @@ class ClusterTarget:
 
 
 class RocketMQTarget:
-    """The real broker of the session's RocketMQCluster (peers/rocketmq.py)."""
-
-    kind = "rocketmq"
+    """The real broker of the session's RocketMQCluster (peers/rocketmq.py): RocketMQ 5, or 4
+    (kind "rocketmq4", no BatchCQ)."""
 
     def __init__(self, cluster):
         self.cluster = cluster
         self.namesrv = cluster.namesrv_addr
+        self.kind = "rocketmq" if cluster.major == 5 else ROCKETMQ4
+        self.batch_cq = cluster.major >= 5
+
+    def mqadmin(self, *commands: tuple) -> list[str]:
+        """The outputs of this version's own mqadmin, each of ``commands`` against the name server."""
+        if self.cluster.major == 5:
+            return mqadmin(self.namesrv, *commands)
+        return [self.cluster.admin(*command, "-n", self.namesrv) for command in commands]
 
     def create_topic(self, name: str, queues: int, batch_cq: bool = True) -> None:
         self.cluster.create_topic(name, queues, batch_cq)

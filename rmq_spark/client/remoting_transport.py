@@ -31,6 +31,7 @@ from typing import Callable, Iterator, Sequence
 
 import orjson
 
+from rmq_spark.client.broker_versions import BATCH_CQ, POP, BrokerVersion, refusal
 from rmq_spark.client.message_ids import UniqueKeys
 from rmq_spark.client.pulls import Pulls
 from rmq_spark.client.routes import NameServers, TopicRoute
@@ -137,6 +138,7 @@ class RemotingTransport(Transport):
         self._connections: dict[str, RemotingConnection] = {}
         self._lock = threading.Lock()
         self._heartbeats: dict[tuple[str, str], float] = {}  # (broker address, group) -> when
+        self._versions: dict[str, BrokerVersion] = {}  # broker address -> its RocketMQ version
         self._pop_turns = itertools.count()
         self.unique_keys = UniqueKeys()
         self.names = NameServers(name_server.split(";"), self._invoke)
@@ -249,9 +251,31 @@ class RemotingTransport(Transport):
         """``broker``, or the topic's only broker for "" (a queue named without its broker)."""
         return broker or route.only_broker()
 
+    # --- versions ----------------------------------------------------------------------------
+
+    def broker_version(self, address: str) -> BrokerVersion:
+        """The RocketMQ version of the broker at ``address``, as its answer says (every remoting
+        answer carries it, a refusal too: broker_versions.py); asked once per broker."""
+        with self._lock:
+            known = self._versions.get(address)
+        if known is None:
+            known = BrokerVersion(self._invoke(address, RequestCode.GET_BROKER_RUNTIME_INFO, {}).version)
+            with self._lock:
+                self._versions[address] = known
+        return known
+
+    def require(self, feature: str, broker: str, address: str) -> None:
+        """ConfigError naming the broker's version when it lacks ``feature`` (broker_versions.py)."""
+        version = self.broker_version(address)
+        if not version.has(feature):
+            raise refusal(feature, version, f"broker {broker} ({address})")
+
     # --- topics and offsets --------------------------------------------------------------------
 
     def create_topic(self, name: str, queue_count: int, queue_type: QueueType) -> TopicInfo:
+        if queue_type is QueueType.BATCH_CQ:  # RocketMQ 4 would make a SimpleCQ topic of it, silently
+            for broker, address in self.names.masters().items():
+                self.require(BATCH_CQ, broker, address)
         existing = self._existing(name)
         if existing is not None:
             if all(count == queue_count for _broker, count in existing.brokers) and existing.queue_type is queue_type:
@@ -591,7 +615,11 @@ class RemotingTransport(Transport):
                 properties["KEYS"] = content.keys
             fields.update(f=0, i=_properties_text(properties), m="false")
             return address, RequestCode.SEND_MESSAGE_V2, fields, bytes(content.body), (unique_key,)
-        properties = {"UNIQ_KEY": self.unique_keys.next(), "WAIT": "true"}  # the batch's own: one inner batch
+        # The batch's own UNIQ_KEY makes it one inner batch. RocketMQ 4 has none, and copies a
+        # batch's properties into each of its messages, where a second UNIQ_KEY would hide each
+        # message's own from RocketMQ's clients (the last one wins): it is left out there.
+        properties = {"UNIQ_KEY": self.unique_keys.next()} if self.broker_version(address).has(BATCH_CQ) else {}
+        properties["WAIT"] = "true"
         if isinstance(content, InnerBatch) and content.tags:
             properties["TAGS"] = content.tags  # a BatchCQ unit's tag
         ids = content.message_ids  # the producer's (a list, or an Arrow array of a batch of rows)
@@ -623,6 +651,7 @@ class RemotingTransport(Transport):
             entry = next(b for b in route.brokers if b.broker == route.only_broker())
         else:  # a pop goes to one broker: the brokers in turn
             entry = readers[next(self._pop_turns) % len(readers)]
+        self.require(POP, entry.broker, entry.address)
         fields = {"consumerGroup": query.group, "topic": query.topic, "queueId": query.queue_id,
                   "maxMsgNums": query.max_messages, "invisibleTime": query.invisible_ms, "pollTime": query.poll_ms,
                   "bornTime": int(time.time() * 1000), "initMode": 0, "expType": "TAG",

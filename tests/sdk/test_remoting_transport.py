@@ -1,7 +1,8 @@
 """The SDK through name servers (RocketMQ's remoting protocol), the same scenarios against
 broker_sim's remoting door, a two-broker broker_sim cluster and the real Apache RocketMQ:
 topics, sends of every kind read back exactly, ranges inside stored batches, tag filters,
-offsets by time, group offsets, pop; a topic's queues are (broker, queue id)."""
+offsets by time, group offsets, pop; a topic's queues are (broker, queue id). On the real
+RocketMQ 4.9.7 too: sends, offsets, the broker's version, and what 4.x lacks refused."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from remoting_targets import with_rocketmq4, with_rocketmq4_by_queue_type
 from rmq_spark import (
     Admin,
     BrokerUnavailableError,
@@ -24,8 +26,11 @@ from rmq_spark import (
     RangeReader,
     TopicConflictError,
     TopicNotFoundError,
+    TransportConfig,
 )
+from rmq_spark.cli import main as rmq_admin
 from rmq_spark.client.message_ids import UniqueKeys, deterministic_keys
+from rmq_spark.client.remoting_transport import RemotingTransport
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode, fastjson
 
 _names = itertools.count()
@@ -77,7 +82,7 @@ def test_topics_are_created_described_listed_and_deleted(target):
             admin.describe_topic(name)
 
 
-@pytest.mark.parametrize("queue_type", ["BatchCQ", "SimpleCQ"])
+@with_rocketmq4_by_queue_type()
 def test_sends_of_every_kind_are_read_back_exactly(target, queue_type):
     name = unique("sdk-sends", target)
     with Admin(name_server=target.namesrv) as admin:
@@ -147,6 +152,7 @@ def test_a_tag_filter_reads_only_those_tags(target):
         assert reader.read_table(tails).num_rows == 0
 
 
+@with_rocketmq4()
 def test_offsets_by_time_and_group_offsets(target):
     name, group = unique("sdk-offsets", target), unique("sdk-group", target)
     target.create_group(group)
@@ -187,6 +193,43 @@ def test_pop_receives_every_message_once_and_acks(target):
             if deliveries:
                 consumer.ack(deliveries)
     assert sorted(seen) == sorted(b"p%d" % i for i in range(20))
+
+
+@with_rocketmq4()
+def test_a_broker_s_version_is_read_from_its_answers(target):
+    """The real brokers say their RocketMQ version in every answer; broker_sim's door says none."""
+    transport = RemotingTransport(target.namesrv, TransportConfig())
+    try:
+        masters = transport.names.masters()
+        versions = {transport.broker_version(address).name for address in masters.values()}
+    finally:
+        transport.close()
+    assert versions == ({target.cluster.version} if target.kind.startswith("rocketmq") else {None})
+
+
+def test_what_rocketmq4_lacks_is_refused_naming_its_version(rocketmq4, capsys):
+    """4.9.7 has no BatchCQ (its broker would make a SimpleCQ topic of one, silently) and no pop:
+    each is refused with a sentence that names the version the broker gave, and nothing is made."""
+    ns, version = rocketmq4.namesrv_addr, rocketmq4.version
+    name, group = f"sdk-v4-{int(time.time())}", f"sdk-v4-group-{int(time.time())}"
+    refused = rf"broker broker-a \(127\.0\.0\.1:\d+\) runs RocketMQ {re.escape(version)}, which has no"
+    with Admin(name_server=ns) as admin:
+        with pytest.raises(ConfigError, match=refused + " BatchCQ topics .*create the topic as SimpleCQ"):
+            admin.create_topic(name, 2, "BatchCQ")
+        with pytest.raises(TopicNotFoundError):
+            admin.describe_topic(name)
+        assert rmq_admin(["--name-server", ns, "topic", "create", name, "--queues", "2", "--type", "BatchCQ"]) != 0
+        assert re.search(refused + " BatchCQ", capsys.readouterr().err)
+        with pytest.raises(TopicNotFoundError):
+            admin.describe_topic(name)
+        created = admin.create_topic(name, 2, "SimpleCQ")
+        assert (created.queue_count, created.queue_type.value) == (2, "SimpleCQ")
+        assert admin.describe_topic(name)[0] == created
+    with Producer(name_server=ns) as producer:
+        producer.send(Message(name, b"p"))
+    with PopConsumer(name_server=ns, group=group, topics=name, poll_ms=100) as consumer:
+        with pytest.raises(ConfigError, match=refused + " pop consumption .*read by offset instead"):
+            consumer.receive()
 
 
 def test_two_brokers_each_have_a_queue_0(broker_sim_cluster):
