@@ -1,5 +1,6 @@
 """The PySpark data source ``rocketmq-batch``, streaming and batch reads and writes: the class in
-``datasource.py``, its readers in ``source.py``, its writers in ``sink.py``. The top of the SDK:
+``datasource.py``, its readers in ``source.py``, its writers in ``sink.py`` (exactly once
+through name servers, on RocketMQ's transactional messages: ``sink_rocketmq.py``). The top of the SDK:
 imports the producer, the consumers and below; nothing of the SDK imports it.
 
 Installing the package registers the format by itself (the top-level module
