@@ -103,6 +103,28 @@ def run(df, sink: str, options: dict, checkpoint: Path, batches: int) -> tuple[i
     return total, total / (sum(p["durationMs"]["triggerExecution"] for p in measured) / 1000)
 
 
+def _session():
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("spark-write-bench")
+             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("FATAL")  # stopping a query mid-batch logs its aborts
+    return spark
+
+
+def best_of(df, sinks: dict, args, work: Path) -> dict:
+    """Each sink ({name: (format, options)}) in turn, ``args.repeat`` times: the best rows/s of each."""
+    results = {}
+    for attempt in range(args.repeat):
+        for name, (fmt, options) in sinks.items():
+            count, rate = run(df, fmt, options, work / f"cp-{len(results)}-{attempt}-{fmt}", args.batches)
+            best = results.setdefault(name, {"sink": name, "rows": count, "rows/s": 0.0})
+            best["rows/s"] = max(best["rows/s"], rate)
+            print(f"  attempt {attempt + 1}: {name}: {rate:,.0f} rows/s ({count:,} rows)", flush=True)
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows-per-batch", type=int, default=300_000, help="rows per micro-batch (default 300,000)")
@@ -120,17 +142,12 @@ def main(argv=None) -> int:
     if args.name_server:
         return _through_name_server(args)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
 
     from rmq_spark import Admin
 
-    spark = (SparkSession.builder.master("local[2]").appName("spark-write-bench")
-             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
-    spark.sparkContext.setLogLevel("FATAL")  # stopping a query mid-batch logs its aborts
+    spark = _session()
     spark.dataSource.register(discarding_sink_class())
     df = rows(spark, args.rows_per_batch, args.partitions, args.bodies)
-    results = {}
     with tempfile.TemporaryDirectory(prefix="rmq-spark-write-bench-") as work, \
             broker_process(Path(work) / "broker") as (endpoint, _):
         work = Path(work)
@@ -143,12 +160,7 @@ def main(argv=None) -> int:
             "Python Arrow sink that drops rows (baseline)": ("discard-arrow", {}),
             "noop (baseline)": ("noop", {}),
         }
-        for attempt in range(args.repeat):
-            for name, (fmt, options) in sinks.items():
-                count, rate = run(df, fmt, options, work / f"cp-{len(results)}-{attempt}-{fmt}", args.batches)
-                best = results.setdefault(name, {"sink": name, "rows": count, "rows/s": 0.0})
-                best["rows/s"] = max(best["rows/s"], rate)
-                print(f"  attempt {attempt + 1}: {name}: {rate:,.0f} rows/s ({count:,} rows)", flush=True)
+        results = best_of(df, sinks, args, work)
     spark.stop()
     rows_out = list(results.values())
     baseline = results["noop (baseline)"]["rows/s"]
@@ -175,16 +187,11 @@ def _through_name_server(args) -> int:
     import contextlib
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
 
     from rmq_spark import Admin
 
-    spark = (SparkSession.builder.master("local[2]").appName("spark-write-bench")
-             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
-    spark.sparkContext.setLogLevel("FATAL")
+    spark = _session()
     df = rows(spark, args.rows_per_batch, args.partitions, args.bodies)
-    results = {}
     with tempfile.TemporaryDirectory(prefix="rmq-spark-write-bench-") as work, contextlib.ExitStack() as stack:
         work = Path(work)
         if args.name_server == "rocketmq":
@@ -202,14 +209,9 @@ def _through_name_server(args) -> int:
         with Admin(name_server=namesrv) as admin:
             admin.create_topic(TOPIC, QUEUES, "SimpleCQ")
         sink = {"nameServer": namesrv, "topic": TOPIC}
-        sinks = {"exactlyOnce": {**sink, "deliveryGuarantee": "exactlyOnce"},
-                 "atLeastOnce (baseline)": {**sink, "deliveryGuarantee": "atLeastOnce"}}
-        for attempt in range(args.repeat):
-            for name, options in sinks.items():
-                count, rate = run(df, "rocketmq-batch", options, work / f"cp-{name[:5]}-{attempt}", args.batches)
-                best = results.setdefault(name, {"sink": f"rocketmq-batch {name}", "rows": count, "rows/s": 0.0})
-                best["rows/s"] = max(best["rows/s"], rate)
-                print(f"  attempt {attempt + 1}: {name}: {rate:,.0f} rows/s ({count:,} rows)", flush=True)
+        sinks = {"rocketmq-batch exactlyOnce": ("rocketmq-batch", {**sink, "deliveryGuarantee": "exactlyOnce"}),
+                 "atLeastOnce (baseline)": ("rocketmq-batch", {**sink, "deliveryGuarantee": "atLeastOnce"})}
+        results = best_of(df, sinks, args, work)
     spark.stop()
     rows_out = list(results.values())
     baseline = results["atLeastOnce (baseline)"]["rows/s"]
