@@ -129,6 +129,7 @@ class _Read:
         self.subscription = tag_filter or "*"
         self.depth = depth
         self.received = 0
+        self.refusal: BrokerUnavailableError | None = None  # why the last pulls could not be sent
         self.ready: list = []  # slices to pull, popped from the end: ranges in order, a range's slices in order
         for r in reversed(ranges):
             first = _Slice(r, r.start, r.start, r.end, first=True)
@@ -136,37 +137,46 @@ class _Read:
             self.ready.append(first)
 
     def run(self) -> Iterator[RangeChunk]:
-        answers: queue.Queue = queue.Queue()
+        answers: queue.SimpleQueue = queue.SimpleQueue()
         in_flight = 0
         deadline = time.monotonic() + self.transport.config.timeout_ms / 1000
         while True:
+            due: dict[str, list] = {}  # the pulls to send now, by broker: written together
             while self.ready and in_flight < MAX_IN_FLIGHT and self.received < self.max_bytes:
                 piece = self._next_due()
                 if piece is None:
                     break
-                try:
-                    self._pull(piece, answers)
-                    in_flight += 1
-                except BrokerUnavailableError as err:
-                    self._unreachable(piece, err, deadline)
+                due.setdefault(piece.range.address, []).append(piece)
+                in_flight += 1
+            for address, pieces in due.items():
+                if not self._pull(address, pieces, answers):
+                    in_flight -= len(pieces)
+                    for piece in pieces:
+                        self._unreachable(piece, self.refusal, deadline)
             if not in_flight:
                 self.ready = [s for s in self.ready if not s.dropped]
                 if self.ready and self.received < self.max_bytes:  # only brokers that cannot be reached now
                     time.sleep(max(0.0, min(s.retry_at for s in self.ready) - time.monotonic()))
                     continue
                 break
-            piece, future = answers.get()
-            in_flight -= 1
-            if piece.dropped:
-                continue
-            r = piece.range
-            try:
-                answer = self.transport.wait(future, r.address, RequestCode.PULL_MESSAGE)
-            except (BrokerUnavailableError, RequestTimeoutError) as err:
-                self._unreachable(piece, err, deadline)
-                continue
-            piece.failures, r.warned = 0, False
-            yield from self._answered(piece, answer)
+            answered = [answers.get()]
+            while True:  # and every other answer in: the pulls they make go out together
+                try:
+                    answered.append(answers.get_nowait())
+                except queue.Empty:
+                    break
+            in_flight -= len(answered)
+            for piece, future in answered:
+                if piece.dropped:
+                    continue
+                r = piece.range
+                try:
+                    answer = self.transport.wait(future, r.address, RequestCode.PULL_MESSAGE)
+                except (BrokerUnavailableError, RequestTimeoutError) as err:
+                    self._unreachable(piece, err, deadline)
+                    continue
+                piece.failures, r.warned = 0, False
+                yield from self._answered(piece, answer)
         for r in self.ranges:  # stopped by the budget
             if not r.done:
                 reached = r.slices[0].next_offset if r.slices else r.frontier
@@ -273,15 +283,25 @@ class _Read:
 
     # --- pulls and answers -------------------------------------------------------------------
 
-    def _pull(self, piece: _Slice, answers: queue.Queue) -> None:
-        r = piece.range
-        wanted = MAX_MESSAGES if piece.end is None else max(1, min(MAX_MESSAGES, piece.end - piece.next_offset))
-        fields = {"consumerGroup": self.transport.pull_group, "topic": r.topic, "queueId": r.queue_id,
-                  "queueOffset": piece.next_offset, "maxMsgNums": wanted, "sysFlag": PULL_SUBSCRIPTION,
-                  "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": self.subscription,
-                  "subVersion": int(time.time() * 1000), "expressionType": "TAG"}
-        future = self.transport.request(r.address, RequestCode.PULL_MESSAGE, fields)
-        future.add_done_callback(lambda done: answers.put((piece, done)))
+    def _pull(self, address: str, pieces: list, answers: queue.SimpleQueue) -> bool:
+        """Send the pulls of ``pieces`` to the broker at ``address``; False when it cannot be
+        reached (``self.refusal`` says why)."""
+        many = []
+        for piece in pieces:
+            r = piece.range
+            wanted = MAX_MESSAGES if piece.end is None else max(1, min(MAX_MESSAGES, piece.end - piece.next_offset))
+            many.append({"consumerGroup": self.transport.pull_group, "topic": r.topic, "queueId": r.queue_id,
+                         "queueOffset": piece.next_offset, "maxMsgNums": wanted, "sysFlag": PULL_SUBSCRIPTION,
+                         "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": self.subscription,
+                         "subVersion": int(time.time() * 1000), "expressionType": "TAG"})
+        try:
+            futures = self.transport.request_many(address, RequestCode.PULL_MESSAGE, many)
+        except BrokerUnavailableError as err:
+            self.refusal = err
+            return False
+        for piece, future in zip(pieces, futures):
+            future.add_done_callback(lambda done, piece=piece: answers.put((piece, done)))
+        return True
 
     def _apply(self, piece: _Slice, answer) -> RangeChunk | None:
         """Move the slice by a pull's answer; the chunk of its records, if any."""

@@ -74,6 +74,24 @@ class RemotingConnection:
         self.send(command)
         return future
 
+    def request_many(self, code: int, many_ext_fields: list) -> list[Future]:
+        """Requests of one code without bodies, written together (one write for them all):
+        a Future of each one's answer, in order."""
+        commands = [RemotingCommand(code, next(self._opaques), 0, self._fields(fields, b""), b"",
+                                    language=self.language, serialize_type=self.serialize_type)
+                    for fields in many_ext_fields]
+        futures = []
+        with self._lock:
+            if self._closed:
+                raise self._ended or ConnectionError(f"the connection to {self.address} is closed")
+            for command in commands:
+                future: Future = Future()
+                future.opaque = command.opaque
+                self._pending[command.opaque] = future
+                futures.append(future)
+        self.send_raw(b"".join(encode(command) for command in commands))
+        return futures
+
     def invoke(self, code: int, ext_fields: dict | None = None, body: bytes = b"",
                timeout_s: float = 10.0) -> RemotingCommand:
         return self.request(code, ext_fields, body).result(timeout_s)

@@ -94,16 +94,19 @@ class Broker:
         self.thread = threading.Thread(target=self._answer, daemon=True)
         self.thread.start()
 
-    def request(self, address: str, code: int, fields: dict, body: bytes = b"") -> Future:
-        if self.failures and int(fields["queueOffset"]) > self.queue.min:
-            self.failures -= 1
-            raise BrokerUnavailableError(f"cannot connect to {address}: refused")
+    def request(self, address: str, code: int, fields: dict) -> Future:
         future: Future = Future()
         with self.changed:
             self.pending.append((future, {k: str(v) for k, v in fields.items()}))
             self.most_in_flight = max(self.most_in_flight, len(self.pending))
             self.changed.notify()
         return future
+
+    def request_many(self, address: str, code: int, many: list) -> list[Future]:
+        if self.failures and any(int(fields["queueOffset"]) > self.queue.min for fields in many):
+            self.failures -= 1
+            raise BrokerUnavailableError(f"cannot connect to {address}: refused")
+        return [self.request(address, code, fields) for fields in many]
 
     def _answer(self) -> None:
         while True:
@@ -135,7 +138,7 @@ def reader_of():
         transport = reader._transport
         route = TopicRoute(TOPIC, (BrokerQueues(BROKER, "127.0.0.1:10911", 1, 1, PERM_READ),))
         transport.route = lambda topic, refresh=False: route
-        transport.request = broker.request
+        transport.request_many = broker.request_many
         transport.wait = lambda future, address, code, timeout_ms=None: _result(future)
         transport.backoff_s = lambda attempt: 0.001
         if pulls_per_queue is not None:
