@@ -1,17 +1,28 @@
 """Spark through RocketMQ's remoting protocol: ``readStream.format("rocketmq-batch")`` into the
 ``noop`` sink over the same backlog (1 KB messages in stored batches of 32, RocketMQ's own
-MessageBatch encoding, uncompressed, in a BatchCQ topic of 16 queues), in rows/s:
+MessageBatch encoding, uncompressed, in topics of 16 queues), in rows/s:
 
-- broker_sim through ``endpoint`` (our gRPC door): the baseline;
-- the same broker and topic through ``nameServer`` (its remoting door): target >= 80% of it;
+- broker_sim through ``endpoint`` (our gRPC door): the baseline of its remoting door (BatchCQ);
+- the same broker through ``nameServer`` (its remoting door), a BatchCQ and a SimpleCQ topic:
+  target >= 80% of the gRPC door;
 - a two-broker broker_sim cluster (8 queues on each broker) through ``nameServer``: target
   >= 90% of the one-broker topic of the same size through ``nameServer``;
-- the real Apache RocketMQ (``make peers``) through ``nameServer``, the same messages written
-  by our producer through its name server: the peer, beside.
+- the real Apache RocketMQ (``make peers``) through ``nameServer``, the same messages written by
+  our producer, a BatchCQ and a SimpleCQ topic, with RocketMQ's defaults (a pull answered with
+  at most 32 messages, or one stored batch) and with the settings docs/remoting.md recommends
+  (``RECOMMENDED``, docs/rocketmq-clusters.md; set on the running broker as ``mqadmin
+  updateBrokerConfig`` sets them): target
+  >= 90% of broker_sim's remoting door, each queue type, the same run.
 
-Every process on the one machine; attempts alternate the rows, the best of each is kept.
+Baselines: each Spark row beside its figure before pulls were pipelined (``BEFORE``, measured
+on 2026-11-26, docs/benchmarks.md); and the same reads through the SDK in this process (a
+RangeReader a queue, as a Spark task reads) one pull after another (the code path before, kept as
+``pulls_per_queue=1``) beside the pipelined pulls, the same run.
 
-    python bench/spark_remoting_bench.py [--messages 500000] [--repeat 2] [--no-rocketmq]
+Every process on the one machine; attempts alternate the rows; the best of each is kept and
+the spread (lowest to highest) printed.
+
+    python bench/spark_remoting_bench.py [--messages 500000] [--repeat 3] [--no-rocketmq] [--no-spark]
 """
 
 from __future__ import annotations
@@ -29,21 +40,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench import report  # noqa: E402
 from bench.spark_read_bench import run_to_noop  # noqa: E402
-from rmq_spark import Admin, Message, Producer  # noqa: E402
+from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader  # noqa: E402
+from rmq_spark.client.pulls import PULLS_PER_QUEUE  # noqa: E402
 
 BODY_BYTES = 1024
 BATCH = 32
 QUEUES = 16
 TARGET_REMOTING = 0.8
 TARGET_TWO_BROKERS = 0.9
+TARGET_REAL = 0.9
+TOPICS = {"BatchCQ": "bench", "SimpleCQ": "bench-simple"}
+# What docs/rocketmq-clusters.md recommends for reading a RocketMQ broker in bulk: a pull is answered with
+# up to maxTransferBytesOnMessageInMemory (256 KiB by default, as broker_sim's remoting door).
+RECOMMENDED = {"maxTransferCountOnMessageInMemory": 1024, "maxTransferCountOnMessageInDisk": 1024,
+               "maxTransferBytesOnMessageInDisk": 262144}
+DEFAULTS = {"maxTransferCountOnMessageInMemory": 32, "maxTransferCountOnMessageInDisk": 8,
+            "maxTransferBytesOnMessageInDisk": 65536}
+# Spark rows/s before pulls were pipelined (2026-11-26, docs/benchmarks.md, BatchCQ, 1,000,000 messages)
+BEFORE = {("broker_sim, nameServer (remoting door)", "BatchCQ"): 234_962,
+          ("real RocketMQ 5.5.0, nameServer, RocketMQ's defaults", "BatchCQ"): 130_157}
 
 
-def fill(address: dict, topic: str, messages: int, brokers: list[str]) -> None:
+def fill(address: dict, topic: str, messages: int, brokers: list[str], queue_type: str = "BatchCQ") -> None:
     """``messages`` in batches of BATCH, spread evenly over QUEUES queues (split between
-    ``brokers``), RocketMQ's encoding uncompressed, as our door and RocketMQ's store it."""
+    ``brokers``), RocketMQ's encoding uncompressed, as our door and RocketMQ's store it (a
+    SimpleCQ topic: a record a message)."""
     per_broker = QUEUES // len(brokers)
     with Admin(**address) as admin:
-        admin.create_topic(topic, per_broker, "BatchCQ")
+        admin.create_topic(topic, per_broker, queue_type)
     queues = [(broker, queue_id) for broker in brokers for queue_id in range(per_broker)]
     body = os.urandom(BODY_BYTES)
     with Producer(**address) as producer:
@@ -59,22 +83,51 @@ def fill(address: dict, topic: str, messages: int, brokers: list[str]) -> None:
             time.sleep(0.1)
 
 
+def sdk_read(name_server: str, topic: str, pulls_per_queue: int) -> float:
+    """Rows/s reading every queue of ``topic`` whole, a RangeReader a queue as a Spark task
+    reads; ``pulls_per_queue`` 1: one pull after another, the code path before pipelining."""
+    with Admin(name_server=name_server) as admin:
+        queues = admin.offsets([topic])[topic]
+    rows, began = 0, time.perf_counter()
+    for q in queues:
+        with RangeReader(name_server=name_server) as reader:
+            reader._transport._pulls.pulls_per_queue = pulls_per_queue
+            for batch in reader.read([OffsetRange(topic, q.queue_id, q.min_offset, q.max_offset, q.broker)]):
+                rows += batch.num_rows
+    expected = sum(q.max_offset - q.min_offset for q in queues)
+    assert rows == expected, f"{topic} at {name_server}: read {rows:,} rows of {expected:,}"
+    return rows / (time.perf_counter() - began)
+
+
+class Rows:
+    """Each row's rates over the attempts: best and spread."""
+
+    def __init__(self):
+        self.rates: dict[tuple, list] = {}
+
+    def add(self, key: tuple, rate: float) -> None:
+        self.rates.setdefault(key, []).append(rate)
+
+    def best(self, key: tuple) -> float:
+        return max(self.rates.get(key) or [0.0])
+
+    def spread(self, key: tuple) -> str:
+        rates = self.rates.get(key) or [0.0]
+        return f"{min(rates):,.0f} - {max(rates):,.0f} ({len(rates)} runs)"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=500_000, help="backlog of each row (default 500,000)")
-    parser.add_argument("--repeat", type=int, default=2, help="reads of each backlog; the best is reported")
-    parser.add_argument("--no-rocketmq", action="store_true", help="leave out the real RocketMQ's row")
+    parser.add_argument("--messages", type=int, default=500_000, help="backlog of each topic (default 500,000)")
+    parser.add_argument("--repeat", type=int, default=3, help="reads of each backlog; best and spread reported")
+    parser.add_argument("--no-rocketmq", action="store_true", help="leave out the real RocketMQ's rows")
+    parser.add_argument("--no-spark", action="store_true", help="only the SDK's rows (no Spark)")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     from remoting_targets import broker_sim_target, wait_for_brokers
 
-    spark = (SparkSession.builder.master("local[2]").appName("spark-remoting-bench")
-             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    rows: dict[str, dict] = {}
+    spark_rows: dict[tuple, dict] = {}  # (label, queue type) -> {"options", "settings"}
+    sdk_rows: dict[tuple, dict] = {}  # (label, queue type) -> {"name_server", "settings"}
     with tempfile.TemporaryDirectory(prefix="rmq-remoting-spark-bench-") as work, contextlib.ExitStack() as stack:
         work = Path(work)
         single = stack.enter_context(broker_sim_target(work / "single"))
@@ -82,52 +135,123 @@ def main(argv=None) -> int:
         stack.enter_context(broker_sim_target(work / "b", "--broker-name", "broker-b", "--namesrv", first.namesrv))
         wait_for_brokers(first.namesrv, {"broker-a", "broker-b"})
         print(f"filling: {args.messages:,} messages of {BODY_BYTES} B per topic, batches of {BATCH}", flush=True)
-        fill({"endpoint": single.endpoint}, "bench", args.messages, [""])
-        fill({"name_server": first.namesrv}, "bench", args.messages, ["broker-a", "broker-b"])
-        rows["broker_sim, endpoint (gRPC door): baseline"] = {"endpoint": single.endpoint}
-        rows["broker_sim, nameServer (remoting door)"] = {"nameServer": single.namesrv}
-        rows["broker_sim, two brokers, nameServer"] = {"nameServer": first.namesrv}
+        for queue_type, topic in TOPICS.items():
+            fill({"name_server": single.namesrv}, topic, args.messages, [""], queue_type)
+        fill({"name_server": first.namesrv}, TOPICS["BatchCQ"], args.messages, ["broker-a", "broker-b"])
+        spark_rows["broker_sim, endpoint (gRPC door)", "BatchCQ"] = {"options": {"endpoint": single.endpoint}}
+        for queue_type in TOPICS:
+            spark_rows["broker_sim, nameServer (remoting door)", queue_type] = {
+                "options": {"nameServer": single.namesrv}}
+            sdk_rows["broker_sim, nameServer (remoting door)", queue_type] = {"name_server": single.namesrv}
+        spark_rows["broker_sim, two brokers, nameServer", "BatchCQ"] = {"options": {"nameServer": first.namesrv}}
+        rocketmq = None
         if not args.no_rocketmq:
             from peers.rocketmq import RocketMQCluster
 
             rocketmq = stack.enter_context(RocketMQCluster(heap_mb=1024))
-            fill({"name_server": rocketmq.namesrv_addr}, "bench", args.messages, ["broker-a"])
-            rows["real RocketMQ 5.5.0, nameServer"] = {"nameServer": rocketmq.namesrv_addr}
-        for options in rows.values():  # warm-up: the JVM and the Python workers, each transport once
-            (spark.read.format("rocketmq-batch").options(topic="bench", endingOffsets="latest", **options).load()
-             .limit(1000).write.format("noop").mode("overwrite").save())
-        best = {label: 0.0 for label in rows}
+            for queue_type, topic in TOPICS.items():
+                fill({"name_server": rocketmq.namesrv_addr}, topic, args.messages, ["broker-a"], queue_type)
+                for label, settings in (("RocketMQ's defaults", DEFAULTS), ("recommended settings", RECOMMENDED)):
+                    key = (f"real RocketMQ 5.5.0, nameServer, {label}", queue_type)
+                    spark_rows[key] = {"options": {"nameServer": rocketmq.namesrv_addr}, "settings": settings}
+                    sdk_rows[key] = {"name_server": rocketmq.namesrv_addr, "settings": settings}
+
+        def settle(row: dict) -> None:
+            if rocketmq is not None and row.get("settings"):
+                rocketmq.update_broker_config(row["settings"])
+
+        sdk, spark_rates = Rows(), Rows()
         for attempt in range(args.repeat):
-            for index, (label, options) in enumerate(rows.items()):
-                reader = spark.readStream.format("rocketmq-batch").options(topic="bench", startingOffsets="earliest",
-                                                                           **options)
-                read, rate = run_to_noop(reader, work / f"cp-{index}-{attempt}")
-                assert read == args.messages // BATCH * BATCH, f"{label}: read {read:,} rows"
-                best[label] = max(best[label], rate)
-                print(f"  attempt {attempt + 1}, {label}: {rate:,.0f} rows/s (best {best[label]:,.0f})", flush=True)
-    spark.stop()
-    baseline = best["broker_sim, endpoint (gRPC door): baseline"]
-    one_broker = best["broker_sim, nameServer (remoting door)"]
-    results = [{"read": label, "rows/s": rate, "MB/s": rate * BODY_BYTES / 1e6, "of the gRPC door": rate / baseline}
-               for label, rate in best.items()]
-    remoting_share = one_broker / baseline
-    two_share = best["broker_sim, two brokers, nameServer"] / one_broker
-    notes = [f"through nameServer broker_sim is read at {remoting_share:.0%} of its gRPC door's rate: "
-             f"{'meets' if remoting_share >= TARGET_REMOTING else 'MISSES'} the {TARGET_REMOTING:.0%} target",
-             f"a topic on two brokers is read at {two_share:.0%} of a one-broker topic of the same size: "
-             f"{'meets' if two_share >= TARGET_TWO_BROKERS else 'MISSES'} the {TARGET_TWO_BROKERS:.0%} target",
-             f"{args.messages:,} messages of {BODY_BYTES} B in {QUEUES} queues per row, stored batches of {BATCH} "
-             "(RocketMQ's MessageBatch, uncompressed); Spark local[2]; every process on this machine"]
-    report.write("spark-remoting", results, ["read", "rows/s", "MB/s", "of the gRPC door"], notes,
-                 plot=lambda ax: _plot(ax, results))
+            for (label, queue_type), row in sdk_rows.items():
+                settle(row)
+                for depth, path in ((1, "one pull after another (before)"), (PULLS_PER_QUEUE, "pipelined pulls")):
+                    rate = sdk_read(row["name_server"], TOPICS[queue_type], depth)
+                    sdk.add((label, queue_type, path), rate)
+                    print(f"  SDK attempt {attempt + 1}, {label}, {queue_type}, {path}: {rate:,.0f} rows/s", flush=True)
+        if not args.no_spark:
+            spark_rates = run_spark(spark_rows, args, work, settle)
+    write_report(sdk_rows, spark_rows, sdk, spark_rates, args)
     return 0
 
 
+def run_spark(rows: dict, args, work: Path, settle) -> Rows:
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("spark-remoting-bench")
+             .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    rates = Rows()
+    try:
+        for (_label, queue_type), row in rows.items():  # warm-up: the JVM and the Python workers, each transport once
+            (spark.read.format("rocketmq-batch").options(topic=TOPICS[queue_type], endingOffsets="latest",
+                                                         **row["options"]).load()
+             .limit(1000).write.format("noop").mode("overwrite").save())
+        for attempt in range(args.repeat):
+            for index, ((label, queue_type), row) in enumerate(rows.items()):
+                settle(row)
+                reader = spark.readStream.format("rocketmq-batch").options(
+                    topic=TOPICS[queue_type], startingOffsets="earliest", **row["options"])
+                read, rate = run_to_noop(reader, work / f"cp-{index}-{attempt}")
+                assert read == args.messages // BATCH * BATCH, f"{label}, {queue_type}: read {read:,} rows"
+                rates.add((label, queue_type), rate)
+                print(f"  Spark attempt {attempt + 1}, {label}, {queue_type}: {rate:,.0f} rows/s", flush=True)
+    finally:
+        spark.stop()
+    return rates
+
+
+def write_report(sdk_rows: dict, spark_rows: dict, sdk: Rows, spark: Rows, args) -> None:
+    door = "broker_sim, nameServer (remoting door)"
+    results, notes = [], []
+    for (label, queue_type) in spark_rows:
+        if not spark.rates:
+            break
+        rate = spark.best((label, queue_type))
+        of_door = rate / spark.best((door, queue_type)) if spark.best((door, queue_type)) else 0.0
+        before = BEFORE.get((label, queue_type))
+        results.append({"read": f"Spark: {label}", "queue type": queue_type, "rows/s (best)": rate,
+                        "spread": spark.spread((label, queue_type)), "of the remoting door": f"{of_door:.0%}",
+                        "before (baseline)": f"{before:,}" if before else ""})
+    for (label, queue_type) in sdk_rows:
+        door_rate = sdk.best((door, queue_type, "pipelined pulls"))
+        for path in ("one pull after another (before)", "pipelined pulls"):
+            rate = sdk.best((label, queue_type, path))
+            results.append({"read": f"SDK: {label}, {path}", "queue type": queue_type, "rows/s (best)": rate,
+                            "spread": sdk.spread((label, queue_type, path)),
+                            "of the remoting door": f"{rate / door_rate:.0%}" if door_rate else ""})
+    for queue_type in TOPICS:
+        for label in ("real RocketMQ 5.5.0, nameServer, RocketMQ's defaults",
+                      "real RocketMQ 5.5.0, nameServer, recommended settings"):
+            for kind, rates, key, door_key in (
+                    ("Spark", spark, (label, queue_type), (door, queue_type)),
+                    ("SDK", sdk, (label, queue_type, "pipelined pulls"), (door, queue_type, "pipelined pulls"))):
+                if rates.best(key) and rates.best(door_key):
+                    share = rates.best(key) / rates.best(door_key)
+                    notes.append(f"{kind}, {queue_type}, {label}: {share:.0%} of broker_sim's remoting door: "
+                                 f"{'meets' if share >= TARGET_REAL else 'MISSES'} the {TARGET_REAL:.0%} target")
+    if spark.rates:
+        grpc = spark.best(("broker_sim, endpoint (gRPC door)", "BatchCQ"))
+        remoting_share = spark.best((door, "BatchCQ")) / grpc
+        two_share = spark.best(("broker_sim, two brokers, nameServer", "BatchCQ")) / spark.best((door, "BatchCQ"))
+        notes.append(f"through nameServer broker_sim is read at {remoting_share:.0%} of its gRPC door's rate: "
+                     f"{'meets' if remoting_share >= TARGET_REMOTING else 'MISSES'} the {TARGET_REMOTING:.0%} target")
+        notes.append(f"a topic on two brokers is read at {two_share:.0%} of a one-broker topic of the same size: "
+                     f"{'meets' if two_share >= TARGET_TWO_BROKERS else 'MISSES'} the {TARGET_TWO_BROKERS:.0%} target")
+    notes.append(f"{args.messages:,} messages of {BODY_BYTES} B in {QUEUES} queues per topic, stored batches of "
+                 f"{BATCH} (RocketMQ's MessageBatch, uncompressed; SimpleCQ: a record a message); Spark local[2]; "
+                 f"recommended settings: {RECOMMENDED}; every process on this machine")
+    report.write("spark-remoting", results, ["read", "queue type", "rows/s (best)", "spread", "of the remoting door",
+                                             "before (baseline)"], notes, plot=lambda ax: _plot(ax, results))
+
+
 def _plot(ax, rows) -> None:
-    ax.barh([r["read"] for r in rows], [r["rows/s"] for r in rows], color=["grey"] + ["C0"] * (len(rows) - 1))
-    ax.set_xlabel("rows/s into noop")
+    labels = [f"{r['read']} ({r['queue type']})" for r in rows]
+    ax.barh(labels, [r["rows/s (best)"] for r in rows], color="C0")
+    ax.set_xlabel("rows/s")
+    ax.tick_params(axis="y", labelsize=6)
     ax.invert_yaxis()
-    ax.set_title("Spark readStream through nameServer, 1 KB messages")
+    ax.set_title("Reads through nameServer, 1 KB messages")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from . import classpath, harness_classpath, loopback_agent, versions
 from .process import JavaProcess, free_port, port_open, run_java
 
 CLUSTER = "DefaultCluster"
+UPDATE_BROKER_CONFIG = 25  # RocketMQ's RequestCode.UPDATE_BROKER_CONFIG (mqadmin updateBrokerConfig)
 BROKER_NAME = "broker-a"
 # Each major version's peers group (peers/poms/) and its key in versions.properties.
 RELEASES = {5: ("rocketmq", "rocketmq.version"), 4: ("rocketmq4", "rocketmq4.version")}
@@ -204,6 +205,16 @@ class RocketMQCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"topic {name} was created but the name server has no route for it in 30 s")
                 time.sleep(0.1)
+
+    def update_broker_config(self, settings: dict) -> None:
+        """Change broker settings while it runs, as ``mqadmin updateBrokerConfig -k KEY -v VALUE``
+        does (a request to the broker; its store reads settings such as
+        maxTransferCountOnMessageInMemory at each pull)."""
+        body = "".join(f"{key}={value}\n" for key, value in settings.items()).encode()
+        with RemotingConnection(self.broker_addr) as broker:
+            answer = broker.invoke(UPDATE_BROKER_CONFIG, {}, body)
+        if answer.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"updating the broker's config {settings} failed: code {answer.code}, {answer.remark}")
 
     def create_group(self, name: str, orderly: bool = False) -> None:
         """Create a consumer group on the broker, as mqadmin's updateSubGroup does (``orderly``:

@@ -173,6 +173,14 @@ class RemotingTransport(Transport):
         except (OSError, ConnectionError) as err:
             raise self._unavailable(address, f"the connection to {address} failed: {err}") from None
 
+    def request_many(self, address: str, code: int, many_fields: list) -> list[Future]:
+        """``request`` of many requests without bodies to one broker, written together."""
+        connection = self._connection(address)
+        try:
+            return connection.request_many(code, many_fields)
+        except (OSError, ConnectionError) as err:
+            raise self._unavailable(address, f"the connection to {address} failed: {err}") from None
+
     def wait(self, future: Future, address: str, code: int, timeout_ms: int | None = None) -> RemotingCommand:
         """A request's answer, or RequestTimeoutError / BrokerUnavailableError."""
         timeout_s = (timeout_ms or self.config.timeout_ms) / 1000

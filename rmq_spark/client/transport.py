@@ -166,7 +166,9 @@ class ReadStatus(enum.Enum):
 class RangeChunk(NamedTuple):
     """A chunk of one range's stored records as they are in the commitlog (``records``, each
     starting with its TOTALSIZE). The last chunk of a range is ``done``, with its ``status``,
-    where a next read starts and the queue's min / max offsets."""
+    where a next read starts and the queue's min / max offsets. ``cut_start`` / ``cut_end``:
+    the offsets the chunk's rows are cut to, where a transport pulled a part of the range (its
+    records may hold messages of the parts beside it); None: the range's own."""
 
     range_index: int
     records: bytes
@@ -178,6 +180,8 @@ class RangeChunk(NamedTuple):
     max_offset: int
     corrupted_from: int
     detail: str
+    cut_start: int | None = None
+    cut_end: int | None = None
 
 
 # --- pop --------------------------------------------------------------------------------------

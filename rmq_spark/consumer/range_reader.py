@@ -255,7 +255,9 @@ class _Chunks:
         """Keep a response's records; True when it is time to decode: enough is kept, or the
         response is large on its own (decoded alone, it is not copied into a joined buffer)."""
         self.parts.append(response.records)
-        self.bounds.append((item.start, _OPEN_END if item.end is None else item.end, response.record_count))
+        start = item.start if response.cut_start is None else response.cut_start
+        end = item.end if response.cut_end is None else response.cut_end
+        self.bounds.append((start, _OPEN_END if end is None else end, response.record_count))
         self.items.append(item)
         self.size += len(response.records)
         return self.size >= self.decode_bytes or len(response.records) >= self.decode_bytes // 2

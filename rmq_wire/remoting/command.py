@@ -137,28 +137,37 @@ class FrameReader:
         self._buffer = bytearray()
         self._started = False  # the connection's first frame is checked for HTTP/2
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """The frames completed by ``data``. Raises FrameError on a length no frame may have,
-        WrongProtocolError when the connection opens in HTTP/2 (gRPC)."""
+    def feed(self, data) -> list[bytes]:
+        """The frames completed by ``data`` (bytes, or a buffer such as a memoryview, which
+        is not kept). Raises FrameError on a length no frame may have, WrongProtocolError when
+        the connection opens in HTTP/2 (gRPC)."""
         buffer = self._buffer
-        buffer += data
-        if not self._started and len(buffer) >= 9:
-            self._started = True
-            peer_is_client = http2_peer(buffer)
-            if peer_is_client is not None:
-                raise WrongProtocolError("the peer speaks HTTP/2 (gRPC), not RocketMQ's remoting protocol",
-                                         peer_is_client, bytes(buffer))
-        frames, pos, end = [], 0, len(buffer)
-        while end - pos >= 4:
-            (length,) = _INT.unpack_from(buffer, pos)
-            if length < 4 or length > self.max_frame_bytes:
-                raise FrameError(f"a frame of {length} bytes: frames hold 4 to {self.max_frame_bytes} bytes "
-                                 "after their length")
-            if end - pos - 4 < length:
-                break
-            frames.append(bytes(buffer[pos + 4:pos + 4 + length]))
-            pos += 4 + length
-        if pos:
+        if buffer or not self._started:
+            buffer += data
+            source = buffer
+            if not self._started and len(buffer) >= 9:
+                self._started = True
+                peer_is_client = http2_peer(buffer)
+                if peer_is_client is not None:
+                    raise WrongProtocolError("the peer speaks HTTP/2 (gRPC), not RocketMQ's remoting protocol",
+                                             peer_is_client, bytes(buffer))
+        else:  # nothing held back: frames are cut from ``data`` itself, each copied once
+            source = data
+        frames, pos = [], 0
+        with memoryview(source) as view:
+            end = len(view)
+            while end - pos >= 4:
+                (length,) = _INT.unpack_from(view, pos)
+                if length < 4 or length > self.max_frame_bytes:
+                    raise FrameError(f"a frame of {length} bytes: frames hold 4 to {self.max_frame_bytes} bytes "
+                                     "after their length")
+                if end - pos - 4 < length:
+                    break
+                frames.append(bytes(view[pos + 4:pos + 4 + length]))
+                pos += 4 + length
+            if source is not buffer and pos < end:
+                buffer += view[pos:]  # a frame's start: held until the rest comes
+        if source is buffer and pos:
             del buffer[:pos]
         return frames
 
