@@ -30,6 +30,7 @@ BROKER_NAME = "broker-a"
 # The admin account of a cluster started with ACLs (``acl=True``): a super user.
 ACL_ADMIN = Credentials("rocketmq-admin", "admin-secret-12345")
 AUTH_CREATE_USER, AUTH_CREATE_ACL = 3001, 3006  # RocketMQ 5's RequestCode (mqadmin createUser, createAcl)
+UPDATE_AND_CREATE_ACL_CONFIG = 50  # RocketMQ 4's (mqadmin updateAclConfig)
 # Each major version's peers group (peers/poms/) and its key in versions.properties.
 RELEASES = {5: ("rocketmq", "rocketmq.version"), 4: ("rocketmq4", "rocketmq4.version")}
 # RocketMQ 4 on Java 17: its MappedFile frees mapped buffers through the JDK's cleaner by reflection.
@@ -156,8 +157,14 @@ class RocketMQCluster:
         """RocketMQ 5's ACL 2.0: authentication (each request's signature, by its user) and
         authorization (the user's ACLs) in the broker, users and ACLs kept in its store
         (config/users and config/acls below storePathRootDir); the initial user is a super user,
-        and the broker's own clients sign as it (innerClientAuthenticationCredentials)."""
+        and the broker's own clients sign as it (innerClientAuthenticationCredentials).
+        RocketMQ 4's ACL 1.0 (aclEnable): the accounts of conf/plain_acl.yml below the home
+        directory, at first the admin alone (RocketMQ 5 keeps ACL 1.0 too, deprecated for 2.0)."""
         admin = self.credentials
+        if self.major == 4:
+            (self.dir / "conf" / "plain_acl.yml").write_text(
+                f"accounts:\n  - accessKey: {admin.access_key}\n    secretKey: {admin.secret_key}\n    admin: true\n")
+            return ["aclEnable=true"]
         return [
             "authenticationEnabled=true", "authorizationEnabled=true",
             "authenticationProvider=org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
@@ -171,10 +178,22 @@ class RocketMQCluster:
                 {"accessKey": admin.access_key, "secretKey": admin.secret_key}),
         ]
 
-    def add_account(self, access_key: str, secret_key: str, topics: tuple = ("*",), groups: tuple = ("*",)) -> None:
-        """A user of a broker started with ``acl`` that may publish to and subscribe to
-        ``topics`` (names, ``prefix*`` or ``*``) with ``groups``, as mqadmin's createUser and
-        createAcl make them: requests to the broker signed by the admin."""
+    def add_account(self, access_key: str, secret_key: str, topics: tuple, groups: tuple) -> None:
+        """An account of a broker started with ``acl`` that may publish to and subscribe to
+        ``topics`` and subscribe with ``groups`` (names; RocketMQ 5 takes ``prefix*`` and ``*``
+        too), and nothing else: RocketMQ 5's user and ACL as mqadmin's createUser and createAcl
+        make them, RocketMQ 4's account as its updateAclConfig adds it to plain_acl.yml; requests
+        to the broker signed by the admin."""
+        if self.major == 4:
+            fields = {"accessKey": access_key, "secretKey": secret_key, "whiteRemoteAddress": "", "admin": "false",
+                      "defaultTopicPerm": "DENY", "defaultGroupPerm": "DENY",
+                      "topicPerms": ",".join(f"{topic}=PUB|SUB" for topic in topics),
+                      "groupPerms": ",".join(f"{group}=SUB" for group in groups)}
+            with RemotingConnection(self.broker_addr, credentials=self.credentials) as broker:
+                answer = broker.invoke(UPDATE_AND_CREATE_ACL_CONFIG, fields)
+            if answer.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"creating account {access_key} failed: code {answer.code}, {answer.remark}")
+            return
         user = {"username": access_key, "password": secret_key, "userType": "Normal"}
         entries = [{"resource": f"Topic:{topic}", "actions": ["Pub", "Sub", "Get"], "decision": "Allow"}
                    for topic in topics]

@@ -32,8 +32,9 @@ os.environ.setdefault(JVM_OPTIONS_VARIABLE, QUICK_JVM)
 # The fixtures that make a test need Spark or a JVM peer (`make test-quick` leaves it out); a
 # test marked ``peers`` (tests/peers/) runs a real peer too.
 SPARK_FIXTURES = {"spark", "spark_in_a_process"}
-JVM_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "kafka", "require_java_peers"}
-SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "kafka"}  # started once per session (per xdist worker)
+JVM_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "kafka", "require_java_peers"}
+# started once per session (per xdist worker)
+SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "kafka"}
 # A parametrized target fixture whose parameter is "rocketmq" or "rocketmq4" asks for a real broker by name.
 REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unhashable (a list)
 # The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
@@ -186,6 +187,16 @@ def rocketmq_acl():
     from peers.rocketmq import RocketMQCluster
 
     with RocketMQCluster(heap_mb=384, acl=True) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def rocketmq4_acl():
+    """The real RocketMQ 4 (4.9.7) with ACL 1.0 on (aclEnable, plain_acl.yml): as ``rocketmq_acl``."""
+    require_peers("rocketmq4", "clients")
+    from peers.rocketmq import RocketMQCluster
+
+    with RocketMQCluster(heap_mb=384, major=4, acl=True) as cluster:
         yield cluster
 
 
