@@ -33,7 +33,7 @@ from rmq_spark.client.remoting_transport import RemotingTransport
 # All on one worker (the Spark session's): one broker with ACLs is started, not one per worker.
 pytestmark = [pytest.mark.peers, pytest.mark.xdist_group("spark")]
 
-TOPIC, DENIED_TOPIC, GROUP = "acl-orders", "acl-audit", "acl-readers"
+TOPIC, DENIED_TOPIC, GROUP, EO_TOPIC = "acl-orders", "acl-audit", "acl-readers", "acl-exactly-once"
 ACCESS_KEY, SECRET_KEY = "acl-alice", "alice-secret-1"  # may use TOPIC and its groups, not DENIED_TOPIC
 # Reads pull as a consumer group (the query's consumer group, or this one): the account subscribes with it.
 READER_GROUP = "rocketmq-batch-reader"
@@ -58,7 +58,8 @@ def acl(request):
     rocketmq_acl = request.getfixturevalue(request.param)
     rocketmq_acl.create_topic(TOPIC, queues=4, batch_cq=False)
     rocketmq_acl.create_topic(DENIED_TOPIC, queues=2, batch_cq=False)
-    rocketmq_acl.add_account(ACCESS_KEY, SECRET_KEY, topics=(TOPIC,), groups=(GROUP, READER_GROUP))
+    rocketmq_acl.create_topic(EO_TOPIC, queues=2, batch_cq=False)
+    rocketmq_acl.add_account(ACCESS_KEY, SECRET_KEY, topics=(TOPIC, EO_TOPIC), groups=(GROUP, READER_GROUP))
     with Producer(name_server=rocketmq_acl.namesrv_addr, auto_batch=False,
                   transport=TransportConfig(credentials=rocketmq_acl.credentials)) as producer:
         for topic in (TOPIC, DENIED_TOPIC):  # something to read in each, sent by the admin
@@ -226,3 +227,37 @@ def test_spark_with_wrong_keys_fails_saying_so(spark, acl, case):
         spark_write(spark, acl, topic, keys, ["refused"])
     assert says in str(writing.value)
     assert stored(acl, topic) == before
+
+
+def test_a_stream_is_written_exactly_once_with_the_account(spark, acl, tmp_path):
+    """deliveryGuarantee=exactlyOnce (RocketMQ's transactional messages: half messages, then
+    END_TRANSACTION) with the account's keys, the last micro-batch replayed as after a driver
+    that died before Spark recorded its commit: each row once."""
+    keys = {"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}
+    before = stored(acl, TOPIC)
+    rows = [b"eo-%05d" % i for i in range(300)]
+    (spark.createDataFrame([(row,) for row in rows], "body binary").write.format("rocketmq-batch")
+     .option("nameServer", acl.namesrv_addr).option("topic", TOPIC).options(**keys).mode("append").save())
+    wait_stored(acl, TOPIC, before + len(rows))
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> int:
+        query = (spark.readStream.format("rocketmq-batch").option("nameServer", acl.namesrv_addr)
+                 .option("topic", TOPIC).options(**keys).option("startingOffsets", "earliest")
+                 .option("maxRecordsPerTrigger", 2_000).load().select("body")
+                 .writeStream.format("rocketmq-batch").option("nameServer", acl.namesrv_addr)
+                 .option("topic", EO_TOPIC).options(**keys).option("deliveryGuarantee", "exactlyOnce")
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(180) and query.exception() is None
+            return max(p["batchId"] for p in query.recentProgress)
+        finally:
+            query.stop()
+
+    last = run()
+    (checkpoint / "commits" / str(last)).unlink()  # the driver died before Spark recorded the commit
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    run()
+    wait_stored(acl, EO_TOPIC, stored(acl, TOPIC))
+    read = spark_read(spark, acl, EO_TOPIC, (ACCESS_KEY, SECRET_KEY))
+    assert len(read) == len(set(read)) == stored(acl, TOPIC) and set(rows) <= set(read)
