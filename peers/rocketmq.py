@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode, fastjson
+from rmq_wire.types import Credentials
 
 from . import classpath, harness_classpath, loopback_agent, versions
 from .process import JavaProcess, free_port, port_open, run_java
@@ -27,6 +28,10 @@ from .process import JavaProcess, free_port, port_open, run_java
 CLUSTER = "DefaultCluster"
 UPDATE_BROKER_CONFIG = 25  # RocketMQ's RequestCode.UPDATE_BROKER_CONFIG (mqadmin updateBrokerConfig)
 BROKER_NAME = "broker-a"
+# The admin account of a cluster started with ACLs (``acl=True``): a super user.
+ACL_ADMIN = Credentials("rocketmq-admin", "admin-secret-12345")
+AUTH_CREATE_USER, AUTH_CREATE_ACL = 3001, 3006  # RocketMQ 5's RequestCode (mqadmin createUser, createAcl)
+UPDATE_AND_CREATE_ACL_CONFIG = 50  # RocketMQ 4's (mqadmin updateAclConfig)
 # Each major version's peers group (peers/poms/) and its key in versions.properties.
 RELEASES = {5: ("rocketmq", "rocketmq.version"), 4: ("rocketmq4", "rocketmq4.version")}
 # RocketMQ 4 on Java 17: its MappedFile frees mapped buffers through the JDK's cleaner by reflection.
@@ -49,7 +54,7 @@ class RocketMQCluster:
     RocketMQ 5's gRPC clients (None for RocketMQ 4), ``broker_addr`` for the broker itself,
     ``store_dir`` its data; ``major`` 5 or 4, ``version`` the pinned version of that major."""
 
-    def __init__(self, heap_mb: int = 512, major: int = 5, broker_settings: dict | None = None):
+    def __init__(self, heap_mb: int = 512, major: int = 5, broker_settings: dict | None = None, acl: bool = False):
         if major not in RELEASES:
             raise ValueError(f"no RocketMQ {major} among the peers; the majors are {sorted(RELEASES)}")
         self.major = major
@@ -67,6 +72,9 @@ class RocketMQCluster:
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
         self.proxy_endpoint = f"127.0.0.1:{self.grpc_port}" if major == 5 else None
         self._processes: list[JavaProcess] = []
+        # acl: the broker checks every request's signature and the account's permissions (see
+        # _acl_conf); the harness's own requests are signed with the admin account ``credentials``.
+        self.credentials = ACL_ADMIN if acl else None
 
     def __enter__(self) -> "RocketMQCluster":
         try:
@@ -117,6 +125,7 @@ class RocketMQCluster:
             # sends of its own Java producer once. The tests check what is stored, not that.
             "waitTimeMillsInSendQueue=5000", "osPageCacheBusyTimeOutMills=5000",
             *(self._broker_conf_5() if self.major == 5 else []),
+            *(self._acl_conf() if self.credentials else []),
             *(f"{name}={value}" for name, value in self.broker_settings.items()),
         ]) + "\n")
         server = classpath(self.group)
@@ -144,6 +153,60 @@ class RocketMQCluster:
             # the check fewer committed half messages to ask the producer about again.
             "transactionOpMsgMaxSize=1", "transactionOpBatchInterval=3600000",
         ]
+
+    def _acl_conf(self) -> list[str]:
+        """RocketMQ 5's ACL 2.0: authentication (each request's signature, by its user) and
+        authorization (the user's ACLs) in the broker, users and ACLs kept in its store
+        (config/users and config/acls below storePathRootDir); the initial user is a super user,
+        and the broker's own clients sign as it (innerClientAuthenticationCredentials).
+        RocketMQ 4's ACL 1.0 (aclEnable): the accounts of conf/plain_acl.yml below the home
+        directory, at first the admin alone (RocketMQ 5 keeps ACL 1.0 too, deprecated for 2.0)."""
+        admin = self.credentials
+        if self.major == 4:
+            (self.dir / "conf" / "plain_acl.yml").write_text(
+                f"accounts:\n  - accessKey: {admin.access_key}\n    secretKey: {admin.secret_key}\n    admin: true\n")
+            return ["aclEnable=true"]
+        return [
+            "authenticationEnabled=true", "authorizationEnabled=true",
+            "authenticationProvider=org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
+            "authenticationMetadataProvider="
+            "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
+            "authorizationProvider=org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider",
+            "authorizationMetadataProvider="
+            "org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider",
+            "initAuthenticationUser=" + json.dumps({"username": admin.access_key, "password": admin.secret_key}),
+            "innerClientAuthenticationCredentials=" + json.dumps(
+                {"accessKey": admin.access_key, "secretKey": admin.secret_key}),
+        ]
+
+    def add_account(self, access_key: str, secret_key: str, topics: tuple, groups: tuple) -> None:
+        """An account of a broker started with ``acl`` that may publish to and subscribe to
+        ``topics`` and subscribe with ``groups`` (names; RocketMQ 5 takes ``prefix*`` and ``*``
+        too), and nothing else: RocketMQ 5's user and ACL as mqadmin's createUser and createAcl
+        make them, RocketMQ 4's account as its updateAclConfig adds it to plain_acl.yml; requests
+        to the broker signed by the admin."""
+        if self.major == 4:
+            fields = {"accessKey": access_key, "secretKey": secret_key, "whiteRemoteAddress": "", "admin": "false",
+                      "defaultTopicPerm": "DENY", "defaultGroupPerm": "DENY",
+                      "topicPerms": ",".join(f"{topic}=PUB|SUB" for topic in topics),
+                      "groupPerms": ",".join(f"{group}=SUB" for group in groups)}
+            with RemotingConnection(self.broker_addr, credentials=self.credentials) as broker:
+                answer = broker.invoke(UPDATE_AND_CREATE_ACL_CONFIG, fields)
+            if answer.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"creating account {access_key} failed: code {answer.code}, {answer.remark}")
+            return
+        user = {"username": access_key, "password": secret_key, "userType": "Normal"}
+        entries = [{"resource": f"Topic:{topic}", "actions": ["Pub", "Sub", "Get"], "decision": "Allow"}
+                   for topic in topics]
+        entries += [{"resource": f"Group:{group}", "actions": ["Sub", "Get", "Update"], "decision": "Allow"}
+                    for group in groups]
+        acl = {"subject": f"User:{access_key}", "policies": [{"policyType": "Custom", "entries": entries}]}
+        with RemotingConnection(self.broker_addr, credentials=self.credentials) as broker:
+            for code, fields, body in ((AUTH_CREATE_USER, {"username": access_key}, user),
+                                       (AUTH_CREATE_ACL, {"subject": f"User:{access_key}"}, acl)):
+                answer = broker.invoke(code, fields, json.dumps(body).encode())
+                if answer.code != ResponseCode.SUCCESS:
+                    raise RuntimeError(f"creating account {access_key} failed: code {answer.code}, {answer.remark}")
 
     def _start_proxy(self, server: str) -> None:
         (self.dir / "proxy.json").write_text(json.dumps({
@@ -195,7 +258,7 @@ class RocketMQCluster:
                   "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}
         if attributes:
             fields["attributes"] = ",".join(attributes)
-        with RemotingConnection(self.broker_addr) as broker:
+        with RemotingConnection(self.broker_addr, credentials=self.credentials) as broker:
             answer = broker.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
         if answer.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"creating topic {name} failed: code {answer.code}, {answer.remark}")
@@ -220,7 +283,7 @@ class RocketMQCluster:
         """Create a consumer group on the broker, as mqadmin's updateSubGroup does (``orderly``:
         its -o, consumeMessageOrderly: gRPC consumers of the group are FIFO)."""
         config = {"groupName": name, "consumeMessageOrderly": orderly}
-        with RemotingConnection(self.broker_addr) as broker:
+        with RemotingConnection(self.broker_addr, credentials=self.credentials) as broker:
             answer = broker.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(config).encode())
         if answer.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"creating group {name} failed: code {answer.code}, {answer.remark}")

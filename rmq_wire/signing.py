@@ -4,6 +4,10 @@ signs with these and broker_sim checks with the same functions.
 - Remoting (AclClientRPCHook): the ext fields ``AccessKey`` and, if any, ``SecurityToken`` are
   added; the values of all ext fields but ``Signature``, in the order of their sorted names, are
   joined, followed by the body; ``Signature`` is the base64 HMAC-SHA1 of that with the secret key.
+  A request whose header says version V4_9_3 or older (ours say 0) leaves ``_UNIQUE_KEY_QUERY``
+  out of what is signed: RocketMQ 5's brokers check it so (DefaultAuthenticationContextBuilder),
+  and RocketMQ 4.9's leave it out whatever the version (PlainAccessValidator), so a query by
+  unique key (QUERY_MESSAGE) signed with it is refused by both as a wrong signature.
 - gRPC v2 (the proxy's and clients' ``authorization`` header): ``x-mq-date-time`` holds the time
   as ``yyyyMMddTHHmmssZ``; ``authorization`` is ``MQv2-HMAC-SHA1 Credential=AK,
   SignedHeaders=x-mq-date-time, Signature=HEX``, HEX the HMAC-SHA1 of the date-time text. Our own
@@ -33,25 +37,30 @@ AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
 SCHEME = "MQv2-HMAC-SHA1"
 DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
+V4_9_3 = 399  # MQVersion.Version.V4_9_3.ordinal(): up to it, UNIQUE_KEY_QUERY is not signed
 
 
-def remoting_content(fields: Mapping[str, str], body: bytes | None) -> bytes:
-    """What a remoting signature signs: the field values by sorted name, then the body."""
-    joined = "".join(str(fields[name]) for name in sorted(fields) if name != SIGNATURE)
+def remoting_content(fields: Mapping[str, str], body: bytes | None, version: int = 0) -> bytes:
+    """What a remoting signature signs: the field values by sorted name, then the body
+    (``version``: the request header's; up to V4_9_3 without UNIQUE_KEY_QUERY)."""
+    skipped = (SIGNATURE, UNIQUE_KEY_QUERY) if version <= V4_9_3 else (SIGNATURE,)
+    joined = "".join(str(fields[name]) for name in sorted(fields) if name not in skipped)
     return joined.encode() + (body or b"")
 
 
-def remoting_signature(fields: Mapping[str, str], body: bytes | None, secret_key: str) -> str:
-    digest = hmac.new(secret_key.encode(), remoting_content(fields, body), hashlib.sha1).digest()
+def remoting_signature(fields: Mapping[str, str], body: bytes | None, secret_key: str, version: int = 0) -> str:
+    digest = hmac.new(secret_key.encode(), remoting_content(fields, body, version), hashlib.sha1).digest()
     return base64.b64encode(digest).decode()
 
 
-def sign_remoting(fields: dict, body: bytes | None, credentials: Credentials) -> dict:
-    """``fields`` with AccessKey, SecurityToken (if any) and Signature added (in place)."""
+def sign_remoting(fields: dict, body: bytes | None, credentials: Credentials, version: int = 0) -> dict:
+    """``fields`` with AccessKey, SecurityToken (if any) and Signature added (in place), for a
+    request whose header says ``version`` (the SDK's say 0)."""
     fields[ACCESS_KEY] = credentials.access_key
     if credentials.security_token:
         fields[SECRET_TOKEN] = credentials.security_token
-    fields[SIGNATURE] = remoting_signature(fields, body, credentials.secret_key)
+    fields[SIGNATURE] = remoting_signature(fields, body, credentials.secret_key, version)
     return fields
 
 

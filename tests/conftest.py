@@ -32,8 +32,9 @@ os.environ.setdefault(JVM_OPTIONS_VARIABLE, QUICK_JVM)
 # The fixtures that make a test need Spark or a JVM peer (`make test-quick` leaves it out); a
 # test marked ``peers`` (tests/peers/) runs a real peer too.
 SPARK_FIXTURES = {"spark", "spark_in_a_process"}
-JVM_FIXTURES = {"rocketmq", "rocketmq4", "kafka", "require_java_peers"}
-SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "kafka"}  # started once per session (per xdist worker)
+JVM_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "kafka", "require_java_peers"}
+# started once per session (per xdist worker)
+SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "kafka"}
 # A parametrized target fixture whose parameter is "rocketmq" or "rocketmq4" asks for a real broker by name.
 REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unhashable (a list)
 # The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
@@ -174,6 +175,28 @@ def rocketmq4():
     from peers.rocketmq import RocketMQCluster
 
     with RocketMQCluster(heap_mb=384, major=4) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def rocketmq_acl():
+    """The real RocketMQ 5 (5.5.0) with ACL 2.0 on: every request signed and checked against the
+    users and ACLs it keeps; the harness signs as its admin (``credentials``), ``add_account``
+    makes more."""
+    require_peers("rocketmq", "clients")
+    from peers.rocketmq import RocketMQCluster
+
+    with RocketMQCluster(heap_mb=384, acl=True) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def rocketmq4_acl():
+    """The real RocketMQ 4 (4.9.7) with ACL 1.0 on (aclEnable, plain_acl.yml): as ``rocketmq_acl``."""
+    require_peers("rocketmq4", "clients")
+    from peers.rocketmq import RocketMQCluster
+
+    with RocketMQCluster(heap_mb=384, major=4, acl=True) as cluster:
         yield cluster
 
 

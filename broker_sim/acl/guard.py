@@ -108,13 +108,14 @@ class Guard:
 
     # --- authentication --------------------------------------------------------------------
 
-    def remoting_account(self, fields: Mapping[str, str], body: bytes | None) -> Account:
-        """The account whose signature a remoting request carries; UNAUTHENTICATED otherwise."""
+    def remoting_account(self, fields: Mapping[str, str], body: bytes | None, version: int = 0) -> Account:
+        """The account whose signature a remoting request carries (``version``: its header's, which
+        decides whether _UNIQUE_KEY_QUERY is signed); UNAUTHENTICATED otherwise."""
         access_key = fields.get(signing.ACCESS_KEY)
         if not access_key:
             raise _unauthenticated(f"the request carries no AccessKey and this broker checks ACLs: {_HOW_TO_SIGN}")
         account = self._account(access_key)
-        expected = signing.remoting_signature(fields, body, account.secret_key)
+        expected = signing.remoting_signature(fields, body, account.secret_key, version)
         if not hmac.compare_digest(expected.encode(), str(fields.get(signing.SIGNATURE, "")).encode()):
             raise _unauthenticated(f"the request's Signature does not match access key {echo(access_key)}: check "
                                    "its secret key")

@@ -31,6 +31,7 @@ from typing import Callable, Iterator, Sequence
 
 import orjson
 
+from rmq_spark.client.acl_refusals import acl_refusal
 from rmq_spark.client.broker_versions import BATCH_CQ, POP, BrokerVersion, refusal
 from rmq_spark.client.message_ids import UniqueKeys
 from rmq_spark.client.pulls import Pulls
@@ -992,7 +993,13 @@ _ERRORS = {
 
 
 def _refused(answer: RemotingCommand, what: str) -> RmqError:
-    """A broker's refusal as a typed error: what was refused, the broker's code and remark."""
+    """A broker's refusal as a typed error: what was refused, the broker's code and remark (a real
+    RocketMQ's ACL refusal: our sentence, acl_refusals)."""
+    if answer.code in (ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_ERROR):
+        error = acl_refusal(answer.remark, what)
+        if error is not None:
+            error.code = answer.code
+            return error
     cls = _ERRORS.get(answer.code, BrokerError)
     if answer.code == ResponseCode.MESSAGE_ILLEGAL and "too large" in (answer.remark or "").lower():
         cls = MessageTooLargeError

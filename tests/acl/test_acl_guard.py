@@ -41,3 +41,23 @@ def test_the_sink_topic_is_an_admins_whatever_the_default_topic_permission(tmp_p
             guard.authorize(wide, [Demand.topic(SINK_TOPIC, perm)])
         assert refused.value.reason is Reason.PERMISSION_DENIED
     guard.authorize(ops, [Demand.topic(SINK_TOPIC, Perm.SUB)])
+
+
+def test_a_query_by_unique_key_is_signed_as_rocketmq_checks_it(tmp_path):
+    """A request of version V4_9_3 or older (the SDK's say 0) leaves _UNIQUE_KEY_QUERY out of what
+    is signed, as RocketMQ's brokers check it (4.9 leaves it out always, 5 up to V4_9_3); a newer
+    client's (RocketMQ's Java 5 clients) signs it, and the guard checks each by its version."""
+    credentials = Credentials("ops", "ops-secret")
+    fields = {"topic": "orders", "key": "7F0000010000", "_UNIQUE_KEY_QUERY": "true"}
+    old = signing.sign_remoting(dict(fields), None, credentials)
+    assert old["Signature"] == signing.sign_remoting({k: v for k, v in fields.items() if k != "_UNIQUE_KEY_QUERY"},
+                                                     None, credentials)["Signature"]
+    new = signing.sign_remoting(dict(fields), None, credentials, version=signing.V4_9_3 + 1)
+    assert new["Signature"] != old["Signature"]
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts:\n  - {accessKey: ops, secretKey: ops-secret, admin: true}\n")
+    guard = Guard(acl_file)
+    assert guard.remoting_account(old, None).access_key == "ops"
+    assert guard.remoting_account(new, None, version=signing.V4_9_3 + 1).access_key == "ops"
+    with pytest.raises(BrokerError):
+        guard.remoting_account(new, None)

@@ -60,7 +60,7 @@ class RemotingAdmission:
     def __call__(self, request: RemotingCommand) -> None:
         if request.code in OPEN_CODES:
             return
-        account = self.guard.remoting_account(request.ext_fields, request.body)
+        account = self.guard.remoting_account(request.ext_fields, request.body, request.version)
         request.account = account.access_key
         if account.admin:  # every demand is met: no record is read for it
             return
