@@ -61,3 +61,10 @@ def wait_for(condition, what, timeout_s=60.0):
     while not condition():
         assert time.monotonic() < deadline, f"{what} did not happen in {timeout_s} s"
         time.sleep(0.1)
+
+
+def forget_commit(checkpoint, batch_id: int) -> None:
+    """The driver died after the sink committed micro-batch ``batch_id``, before Spark recorded it
+    in the checkpoint's commit log: Spark runs it again at the next start."""
+    (checkpoint / "commits" / str(batch_id)).unlink()
+    (checkpoint / "commits" / f".{batch_id}.crc").unlink(missing_ok=True)

@@ -22,6 +22,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from peers.rocketmq import digest, java_pull
 from rmq_spark import Admin, OffsetRange, RangeReader
 from rmq_spark.spark import RocketMQBatchDataSource
+from spark_helpers import forget_commit
 
 BODY_SCHEMA = StructType([StructField("body", BinaryType())])
 _names = itertools.count()
@@ -99,9 +100,7 @@ def test_a_stream_is_written_exactly_once_and_a_replayed_micro_batch_writes_noth
     last = run()
     assert last >= 2  # 600 rows at most 250 a micro-batch
     assert held(target, topic) == 600
-    # The driver died after the sink committed its last micro-batch, before Spark recorded it.
-    (checkpoint / "commits" / str(last)).unlink()
-    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    forget_commit(checkpoint, last)
     run()
     read_once(target, topic, rows(0, 600))
 

@@ -14,7 +14,7 @@ from broker_sim.broker import Broker
 from rmq_spark import Admin, ConfigError, Transactions
 from rmq_spark.spark import RocketMQBatchDataSource
 from rmq_spark.spark.options import SINK_OPTION_NAMES, parse_sink_options
-from spark_helpers import produce, source, wait_for, wait_indexed
+from spark_helpers import forget_commit, produce, source, wait_for, wait_indexed
 
 BODY_SCHEMA = StructType([StructField("body", BinaryType())])
 
@@ -221,9 +221,7 @@ def test_a_micro_batch_replayed_after_a_restart_writes_nothing_twice(spark, endp
     assert first.exception() is None
     last = max(p["batchId"] for p in first.recentProgress)
     wait_for(lambda: visible(endpoint, topic_name + "-out") == 300, "the first run's rows visible")
-    # The query died after the sink committed its last micro-batch, before Spark recorded it.
-    (checkpoint / "commits" / str(last)).unlink()
-    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    forget_commit(checkpoint, last)
     second = run()
     assert second.exception() is None
     replayed = [p for p in second.recentProgress if p["batchId"] == last]
