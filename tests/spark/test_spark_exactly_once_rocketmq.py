@@ -2,12 +2,14 @@
 (rmq_spark/spark/sink_rocketmq.py), against broker_sim's remoting door, a two-broker broker_sim
 cluster and the real Apache RocketMQ (5.5.0; 4.9.7 for the driver killed), each checked by
 reading the topic with RocketMQ's own Java client: a streaming query; its last micro-batch
-replayed after a restart; the driver SIGKILLed in the middle of its commit, then restarted; a
-writer task SIGKILLed mid-write, then retried."""
+replayed after a restart; a whole Spark driver (its JVM and its Python workers) SIGKILLed
+mid-query, then restarted; the driver's commit SIGKILLed halfway, then restarted; a writer task
+SIGKILLed mid-write, then retried."""
 
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import signal
 import subprocess
@@ -20,7 +22,7 @@ import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from peers.rocketmq import digest, java_pull
-from rmq_spark import Admin, OffsetRange, RangeReader
+from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader
 from rmq_spark.spark import RocketMQBatchDataSource
 from spark_helpers import forget_commit
 
@@ -201,3 +203,58 @@ def test_a_writer_killed_mid_write_and_retried_writes_each_row_once(target, tmp_
     while time.monotonic() < deadline:
         assert held(target, topic) == 500
         time.sleep(0.5)
+
+
+_DRIVER = textwrap.dedent("""
+    import sys
+    from pyspark.sql import SparkSession
+
+    name_server, source, topic, checkpoint = sys.argv[1:]
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    query = (spark.readStream.format("rocketmq-batch").option("nameServer", name_server).option("topic", source)
+             .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", 300).load().select("body")
+             .writeStream.format("rocketmq-batch").option("nameServer", name_server).option("topic", topic)
+             .option("deliveryGuarantee", "exactlyOnce").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="0 seconds").start())
+    query.awaitTermination(600)  # the test kills this process long before
+""")
+
+
+@ONE_BROKER_EACH
+def test_a_spark_driver_killed_mid_query_and_restarted_writes_each_row_once(spark, target, tmp_path):
+    """The whole driver (JVM and Python workers, one process group) is SIGKILLed as it decides
+    its second micro-batch (where in that micro-batch the kill lands varies: writing, deciding,
+    committing); a new driver on the same checkpoint finishes the query, and each row is in the
+    topic once."""
+    source_topic, topic = topic_of(target, "eo-src"), topic_of(target, "eo-out")
+    with Producer(name_server=target.namesrv) as producer:
+        producer.send_batch([Message(source_topic, body) for body in rows(0, 1500)])
+    checkpoint = tmp_path / "checkpoint"
+    decided = checkpoint.joinpath("rocketmq-batch", "decisions", "1.arrow")
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, target.namesrv, source_topic, topic, str(checkpoint)],
+                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not decided.exists():
+            assert driver.poll() is None, f"the driver ended ({driver.returncode}): {driver.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, "the driver decided no second micro-batch within 180 s"
+            time.sleep(0.01)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+        driver.stderr.close()
+    assert held(target, topic) < 1500, "the driver was to die before the end of the query"
+    print("killed with micro-batch 1", "committed" if decided.with_suffix(".done").exists() else
+          "decided, its commit unfinished", f"({held(target, topic)} rows visible)")
+    query = (spark.readStream.format("rocketmq-batch").option("nameServer", target.namesrv)
+             .option("topic", source_topic).option("startingOffsets", "earliest").option("maxRecordsPerTrigger", 300)
+             .load().select("body")
+             .writeStream.format("rocketmq-batch").option("nameServer", target.namesrv).option("topic", topic)
+             .option("deliveryGuarantee", "exactlyOnce").option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(180) and query.exception() is None
+    finally:
+        query.stop()
+    read_once(target, topic, rows(0, 1500))
