@@ -139,6 +139,8 @@ class RemotingTransport(Transport):
         self._connections: dict[str, RemotingConnection] = {}
         self._lock = threading.Lock()
         self._heartbeats: dict[tuple[str, str], float] = {}  # (broker address, group) -> when
+        self._check_answers: dict[str, Callable[[dict], bool | None]] = {}  # producer group -> its answers
+        self.checks_answered: dict[str, bool] = {}  # UNIQ_KEY -> the answer sent (committed or not)
         self._versions: dict[str, BrokerVersion] = {}  # broker address -> its RocketMQ version
         self._pop_turns = itertools.count()
         self.unique_keys = UniqueKeys()
@@ -163,6 +165,7 @@ class RemotingTransport(Transport):
                 connection.close()
                 return current
             self._connections[address] = connection
+        connection.on_request = lambda command: self._asked(connection, command)
         return connection
 
     def request(self, address: str, code: int, fields: dict, body: bytes = b"") -> Future:
@@ -718,6 +721,7 @@ class RemotingTransport(Transport):
         broker, queue_id = queue
         route = self.route(topic)
         address = route.address(self.broker_of(route, broker))
+        self._as_producer(address, group)
         unique_key = self.unique_keys.next()
         text = _properties_text({**properties, "UNIQ_KEY": unique_key, "WAIT": "true",
                                  PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group})
@@ -766,6 +770,7 @@ class RemotingTransport(Transport):
         def send(half: HalfMessage, attempt: int) -> None:
             route = self.route(half.topic)
             address = route.address(self.broker_of(route, half.broker))
+            self._as_producer(address, group)
             fields = {"producerGroup": group, "tranStateTableOffset": str(half.queue_offset),
                       "commitLogOffset": str(half.commit_log_offset), "commitOrRollback": decision,
                       "fromTransactionCheck": "false", "msgId": half.unique_key, "transactionId": half.unique_key,
@@ -792,6 +797,64 @@ class RemotingTransport(Transport):
             send(half, 0)
             settle(in_flight)
         settle(0)
+
+    def answer_checks(self, group: str, answer: Callable[[dict], bool | None]) -> None:
+        """Answer the broker's checks of producer ``group``'s half messages (CHECK_TRANSACTION_STATE)
+        while this transport lives: ``answer(properties)`` of the checked half message says commit
+        (True), roll back (False) or not known yet (None: the broker asks again later). The
+        transport says it is a producer of ``group`` (HEART_BEAT) to each broker it sends that
+        group's half messages to or ends them on, so that the broker's checks come to it.
+
+        RocketMQ checks a copy: before it asks, its check service writes the half message again
+        (a new commit log offset) and takes the answer as the end of that copy alone."""
+        self._check_answers[group] = answer
+
+    def _as_producer(self, address: str, group: str) -> None:
+        """Tell the broker at ``address`` that this client produces for ``group`` (and renew it
+        before the broker forgets it, 120 s without one), when its checks are answered here."""
+        if group not in self._check_answers:
+            return
+        key = (address, group)
+        if time.monotonic() - self._heartbeats.get(key, -_HEARTBEAT_S) < _HEARTBEAT_S:
+            return
+        self._heartbeats[key] = time.monotonic()
+        data = {"clientID": self.client_id, "producerDataSet": [{"groupName": group}], "consumerDataSet": []}
+        self.request(address, RequestCode.HEART_BEAT, {}, orjson.dumps(data))  # its answer is not needed
+
+    def _asked(self, connection: RemotingConnection, command: RemotingCommand) -> None:
+        """A request the broker sent on ``connection``: a check of a half message is answered
+        on a thread of its own (the answer may read files; the connection's reader must not wait)."""
+        if command.code == RequestCode.CHECK_TRANSACTION_STATE:
+            threading.Thread(target=self._answer_check, args=(connection, command), daemon=True,
+                             name="rocketmq-batch-check").start()
+
+    def _answer_check(self, connection: RemotingConnection, command: RemotingCommand) -> None:
+        head = command.ext_fields or {}
+        try:
+            record = decode_record(memoryview(command.body or b""), 0)
+        except (ValueError, IndexError):
+            return  # not a message: nothing to answer
+        group = record.properties.get(PROPERTY_PRODUCER_GROUP)
+        answer = self._check_answers.get(group)
+        if answer is None:
+            return
+        try:
+            commit = answer(record.properties)
+        except Exception:  # noqa: BLE001 - an answer not known is asked again
+            return
+        if commit is None:
+            return
+        unique_key = record.properties.get("UNIQ_KEY") or head.get("transactionId", "")
+        fields = {"producerGroup": group, "tranStateTableOffset": head.get("tranStateTableOffset", "0"),
+                  "commitLogOffset": head.get("commitLogOffset", "0"), "commitOrRollback": "8" if commit else "12",
+                  "fromTransactionCheck": "true", "msgId": head.get("msgId", unique_key),
+                  "transactionId": head.get("transactionId", unique_key), "topic": record.topic,
+                  "bname": head.get("brokerName", "")}
+        try:
+            connection.oneway(RequestCode.END_TRANSACTION, fields)  # as RocketMQ's producers answer
+        except (ConnectionError, OSError):
+            return
+        self.checks_answered[unique_key] = commit
 
     def message_exists(self, topic: str, broker: str, unique_key: str) -> bool:
         """Whether ``broker`` stores a message of ``topic`` with this UNIQ_KEY: a committed half

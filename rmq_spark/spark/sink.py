@@ -310,6 +310,13 @@ def _ids_name(sink: str) -> str:
     return f"{sink}{'.b' + batch if batch else ''}.p{context.partitionId()}"
 
 
+def _micro_batch() -> int | None:
+    """The micro-batch a streaming write task writes (None outside a Spark task)."""
+    context = TaskContext.get()
+    batch = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+    return int(batch) if batch else None
+
+
 def _attempt_prefix(prefix: str) -> str:
     """``<sink>.b<batch>.p<partition>.a<attempt>``: who prepared a transaction, for people
     reading the broker's transaction list (uniqueness comes from the random part after it)."""
@@ -396,7 +403,8 @@ class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
             log.warning("rocketmq-batch: this write names its rows' message ids by its run (no query id, no sinkId "
                         "option): rows written again after a restart get new ids")
         if self.options.exactly_once and self.options.address.native:
-            halves, group = sink_rocketmq.prepare(self.options, self.plan, _read_ahead(iterator), sink_id)
+            halves, group = sink_rocketmq.prepare(self.options, self.plan, _read_ahead(iterator), sink_id,
+                                                  _decisions(self.options), _micro_batch())
             return SinkCommitMessage(len(halves), sink_id=sink_id, halves=tuple(halves), group=group)
         name = sink_id if sink_id is not None and (self.options.exactly_once or self.options.address.native) \
             else self.run_name

@@ -15,14 +15,23 @@ alone (END_TRANSACTION), and a commit sent twice stores the message twice. On th
   decided ones, those that no commit reached are committed now. Which those are, the broker
   says: a committed message keeps its half message's UNIQ_KEY, which the broker's index finds
   (QUERY_MESSAGE, as ``mqadmin queryMsgByUniqueKey``).
-- **Half messages no decision names** (an attempt that died with its task, a micro-batch that was
-  not decided before the driver died) are never ended: the broker checks on them with their
-  producer group, nobody answers, and after ``transactionCheckMax`` checks (15, one each
-  ``transactionCheckInterval``) it drops them. Nobody answers the checks on purpose: a Python
-  data source has no driver process that lives as long as the query (each commit runs in a fresh
-  Python worker), and an answer racing a replay's commit of the same message would store it twice.
-  A decision is finished by the next run of the query: RocketMQ's END_TRANSACTION still finds a
-  half message the checks dropped, for as long as the broker keeps its commit log (72 hours).
+- **The broker's checks** (CHECK_TRANSACTION_STATE, for a half message not ended within
+  ``transactionTimeOut``) are answered from the decisions by whatever of the query is connected
+  to the broker as the sink's producer group: its write tasks while they run and its commits
+  (``CheckAnswers``; a Python data source has no process that lives as long as the query, so
+  between micro-batches nobody answers and the broker asks again). RocketMQ checks a copy: its
+  check service writes the half message again before asking, and takes the answer as the end of
+  that copy alone. The driver ends every decided original itself, so a check is never answered
+  with a commit (the message would be stored twice); it is answered with a rollback once the
+  decision on its half message is final: decided and committed (the copy goes), or made without
+  it (a dead attempt's, a replay's: it goes). Each half message names its micro-batch
+  (``SPARK_MICRO_BATCH``; a writer driven outside Spark names none, and its half messages are
+  answered only once a decision names them).
+- **Half messages nobody answers for** (no task of the query runs while the broker checks) are
+  dropped by the broker after ``transactionCheckMax`` checks (15, one each
+  ``transactionCheckInterval``). A decision is finished by the next run of the query: RocketMQ's
+  END_TRANSACTION still finds a half message the checks dropped, for as long as the broker keeps
+  its commit log (72 hours).
 
 What it costs: a request per row to prepare and one to commit (RocketMQ has no transactional
 batch), against one request per batch of rows at least once.
@@ -47,6 +56,7 @@ from rmq_spark.spark import kafka
 from rmq_spark.structs import HalfMessage
 
 DECISIONS_DIR = ("rocketmq-batch", "decisions")
+MICRO_BATCH_PROPERTY = "SPARK_MICRO_BATCH"  # a half message's micro-batch, for the answers to checks
 IN_FLIGHT = 1024  # half messages sent and not yet answered, per task
 RETAINED_DECISIONS = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
 _HALF_SCHEMA = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("unique_key", pa.string()),
@@ -68,11 +78,15 @@ def _transport(options):
     return connect(name_server=options.address.name_server, config=options.address.transport)
 
 
-def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str) -> tuple[list[HalfMessage], str]:
-    """Prepare a task attempt's rows as half messages; returns them and their producer group.
-    A failure rolls back what was prepared (best effort: the broker drops the rest)."""
+def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str, directory: Path,
+            batch_id: int | None) -> tuple[list[HalfMessage], str]:
+    """Prepare a task attempt's rows of micro-batch ``batch_id`` (None: outside Spark) as half
+    messages; returns them and their producer group. A failure rolls back what was prepared
+    (best effort: the broker drops the rest). The broker's checks are answered meanwhile."""
     group = producer_group(sink_id)
     transport = _transport(options)
+    transport.answer_checks(group, CheckAnswers(directory))
+    marked = {} if batch_id is None else {MICRO_BATCH_PROPERTY: str(batch_id)}
     router = Router(transport, plan.queue_selector)
     prepared: list[HalfMessage] = []
     pending: deque = deque()
@@ -89,7 +103,7 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str) -> t
                 lengths = np.asarray(pc.binary_length(columns.column("body")), dtype=np.int64)
                 places = router.row_queues(route, rows, columns.column("keys"), lengths, options.batch_max_bytes)
                 for place, body, properties in zip(places.tolist(), columns.column("body").to_pylist(),
-                                                   _properties(columns)):
+                                                   _properties(columns, marked)):
                     pending.append(transport.send_half(topic, route.queues[place], body, properties, group))
                     while len(pending) >= IN_FLIGHT or (pending and pending[0].done()):
                         prepared.append(pending.popleft().result(timeout_s))
@@ -106,12 +120,13 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str) -> t
     return prepared, group
 
 
-def _properties(columns: pa.RecordBatch) -> Iterator[dict]:
-    """Each row's message properties: its own (the ``properties`` map), TAGS and KEYS."""
+def _properties(columns: pa.RecordBatch, marked: dict) -> Iterator[dict]:
+    """Each row's message properties: its own (the ``properties`` map), TAGS, KEYS and the
+    ``marked`` ones."""
     tags, keys = columns.column("tags").to_pylist(), columns.column("keys").to_pylist()
     maps = columns.column("properties").to_pylist()
     for tag, key, own in zip(tags, keys, maps):
-        properties = dict(own) if own else {}
+        properties = {**own, **marked} if own else dict(marked)
         if tag:
             properties["TAGS"] = tag
         if key:
@@ -127,6 +142,8 @@ def commit(options, directory: Path, messages, batch_id: int, log) -> None:
     decided = directory / f"{batch_id}.arrow"
     done = directory / f"{batch_id}.done"
     transport = _transport(options)
+    for group in {message.group for message in returned}:
+        transport.answer_checks(group, CheckAnswers(directory))
     try:
         if decided.exists():
             log.warning("rocketmq-batch: micro-batch %d was decided by an earlier run of this query (a replay after "
@@ -193,6 +210,51 @@ def _finish(transport, decided: Path, done: Path) -> None:
     missing = [h for h in halves if not transport.message_exists(h.topic, h.broker, h.unique_key)]
     transport.end_halves(missing, True, group)
     done.touch()
+
+
+class CheckAnswers:
+    """The answer to the broker's check of a half message, from the decisions in ``directory``:
+    roll it back (False) once the decision on it is final, else not known yet (None). Never a
+    commit: the driver ends each decided half message itself, and RocketMQ's check is of a
+    copy, so committing it would store the message twice.
+
+    Final when: a decision names it and is done (its commit reached the broker: the copy goes);
+    its micro-batch's decision does not name it (a dead attempt's, a replay's); or a later
+    micro-batch was decided, so its own ended without it (Spark decides micro-batches in order).
+    """
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._keys: dict[int, frozenset] = {}  # micro-batch -> the UNIQ_KEYs its decision names
+
+    def __call__(self, properties: dict) -> bool | None:
+        unique_key, batch = properties.get("UNIQ_KEY"), properties.get(MICRO_BATCH_PROPERTY, "")
+        decided = self._decided()
+        if batch.isdigit():
+            batch_id = int(batch)
+            if batch_id in decided:
+                if unique_key not in self._named(batch_id):
+                    return False
+                return False if (self.directory / f"{batch_id}.done").exists() else None
+            return False if any(later > batch_id for later in decided) else None
+        for batch_id in sorted(decided, reverse=True):  # named by none: a writer outside Spark
+            if unique_key in self._named(batch_id):
+                return False if (self.directory / f"{batch_id}.done").exists() else None
+        return None
+
+    def _decided(self) -> set[int]:
+        try:
+            names = [path.name for path in self.directory.iterdir()]
+        except OSError:  # no decision yet (or the checkpoint is not visible from here)
+            return set()
+        return {int(name[:-len(".arrow")]) for name in names if name.endswith(".arrow") and name[0].isdigit()}
+
+    def _named(self, batch_id: int) -> frozenset:
+        if batch_id not in self._keys:
+            with pa.memory_map(str(self.directory / f"{batch_id}.arrow")) as source:
+                table = pa.ipc.open_file(source).read_all()
+            self._keys[batch_id] = frozenset(table.column("unique_key").to_pylist())
+        return self._keys[batch_id]
 
 
 def _forget_old(directory: Path, batch_id: int) -> None:

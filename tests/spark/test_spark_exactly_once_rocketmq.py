@@ -8,6 +8,7 @@ SIGKILLed mid-write, then retried."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import os
 import pickle
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pyarrow as pa
@@ -23,8 +25,9 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from peers.rocketmq import digest, java_pull
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader
-from rmq_spark.spark import RocketMQBatchDataSource
-from spark_helpers import forget_commit
+from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.spark import RocketMQBatchDataSource, sink
+from spark_helpers import forget_commit, wait_for
 
 BODY_SCHEMA = StructType([StructField("body", BinaryType())])
 _names = itertools.count()
@@ -133,10 +136,11 @@ _WRITER = textwrap.dedent("""
     import pyarrow as pa
     from pyspark.sql.types import BinaryType, StructField, StructType
     from rmq_spark.client.remoting_transport import RemotingTransport
-    from rmq_spark.spark import RocketMQBatchDataSource
+    from rmq_spark.spark import RocketMQBatchDataSource, sink
 
     options, bodies, marker = pickle.load(open(sys.argv[1], "rb"))
     send_half, sent = RemotingTransport.send_half, []
+    sink._micro_batch = lambda: 0  # a task of micro-batch 0, as Spark's TaskContext says
 
     def counted(self, *args):
         sent.append(1)
@@ -189,20 +193,54 @@ def test_a_driver_killed_in_the_middle_of_its_commit_and_restarted_writes_each_r
 
 
 @ONE_BROKER_EACH
-def test_a_writer_killed_mid_write_and_retried_writes_each_row_once(target, tmp_path):
+def test_a_writer_killed_mid_write_and_retried_writes_each_row_once(target, tmp_path, monkeypatch):
+    """A write task dies with half of its rows prepared and is tried again; the next micro-batch's
+    task, while it runs, answers the broker's checks of the dead attempt's half messages with a
+    rollback (its micro-batch was decided without them), and the broker asks no more."""
     topic = topic_of(target, "eo-writer")
     options = writer_options(target, topic, tmp_path / "checkpoint")
     killed_halfway(_WRITER, (options, rows(0, 400)), tmp_path)  # 200 rows prepared, then the task died
+    monkeypatch.setattr(sink, "_micro_batch", lambda: 0)
     retried = stream_writer(options).write(task(rows(0, 400)))  # Spark tries the task again
     other = stream_writer(options).write(task(rows(400, 100)))
     stream_writer(options).commit([retried, other], 0)
     read_once(target, topic, rows(0, 500))
-    # The dead attempt's rows are never ended: the broker checks on them (every 2 s on the real
-    # broker of these tests, after 3 s), nobody answers, and none becomes visible.
-    deadline = time.monotonic() + 8
-    while time.monotonic() < deadline:
-        assert held(target, topic) == 500
-        time.sleep(0.5)
+
+    answered, lock, release = [], threading.Lock(), threading.Event()
+    answer_check = RemotingTransport._answer_check
+
+    def recorded(self, connection, command):
+        answer_check(self, connection, command)
+        with lock:
+            answered.extend(self.checks_answered.items())
+            self.checks_answered.clear()
+
+    def a_long_task():  # micro-batch 1's task: its first rows, then more once the test says so
+        yield pa.record_batch({"body": pa.array(rows(500, 10), pa.binary())})
+        assert release.wait(120)
+        yield pa.record_batch({"body": pa.array(rows(510, 10), pa.binary())})
+
+    monkeypatch.setattr(RemotingTransport, "_answer_check", recorded)
+    monkeypatch.setattr(sink, "_micro_batch", lambda: 1)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        written = pool.submit(stream_writer(options).write, a_long_task())
+        try:
+            wait_for(lambda: answered, "a check of the dead attempt's rows answered", 60)
+            settled = 0
+            while settled != len(answered):  # until three check intervals pass with no new check
+                settled = len(answered)
+                time.sleep(6)
+        finally:
+            release.set()
+        later = written.result(60)
+    keys = [key for key, _commit in answered]
+    decided = set(pa.ipc.open_file(str(tmp_path / "checkpoint" / "rocketmq-batch" / "decisions" / "0.arrow"))
+                  .read_all().column("unique_key").to_pylist())
+    assert len(decided) == 500 and not decided & set(keys)  # only the dead attempt's half messages were checked
+    assert len(keys) == len(set(keys)), "the broker asked again after a rollback"
+    assert not any(commit for _key, commit in answered)
+    stream_writer(options).commit([later], 1)
+    read_once(target, topic, rows(0, 520))
 
 
 _DRIVER = textwrap.dedent("""
