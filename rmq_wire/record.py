@@ -53,6 +53,7 @@ PROPERTY_DELAY_TIME_LEVEL = "DELAY"
 PROPERTY_TIMER_PROPERTIES = ("__STARTDELIVERTIME", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS")
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP = "PGROUP"  # a transactional message's producer group, whose checks it gets
+PROPERTY_CHECK_IMMUNITY_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"  # a half message is not checked before
 PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
 PROPERTY_BATCH_CODEC = "BATCH_CODEC"
@@ -271,6 +272,13 @@ class Record:
     @property
     def compression(self) -> Compression:
         return Compression.from_sys_flag(self.sys_flag)
+
+
+def check_immunity_s(properties: dict) -> int:
+    """A half message's CHECK_IMMUNITY_TIME_IN_SECONDS: how long the broker leaves it unchecked
+    (0: none given, or not a number of seconds)."""
+    value = properties.get(PROPERTY_CHECK_IMMUNITY_SECONDS, "")
+    return int(value) if value.isdigit() else 0
 
 
 def decode_record(buf, pos: int = 0) -> Record:

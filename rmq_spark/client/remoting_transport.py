@@ -141,6 +141,7 @@ class RemotingTransport(Transport):
         self._heartbeats: dict[tuple[str, str], float] = {}  # (broker address, group) -> when
         self._check_answers: dict[str, Callable[[dict], bool | None]] = {}  # producer group -> its answers
         self.checks_answered: dict[str, bool] = {}  # UNIQ_KEY -> the answer sent (committed or not)
+        self._answering: concurrent.futures.ThreadPoolExecutor | None = None  # started by the first check
         self._versions: dict[str, BrokerVersion] = {}  # broker address -> its RocketMQ version
         self._pop_turns = itertools.count()
         self.unique_keys = UniqueKeys()
@@ -762,29 +763,36 @@ class RemotingTransport(Transport):
         at a time, each answered (RocketMQ's clients send them oneway); raises the first
         refusal or failure once those in flight are answered. ``ended(n)`` is told how many
         are answered so far. An end is sent again only when the broker shed it unrun
-        (SYSTEM_BUSY, its flow control): a commit run twice stores the message twice."""
+        (SYSTEM_BUSY, its flow control) or refused it before it ran (ILLEGAL_OPERATION: RocketMQ
+        5 takes a producer's end of a half message older than its CHECK_IMMUNITY_TIME_IN_SECONDS
+        only as the answer to a check, so it is sent again as one): a commit run twice stores the
+        message twice."""
         decision = "8" if commit else "12"  # MessageSysFlag.TRANSACTION_COMMIT_TYPE / ROLLBACK_TYPE
         pending: deque = deque()
         done = 0
 
-        def send(half: HalfMessage, attempt: int) -> None:
+        def send(half: HalfMessage, attempt: int, as_answer: bool = False) -> None:
             route = self.route(half.topic)
             address = route.address(self.broker_of(route, half.broker))
             self._as_producer(address, group)
             fields = {"producerGroup": group, "tranStateTableOffset": str(half.queue_offset),
                       "commitLogOffset": str(half.commit_log_offset), "commitOrRollback": decision,
-                      "fromTransactionCheck": "false", "msgId": half.unique_key, "transactionId": half.unique_key,
-                      "topic": half.topic, "bname": half.broker}
-            pending.append((address, half, attempt, self.request(address, RequestCode.END_TRANSACTION, fields)))
+                      "fromTransactionCheck": "true" if as_answer else "false", "msgId": half.unique_key,
+                      "transactionId": half.unique_key, "topic": half.topic, "bname": half.broker}
+            future = self.request(address, RequestCode.END_TRANSACTION, fields)
+            pending.append((address, half, attempt, as_answer, future))
 
         def settle(upto: int) -> None:
             nonlocal done
             while len(pending) > upto:
-                address, half, attempt, future = pending.popleft()
+                address, half, attempt, as_answer, future = pending.popleft()
                 answer = self.wait(future, address, RequestCode.END_TRANSACTION, timeout_ms)
                 if answer.code == ResponseCode.SYSTEM_BUSY and attempt < self.config.retries:
                     self._sleep(self.backoff_s(attempt))
-                    send(half, attempt + 1)
+                    send(half, attempt + 1, as_answer)
+                    continue
+                if answer.code == ResponseCode.ILLEGAL_OPERATION and not as_answer:
+                    send(half, attempt, True)
                     continue
                 if answer.code != ResponseCode.SUCCESS:
                     raise _refused(answer, f"the broker at {address} refused to {'commit' if commit else 'roll back'} "
@@ -823,10 +831,17 @@ class RemotingTransport(Transport):
 
     def _asked(self, connection: RemotingConnection, command: RemotingCommand) -> None:
         """A request the broker sent on ``connection``: a check of a half message is answered
-        on a thread of its own (the answer may read files; the connection's reader must not wait)."""
-        if command.code == RequestCode.CHECK_TRANSACTION_STATE:
-            threading.Thread(target=self._answer_check, args=(connection, command), daemon=True,
-                             name="rocketmq-batch-check").start()
+        on the transport's thread for answers (an answer may read files, and a broker may check
+        thousands at once; the connection's reader must not wait)."""
+        if command.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return
+        with self._lock:
+            if self._answering is None:
+                self._answering = concurrent.futures.ThreadPoolExecutor(1, "rocketmq-batch-check")
+            try:
+                self._answering.submit(self._answer_check, connection, command)
+            except RuntimeError:  # closed meanwhile: the broker asks again
+                pass
 
     def _answer_check(self, connection: RemotingConnection, command: RemotingCommand) -> None:
         head = command.ext_fields or {}
@@ -891,6 +906,8 @@ class RemotingTransport(Transport):
     def close(self) -> None:
         with self._lock:
             connections, self._connections = list(self._connections.values()), {}
+            if self._answering is not None:
+                self._answering.shutdown(wait=False, cancel_futures=True)
         for connection in connections:
             connection.close()
 

@@ -54,9 +54,13 @@ from rmq_spark.producer.columns import batch_columns, split_by_topic
 from rmq_spark.producer.routing import Router
 from rmq_spark.spark import kafka
 from rmq_spark.structs import HalfMessage
+from rmq_wire.record import PROPERTY_CHECK_IMMUNITY_SECONDS
 
 DECISIONS_DIR = ("rocketmq-batch", "decisions")
 MICRO_BATCH_PROPERTY = "SPARK_MICRO_BATCH"  # a half message's micro-batch, for the answers to checks
+# A half message is not checked for this long (RocketMQ's CHECK_IMMUNITY_TIME_IN_SECONDS; at least
+# the broker's transactionTimeOut): a micro-batch shorter than it has no checks of its rows.
+CHECK_IMMUNITY_S = 300
 IN_FLIGHT = 1024  # half messages sent and not yet answered, per task
 RETAINED_DECISIONS = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
 _HALF_SCHEMA = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("unique_key", pa.string()),
@@ -86,7 +90,9 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str, dire
     group = producer_group(sink_id)
     transport = _transport(options)
     transport.answer_checks(group, CheckAnswers(directory))
-    marked = {} if batch_id is None else {MICRO_BATCH_PROPERTY: str(batch_id)}
+    marked = {PROPERTY_CHECK_IMMUNITY_SECONDS: str(CHECK_IMMUNITY_S)}
+    if batch_id is not None:
+        marked[MICRO_BATCH_PROPERTY] = str(batch_id)
     router = Router(transport, plan.queue_selector)
     prepared: list[HalfMessage] = []
     pending: deque = deque()

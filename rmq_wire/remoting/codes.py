@@ -81,6 +81,7 @@ class ResponseCode(enum.IntEnum):
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
     BROKER_NOT_EXIST = 211
+    ILLEGAL_OPERATION = 604  # RocketMQ 5: a producer's end of a half message past its check immunity time
 
 
 class SerializeType(enum.IntEnum):

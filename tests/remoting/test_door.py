@@ -239,9 +239,9 @@ def test_consumer_offsets_committed_and_queried(broker, conn):
 
 # --- transactions --------------------------------------------------------------------------
 
-def half_send(conn, topic: str, body: bytes):
-    answer = send(conn, topic, body, properties={"TRAN_MSG": "true", "PGROUP": "tx-group"}, group="tx-group",
-                  sys_flag=0x4)
+def half_send(conn, topic: str, body: bytes, **properties):
+    answer = send(conn, topic, body, properties={"TRAN_MSG": "true", "PGROUP": "tx-group", **properties},
+                  group="tx-group", sys_flag=0x4)
     assert answer.code == ResponseCode.SUCCESS, answer.remark
     return answer.ext_fields["transactionId"]
 
@@ -288,6 +288,21 @@ def test_an_unknown_transaction_is_checked_back_with_its_producer(broker, conn):
     assert (check_topic, body, props["PGROUP"]) == (topic, b"ask me", "tx-group")
     end(conn, transaction_id, 0x8, from_check=True)
     assert [b for *_x, b in wait_for(lambda: records(pull(conn, topic, 0, 0).body))] == [b"ask me"]
+
+
+def test_a_half_message_is_not_checked_before_its_check_immunity_time(broker, conn):
+    """CHECK_IMMUNITY_TIME_IN_SECONDS, as RocketMQ's broker honours it: no check before (the
+    door checks every 300 ms here), then checks as any other."""
+    topic = new_topic(broker, "tx-immune")
+    checks = []
+    conn.on_request = checks.append
+    conn.invoke(RequestCode.HEART_BEAT, body=orjson.dumps({"clientID": "c1", "producerDataSet": [
+        {"groupName": "tx-group"}], "consumerDataSet": []}))
+    sent = time.monotonic()
+    immune = half_send(conn, topic, b"not yet", CHECK_IMMUNITY_TIME_IN_SECONDS="2")
+    check = wait_for(lambda: checks and checks[0])
+    assert time.monotonic() - sent >= 2 and check.ext_fields["transactionId"] == immune
+    end(conn, immune, 0xC, from_check=True)
 
 
 # --- clients -------------------------------------------------------------------------------

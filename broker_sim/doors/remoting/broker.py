@@ -150,7 +150,8 @@ class BrokerRequests:
                            owner=request.account)
         outcome = self.core.send(send)
         if transaction_id:  # offsets come at the commit: the id only has to be one a client can decode
-            self.checks.opened(transaction_id, fields.text("producerGroup", ""), topic)
+            self.checks.opened(transaction_id, fields.text("producerGroup", ""), topic,
+                               fmt.check_immunity_s(properties) * 1000)
             msg_id = fmt.message_id(self.core.store.config.store_host_bytes, next(self._half_ids))
             return request.response(ResponseCode.SUCCESS, ext_fields={
                 "msgId": msg_id, "queueId": str(queue_id), "queueOffset": "0", "transactionId": transaction_id})

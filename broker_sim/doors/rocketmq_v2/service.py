@@ -39,6 +39,7 @@ from broker_sim.doors.rocketmq_v2.messages import (
     single_request,
     timestamp,
 )
+from rmq_wire.record import check_immunity_s
 from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
 from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
 from rmq_wire.types import QueueType
@@ -223,7 +224,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         transaction_id = message.message_id if message.kind == v2.TRANSACTION else ""
         outcome = self.core.send(single_request(config.name, queue_id, message, born_host, transaction_id, caller()))
         if transaction_id:
-            immunity_s = int(message.properties.get("CHECK_IMMUNITY_TIME_IN_SECONDS", "0") or 0)
+            immunity_s = check_immunity_s(message.properties)
             self.checks.opened(transaction_id, client_id, config.name, immunity_s * 1000)
         entry = v2.SendResultEntry(status=OK, message_id=message.message_id, transaction_id=transaction_id,
                                    offset=outcome.base_offset)
