@@ -26,7 +26,10 @@ alone (END_TRANSACTION), and a commit sent twice stores the message twice. On th
   decision on its half message is final: decided and committed (the copy goes), or made without
   it (a dead attempt's, a replay's: it goes). Each half message names its micro-batch
   (``SPARK_MICRO_BATCH``; a writer driven outside Spark names none, and its half messages are
-  answered only once a decision names them).
+  answered only once a decision names them). Each also carries RocketMQ's
+  ``CHECK_IMMUNITY_TIME_IN_SECONDS`` (``CHECK_IMMUNITY_S``), so that the broker checks none of a
+  micro-batch's rows before then; past it RocketMQ 5 takes a producer's end only as a check's
+  answer, which ``end_halves`` sends it as.
 - **Half messages nobody answers for** (no task of the query runs while the broker checks) are
   dropped by the broker after ``transactionCheckMax`` checks (15, one each
   ``transactionCheckInterval``). A decision is finished by the next run of the query: RocketMQ's
