@@ -81,6 +81,7 @@ from rmq_spark.structs import (
 from rmq_wire.codec import Codec, Compression
 from rmq_wire.codec.records import read_headers
 from rmq_wire.record import (
+    PROPERTY_CHECK_IMMUNITY_SECONDS,
     PROPERTY_INNER_NUM,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
@@ -713,10 +714,13 @@ class RemotingTransport(Transport):
 
     # --- RocketMQ's transactional messages -------------------------------------------------------
 
-    def send_half(self, topic: str, queue: tuple[str, int], body: bytes, properties: dict, group: str) -> Future:
+    def send_half(self, topic: str, queue: tuple[str, int], body: bytes, properties: dict, group: str,
+                  check_immunity_s: int = 0) -> Future:
         """Prepare one message under RocketMQ's transactional messages, as producer ``group``
         (whose name END_TRANSACTION must repeat); a Future of its HalfMessage, or of the
-        RmqError that refused it. ``properties`` are the message's own (TAGS, KEYS, ...). A
+        RmqError that refused it. ``properties`` are the message's own (TAGS, KEYS, ...);
+        ``check_immunity_s``: the broker checks it no sooner (CHECK_IMMUNITY_TIME_IN_SECONDS; at
+        least its transactionTimeOut; 0: the broker's own). A
         broker that sheds load (SYSTEM_BUSY: the request waited too long in its queue and was
         not run) is asked again, as RocketMQ's producers do."""
         broker, queue_id = queue
@@ -724,7 +728,8 @@ class RemotingTransport(Transport):
         address = route.address(self.broker_of(route, broker))
         self._as_producer(address, group)
         unique_key = self.unique_keys.next()
-        text = _properties_text({**properties, "UNIQ_KEY": unique_key, "WAIT": "true",
+        own = {**properties, PROPERTY_CHECK_IMMUNITY_SECONDS: str(check_immunity_s)} if check_immunity_s else properties
+        text = _properties_text({**own, "UNIQ_KEY": unique_key, "WAIT": "true",
                                  PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group})
         fields = {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": SysFlag.TRANSACTION_PREPARED,
                   "g": int(time.time() * 1000), "h": 0, "i": text, "j": 0, "k": "false", "m": "false", "n": broker}

@@ -57,7 +57,6 @@ from rmq_spark.producer.columns import batch_columns, split_by_topic
 from rmq_spark.producer.routing import Router
 from rmq_spark.spark import kafka
 from rmq_spark.structs import HalfMessage
-from rmq_wire.record import PROPERTY_CHECK_IMMUNITY_SECONDS
 
 DECISIONS_DIR = ("rocketmq-batch", "decisions")
 MICRO_BATCH_PROPERTY = "SPARK_MICRO_BATCH"  # a half message's micro-batch, for the answers to checks
@@ -93,9 +92,7 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str, dire
     group = producer_group(sink_id)
     transport = _transport(options)
     transport.answer_checks(group, CheckAnswers(directory))
-    marked = {PROPERTY_CHECK_IMMUNITY_SECONDS: str(CHECK_IMMUNITY_S)}
-    if batch_id is not None:
-        marked[MICRO_BATCH_PROPERTY] = str(batch_id)
+    marked = {} if batch_id is None else {MICRO_BATCH_PROPERTY: str(batch_id)}
     router = Router(transport, plan.queue_selector)
     prepared: list[HalfMessage] = []
     pending: deque = deque()
@@ -113,7 +110,8 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str, dire
                 places = router.row_queues(route, rows, columns.column("keys"), lengths, options.batch_max_bytes)
                 for place, body, properties in zip(places.tolist(), columns.column("body").to_pylist(),
                                                    _properties(columns, marked)):
-                    pending.append(transport.send_half(topic, route.queues[place], body, properties, group))
+                    pending.append(transport.send_half(topic, route.queues[place], body, properties, group,
+                                                       CHECK_IMMUNITY_S))
                     while len(pending) >= IN_FLIGHT or (pending and pending[0].done()):
                         prepared.append(pending.popleft().result(timeout_s))
         while pending:
