@@ -160,16 +160,23 @@ def killed_halfway(script: str, arguments: tuple, tmp_path) -> None:
     """Run ``script`` in a process of its own and SIGKILL it once it says it is halfway."""
     marker, given = tmp_path / f"halfway-{next(_names)}", tmp_path / f"arguments-{next(_names)}"
     given.write_bytes(pickle.dumps((*arguments, str(marker))))
-    process = subprocess.Popen([sys.executable, "-c", script, str(given)])
+    killed_when(subprocess.Popen([sys.executable, "-c", script, str(given)], start_new_session=True,
+                                 stderr=subprocess.PIPE), marker, "halfway", 120)
+
+
+def killed_when(process: subprocess.Popen, marker, what: str, timeout_s: float) -> None:
+    """SIGKILL ``process`` and every process of its group once ``marker`` exists (``what``)."""
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + timeout_s
         while not marker.exists():
-            assert process.poll() is None, f"the process ended ({process.returncode}) before it was halfway"
-            assert time.monotonic() < deadline, "the process was not halfway within 120 s"
-            time.sleep(0.05)
+            assert process.poll() is None, \
+                f"the process ended ({process.returncode}) before {what}: {process.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, f"the process was not {what} within {timeout_s} s"
+            time.sleep(0.01)
     finally:
-        process.send_signal(signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait(30)
+        process.stderr.close()
 
 
 # The crashes on one broker of each kind (the two-broker cluster takes the stream above); the
@@ -279,16 +286,7 @@ def test_a_spark_driver_killed_mid_query_and_restarted_writes_each_row_once(spar
     decided = checkpoint.joinpath("rocketmq-batch", "decisions", "1.arrow")
     driver = subprocess.Popen([sys.executable, "-c", _DRIVER, target.namesrv, source_topic, topic, str(checkpoint)],
                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 180
-        while not decided.exists():
-            assert driver.poll() is None, f"the driver ended ({driver.returncode}): {driver.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline, "the driver decided no second micro-batch within 180 s"
-            time.sleep(0.01)
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(30)
-        driver.stderr.close()
+    killed_when(driver, decided, "deciding its second micro-batch", 180)
     assert held(target, topic) < 1500, "the driver was to die before the end of the query"
     print("killed with micro-batch 1", "committed" if decided.with_suffix(".done").exists() else
           "decided, its commit unfinished", f"({held(target, topic)} rows visible)")
