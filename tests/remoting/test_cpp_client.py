@@ -18,10 +18,7 @@ import pytest
 
 rocketmq_client = pytest.importorskip("rocketmq.client", reason="the C++ client (PyPI rocketmq) is not installed")
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage, SendStatus  # noqa: E402
-from rocketmq.exceptions import (
-    ProducerSendOrderlyFailed,  # noqa: E402
-    ffi_check,  # noqa: E402
-)
+from rocketmq.exceptions import ProducerSendOrderlyFailed, ffi_check  # noqa: E402
 from rocketmq.ffi import _CConsumeStatus, dll  # noqa: E402
 
 _names = itertools.count()
