@@ -306,8 +306,7 @@ def _ids_name(sink: str) -> str:
     context = TaskContext.get()
     if context is None:
         return sink
-    batch = context.getLocalProperty("streaming.sql.batchId")
-    return f"{sink}{'.b' + batch if batch else ''}.p{context.partitionId()}"
+    return f"{sink}{_batch_part()}.p{context.partitionId()}"
 
 
 def _micro_batch() -> int | None:
@@ -323,8 +322,13 @@ def _attempt_prefix(prefix: str) -> str:
     context = TaskContext.get()
     if context is None:  # called outside a Spark task (tests driving the writer directly)
         return prefix
-    batch = context.getLocalProperty("streaming.sql.batchId")
-    return f"{prefix}{'.b' + batch if batch else ''}.p{context.partitionId()}.a{context.attemptNumber()}"
+    return f"{prefix}{_batch_part()}.p{context.partitionId()}.a{context.attemptNumber()}"
+
+
+def _batch_part() -> str:
+    """``.b<batch>`` in a streaming write task, empty in a batch write."""
+    batch = _micro_batch()
+    return "" if batch is None else f".b{batch}"
 
 
 def _abandon(producer: Producer, options: SinkOptions, transaction_id: str | None) -> None:

@@ -207,11 +207,16 @@ def _write_decision(directory: Path, batch_id: int, halves: list[HalfMessage], g
         os.close(fd)
 
 
+def _read_decision(path: Path) -> pa.Table:
+    """A decision ``_write_decision`` wrote: its half messages, the producer group in its metadata."""
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
 def _finish(transport, decided: Path, done: Path) -> None:
     """Commit the decided half messages that no commit reached (the broker finds a committed
     one by its UNIQ_KEY), then mark the decision done."""
-    with pa.memory_map(str(decided)) as source:
-        table = pa.ipc.open_file(source).read_all()
+    table = _read_decision(decided)
     group = table.schema.metadata[b"producer_group"].decode()
     halves = [HalfMessage(**row) for row in table.to_pylist()]
     missing = [h for h in halves if not transport.message_exists(h.topic, h.broker, h.unique_key)]
@@ -258,8 +263,7 @@ class CheckAnswers:
 
     def _named(self, batch_id: int) -> frozenset:
         if batch_id not in self._keys:
-            with pa.memory_map(str(self.directory / f"{batch_id}.arrow")) as source:
-                table = pa.ipc.open_file(source).read_all()
+            table = _read_decision(self.directory / f"{batch_id}.arrow")
             self._keys[batch_id] = frozenset(table.column("unique_key").to_pylist())
         return self._keys[batch_id]
 

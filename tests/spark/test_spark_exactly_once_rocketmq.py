@@ -4,11 +4,13 @@ cluster and the real Apache RocketMQ (5.5.0; 4.9.7 for the driver killed), each 
 reading the topic with RocketMQ's own Java client: a streaming query; its last micro-batch
 replayed after a restart; a whole Spark driver (its JVM and its Python workers) SIGKILLed
 mid-query, then restarted; the driver's commit SIGKILLed halfway, then restarted; a writer task
-SIGKILLed mid-write, then retried."""
+SIGKILLed mid-write, then retried; one of Spark's own Python workers SIGKILLed mid-write, its
+task retried by Spark."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import os
 import pickle
@@ -65,6 +67,17 @@ def read_once(target, topic: str, bodies: list[bytes]) -> None:
     assert pulled["received"] == len(bodies) and pulled["digest"] == digest(bodies), pulled
 
 
+def micro_batches(target, topic: str) -> set[int]:
+    """The micro-batches the topic's messages say they were written in (``SPARK_MICRO_BATCH``,
+    which the answers to the broker's checks go by); every message must say one."""
+    with Admin(name_server=target.namesrv) as admin:
+        ranges = [OffsetRange(topic, q.queue_id, q.min_offset, q.max_offset, q.broker)
+                  for q in admin.offsets([topic])[topic]]
+    with RangeReader(name_server=target.namesrv, include_properties=True) as reader:
+        properties = [dict(p) for p in reader.read_table(ranges).column("properties").to_pylist()]
+    return {int(p[sink_rocketmq.MICRO_BATCH_PROPERTY]) for p in properties}
+
+
 def rows(start: int, count: int) -> list[bytes]:
     return [b"row-%05d" % i for i in range(start, start + count)]
 
@@ -105,6 +118,7 @@ def test_a_stream_is_written_exactly_once_and_a_replayed_micro_batch_writes_noth
     last = run()
     assert last >= 2  # 600 rows at most 250 a micro-batch
     assert held(target, topic) == 600
+    assert micro_batches(target, topic) == set(range(last + 1))  # Spark's tasks named theirs
     forget_commit(checkpoint, last)
     run()
     read_once(target, topic, rows(0, 600))
@@ -301,3 +315,51 @@ def test_a_spark_driver_killed_mid_query_and_restarted_writes_each_row_once(spar
     finally:
         query.stop()
     read_once(target, topic, rows(0, 1500))
+
+
+_RETRYING_DRIVER = textwrap.dedent("""
+    import sys
+    from pyspark.sql import SparkSession
+
+    name_server, source, topic, checkpoint = sys.argv[1:]
+    spark = (SparkSession.builder.master("local[2,4]")  # a failed task is tried again (up to 4 times)
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.python.worker.module", "pyspark_worker_killed_mid_write").getOrCreate())
+    query = (spark.readStream.format("rocketmq-batch").option("nameServer", name_server).option("topic", source)
+             .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", 300).load().select("body")
+             .writeStream.format("rocketmq-batch").option("nameServer", name_server).option("topic", topic)
+             .option("deliveryGuarantee", "exactlyOnce").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    print("batches:", sorted(p["batchId"] for p in query.recentProgress))
+""")
+
+
+@ONE_BROKER_EACH
+def test_a_spark_python_worker_killed_mid_write_is_retried_by_spark_and_writes_each_row_once(target, tmp_path):
+    """Spark's own Python worker of a write task is SIGKILLed with 100 of its rows prepared
+    (tests/spark/pyspark_worker_killed_mid_write.py, as PySpark's worker module); Spark fails the task
+    and runs it again, the query goes on, and each row is in the topic once: the dead attempt's
+    half messages are never committed."""
+    source_topic, topic = topic_of(target, "eo-src"), topic_of(target, "eo-out")
+    with Producer(name_server=target.namesrv) as producer:
+        producer.send_batch([Message(source_topic, body) for body in rows(0, 900)])
+    marker = tmp_path / "killed"
+    here = os.path.dirname(os.path.abspath(__file__))
+    environment = {**os.environ, "KILL_MARKER": str(marker),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    driver = subprocess.Popen([sys.executable, "-c", _RETRYING_DRIVER, target.namesrv, source_topic, topic,
+                               str(tmp_path / "checkpoint")], env=environment, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _out, err = driver.communicate(timeout=360)
+    finally:  # the driver's JVM and workers too, whatever happened
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+    assert driver.returncode == 0, err[-4000:]
+    assert marker.exists(), "no Python worker was killed: " + err[-3000:]
+    assert "Python worker exited unexpectedly" in err, err[-3000:]
+    read_once(target, topic, rows(0, 900))
+
