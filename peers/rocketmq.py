@@ -314,10 +314,13 @@ def java_produce(namesrv: str, topic: str, messages: int, threads: int = 4, body
     return _harness(*args, *(["--tag", tag] if tag else []), jvm=jvm)
 
 
-def java_pull(namesrv: str, topic: str, expect: int, timeout_s: float = 120, jvm: tuple = ()) -> dict:
-    """RocketMQ's lite pull consumer over every queue from its start: {"received", "digest"}."""
+def java_pull(namesrv: str, topic: str, expect: int, timeout_s: float = 120, jvm: tuple = (),
+              digest: bool = True) -> dict:
+    """RocketMQ's lite pull consumer over every queue from its start: {"received", "digest",
+    "seconds"} (from the assignment to the last message: the JVM's start left out).
+    ``digest`` False: the bodies are counted, not kept (a read larger than the JVM's heap)."""
     return _harness("pull", "--namesrv", namesrv, "--topic", topic, "--expect", str(expect), "--timeout-s",
-                    str(timeout_s), timeout_s=timeout_s + 60, jvm=jvm)
+                    str(timeout_s), "--digest", str(digest).lower(), timeout_s=timeout_s + 60, jvm=jvm)
 
 
 def remoting_tls(ca: str | None = None, cert: str | None = None, key: str | None = None) -> tuple:

@@ -37,8 +37,12 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *              [--batch-delay-ms D]
  *              DefaultMQProducer (remoting) with autoBatch on (a batch waits D ms for more, 10
  *              unless told), async sends, K threads.
- * pull         --namesrv H:P --topic T --expect N [--timeout-s S]
- *              DefaultLitePullConsumer: every queue from its beginning until N messages.
+ * pull         --namesrv H:P --topic T --expect N [--timeout-s S] [--digest false]
+ *              DefaultLitePullConsumer, a group of its own each time (a group's committed
+ *              offsets would start the next read where this one ended): every queue from its
+ *              beginning until N messages;
+ *              "seconds" from the assignment to the Nth message; --digest false: the bodies are
+ *              counted, not kept (no digest), for reads larger than the JVM's heap.
  * grpc-produce --endpoint H:P --topic T --messages N [--body-bytes B] [--tls true]   (rocketmq-client-java)
  * grpc-consume --endpoint H:P --topic T --group G --expect N [--timeout-s S] [--tls true]   (SimpleConsumer)
  *              --tls true: enableSsl (the client trusts any certificate of the endpoint).
@@ -167,20 +171,27 @@ public final class Harness {
     static void pull(Map<String, String> a) throws Exception {
         long expect = Long.parseLong(a.get("expect"));
         long timeoutMs = (long) (Double.parseDouble(a.getOrDefault("timeout-s", "60")) * 1000);
-        DefaultLitePullConsumer consumer = fromFirstOffset("harness-pull-" + a.get("topic"), a.get("namesrv"));
+        DefaultLitePullConsumer consumer = fromFirstOffset("harness-pull-" + a.get("topic") + "-" + System.nanoTime(), a.get("namesrv"));
         consumer.setPullBatchSize(256);
         consumer.start();
         Collection<MessageQueue> queues = consumer.fetchMessageQueues(a.get("topic"));
+        boolean keep = Boolean.parseBoolean(a.getOrDefault("digest", "true"));
+        long began = System.nanoTime();
         consumer.assign(queues);
         List<String> bodies = new ArrayList<>();
+        long received = 0;
         long deadline = System.currentTimeMillis() + timeoutMs;
-        while (bodies.size() < expect && System.currentTimeMillis() < deadline) {
+        while (received < expect && System.currentTimeMillis() < deadline) {
             for (MessageExt message : consumer.poll(500)) {
-                bodies.add(new String(message.getBody(), StandardCharsets.UTF_8));
+                received++;
+                if (keep) {
+                    bodies.add(new String(message.getBody(), StandardCharsets.UTF_8));
+                }
             }
         }
-        System.out.printf("{\"received\": %d, \"queues\": %d, \"digest\": \"%s\"}%n", bodies.size(), queues.size(),
-                digest(bodies));
+        double seconds = (System.nanoTime() - began) / 1e9;
+        System.out.printf("{\"received\": %d, \"queues\": %d, \"seconds\": %.3f, \"digest\": \"%s\"}%n",
+                received, queues.size(), seconds, keep ? digest(bodies) : "");
         System.out.flush();  // before the shutdown, which may wait for long polls
         consumer.shutdown();
     }
