@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,18 @@ def fetch() -> None:
         shutil.rmtree(done, ignore_errors=True)
         shutil.move(work, done)
     print(f"peers: fetched into {done}")
+    _forget_others(done)
+
+
+def _forget_others(done: Path) -> None:
+    """Remove the caches of other versions and harnesses (about 400 MB each; every change of the
+    harness makes a new one). A checkout that needs one again fetches it again, from Maven's
+    local repository."""
+    for other in done.parent.iterdir():  # named by their digest (fetched_dir); the Python client's venv is not
+        is_cache = re.fullmatch("[0-9a-f]{%d}" % len(done.name), other.name) is not None
+        if is_cache and other != done and (other / ".complete").exists():
+            shutil.rmtree(other, ignore_errors=True)
+            print(f"peers: removed the cache of other versions {other}")
 
 
 def _build_harness(work: Path, properties: list[str]) -> None:
