@@ -214,17 +214,19 @@ def count(payload) -> int:
 
 def _check_properties_text(raw: bytes, entries: Entries) -> None:
     """Readers decode property names and values as UTF-8 strings: a payload whose properties
-    are not would be stored for no reader to read. Properties holding a byte past ASCII are
-    found for all entries at once (one sum per entry), and only those are decoded."""
-    starts, lengths = entries.props_start, entries.props_length
-    high = np.append(as_uint8(raw) >= 0x80, False)  # one more element: a region may end at the payload's end
-    bounds = np.empty(2 * len(starts), dtype=np.int64)
-    bounds[0::2], bounds[1::2] = starts, starts + lengths
-    found = np.add.reduceat(high, bounds)[0::2] if len(bounds) else bounds
-    for message in np.flatnonzero((found > 0) & (lengths > 0)).tolist():
-        start = int(starts[message])
+    are not would be stored for no reader to read. The properties' bytes alone are gathered
+    (tens a message, where bodies are KiBs), those holding a byte past ASCII found for all
+    entries at once, and only those decoded."""
+    has = entries.props_length > 0
+    if not has.any():
+        return
+    starts, lengths, messages = entries.props_start[has], entries.props_length[has], np.flatnonzero(has)
+    firsts = np.cumsum(lengths) - lengths  # where each message's properties begin among those gathered
+    at = np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()))
+    found = np.add.reduceat(as_uint8(raw)[at] >= 0x80, firsts)
+    for message, start, length in zip(*(a[found > 0].tolist() for a in (messages, starts, lengths))):
         try:
-            raw[start:start + int(lengths[message])].decode()
+            raw[start:start + length].decode()
         except UnicodeDecodeError as err:
             raise BatchFormatError(f"rmq batch: message {message}: its properties are not UTF-8 text ({err.reason}); "
                                    "property names and values are strings: encode them as UTF-8") from None
