@@ -104,8 +104,9 @@ class Producer:
         self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
         self._sender.transaction_id = transaction_id
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
-        self._blocked_sends = 0  # threads waiting in send()
-        self._blocked_lock = threading.Lock()
+        # A blocking send appended since the timer last sent every open batch (a flag, not a count:
+        # set and cleared without a lock, which 64 threads blocked in send would contend for).
+        self._blocked_send = False
         self._sender.on_idle = self._on_idle
         self._closed = False
         self._close_lock = threading.Lock()
@@ -137,23 +138,22 @@ class Producer:
         out: its batch goes at once, and the batches that fill meanwhile (other threads' sends)
         go as soon as that call is answered, as Nagle's algorithm sends. Threads blocked in
         ``send`` thus share a call each round trip, not each delay."""
-        with self._blocked_lock:  # counted before the append, so that an answer arriving after it sees this send
-            self._blocked_sends += 1
+        future = self.send_async(message)
+        # Set after the append, then the sender looked at: either no call is out and this thread
+        # sends its batch, or a call is, and its answer sees the flag (``_on_idle``).
+        self._blocked_send = True
+        if not future.done() and self._sender.idle and self.config.auto_batch:
+            self.timer.tick(flush_all=True)
         try:
-            future = self.send_async(message)
-            if not future.done() and self._sender.idle and self.config.auto_batch:
-                self.timer.tick(flush_all=True)
             return future.result(self._answer_timeout_s)
         except TimeoutError:
             raise RequestTimeoutError(f"no answer for the batch of this message within "
                                       f"{self._answer_timeout_s:.0f} s") from None
-        finally:
-            with self._blocked_lock:
-                self._blocked_sends -= 1
 
     def _on_idle(self) -> None:
         """The last call out was answered: blocked sends' batches need not wait out their delay."""
-        if self._blocked_sends > 0:
+        if self._blocked_send:
+            self._blocked_send = False
             self.timer.send_open()
 
     def send_async(self, message: Message,
