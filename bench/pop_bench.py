@@ -7,8 +7,10 @@ Rows: a SimpleCQ topic (a delivery per message) popped 32 at a time (RocketMQ's 
 and a BatchCQ topic (batches of 32, what RocketMQ's 32 KiB AutoBatch makes of 1 KB messages, in
 the arrow codec of the Spark sink; a delivery per batch) popped 32 units at a time. Consumers
 use what they pop: SimpleCQ messages as structs (``Delivery.messages()``), BatchCQ units as
-Arrow (``Delivery.records``). The baseline, measured in the same run, is a RangeReader read
-of the same messages into Arrow. The consumers are threads of one process (the broker has the
+Arrow (``Delivery.records``). Each 32-a-pop row is run through our gRPC door and through the
+same broker's remoting door (RocketMQ's POP_MESSAGE, and BATCH_ACK_MESSAGE: one ack request a
+pop), as the SDK pops any RocketMQ cluster. The baseline, measured in the same run, is a
+RangeReader read of the same messages into Arrow. The consumers are threads of one process (the broker has the
 other core), or processes of their own (``--processes``: five processes then share 2 cores).
 
     python bench/pop_bench.py [--simple-messages 200000] [--batch-messages 1000000] [--queues 8]
@@ -31,6 +33,7 @@ from bench import report  # noqa: E402
 from bench.process_memory import rss_bytes  # noqa: E402
 from bench.read_bench import fill, read_all  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
+from peers.process import free_port  # noqa: E402
 from rmq_spark import PopConsumer  # noqa: E402
 
 TARGETS = {"SimpleCQ": 40_000, "BatchCQ": 200_000}
@@ -38,10 +41,13 @@ BATCH = 32
 
 
 def consume_until(endpoint: str, group: str, topic: str, per_pop: int, expected: int, popped, start,
-                  seconds_limit: float) -> None:
+                  seconds_limit: float, name_server: str | None = None) -> None:
     """Pop, use and ack until the consumers together popped ``expected`` messages (``popped``
-    is a shared counter) or ``seconds_limit`` passed."""
-    with PopConsumer(endpoint, group, topic, invisible_ms=60_000, max_messages=per_pop, poll_ms=200) as consumer:
+    is a shared counter) or ``seconds_limit`` passed; through ``name_server`` (the remoting
+    door) when given, else our door at ``endpoint``."""
+    address = {"name_server": name_server} if name_server else {"endpoint": endpoint}
+    with PopConsumer(**address, group=group, topics=topic, invisible_ms=60_000, max_messages=per_pop,
+                     poll_ms=200) as consumer:
         start.wait()
         give_up = time.monotonic() + seconds_limit
         while time.monotonic() < give_up:
@@ -57,17 +63,19 @@ def consume_until(endpoint: str, group: str, topic: str, per_pop: int, expected:
 
 
 def pop_all(endpoint: str, topic: str, per_pop: int, expected: int, consumers: int, threads: bool,
-            limit_s: float) -> tuple[int, float]:
+            limit_s: float, name_server: str | None = None) -> tuple[int, float]:
     group = f"bench-{topic}-{os.getpid()}-{time.monotonic_ns()}"
     if threads:
         popped, start = multiprocessing.Value("q", 0), threading.Event()
         workers = [threading.Thread(target=consume_until, args=(endpoint, group, topic, per_pop, expected, popped,
-                                                                start, limit_s)) for _ in range(consumers)]
+                                                                start, limit_s, name_server))
+                   for _ in range(consumers)]
     else:
         context = multiprocessing.get_context("spawn")
         popped, start = context.Value("q", 0), context.Event()
         workers = [context.Process(target=consume_until, args=(endpoint, group, topic, per_pop, expected, popped,
-                                                               start, limit_s)) for _ in range(consumers)]
+                                                               start, limit_s, name_server))
+                   for _ in range(consumers)]
     for worker in workers:
         worker.start()
     time.sleep(1.0 if not threads else 0.1)  # processes import the SDK and connect before the clock starts
@@ -88,34 +96,38 @@ def main(argv=None) -> int:
     parser.add_argument("--limit-s", type=float, default=300, help="give up a row after this long")
     args = parser.parse_args(argv)
     rows = []
+    remoting = free_port()
+    doors = {"gRPC": None, "remoting": f"127.0.0.1:{remoting}"}
     with tempfile.TemporaryDirectory(prefix="rmq-pop-bench-") as data_dir:
-        with broker_process(Path(data_dir)) as (endpoint, process):
-            for queue_type, codec, messages, per_pops in (("SimpleCQ", "rmq", args.simple_messages, (32, 256)),
-                                                          ("BatchCQ", "arrow", args.batch_messages, (32,))):
+        with broker_process(Path(data_dir), "--remoting-port", str(remoting)) as (endpoint, process):
+            for queue_type, codec, messages, plan in (
+                    ("SimpleCQ", "rmq", args.simple_messages, ((32, "gRPC"), (32, "remoting"), (256, "gRPC"))),
+                    ("BatchCQ", "arrow", args.batch_messages, ((32, "gRPC"), (32, "remoting")))):
                 topic = f"pop{queue_type}"
                 print(f"filling {queue_type}: {messages:,} messages ...", flush=True)
                 fill(endpoint, topic, queue_type, codec, "none", BATCH, args.queues, messages)
                 stored = messages // BATCH * BATCH
                 read_rows, read_s = read_all(endpoint, topic, args.queues)
                 assert read_rows == stored, (read_rows, stored)
-                for per_pop in per_pops:
+                for per_pop, door in plan:
                     popped, pop_s = pop_all(endpoint, topic, per_pop, stored, args.consumers, not args.processes,
-                                            args.limit_s)
+                                            args.limit_s, doors[door])
                     rate = popped / pop_s
-                    rows.append({"topic": f"{queue_type} ({codec})", "deliveries per pop": per_pop,
+                    rows.append({"topic": f"{queue_type} ({codec})", "door": door, "deliveries per pop": per_pop,
                                  "messages": stored, "pop+ack msgs/s": rate,
                                  "range read msgs/s (baseline)": read_rows / read_s,
                                  "pop / read": rate / (read_rows / read_s), "target msgs/s": TARGETS[queue_type],
                                  "broker RSS MiB": rss_bytes(process.pid) / (1 << 20)})
                     if popped < stored:
                         print(f"WARNING: {queue_type}: only {popped:,} of {stored:,} popped within {args.limit_s} s")
-    notes = [f"{r['topic']}, {r['deliveries per pop']} per pop: pop + ack {r['pop+ack msgs/s']:,.0f} msgs/s, "
+    notes = [f"{r['topic']}, {r['deliveries per pop']} per pop, {r['door']} door: pop + ack "
+             f"{r['pop+ack msgs/s']:,.0f} msgs/s, "
              f"{r['pop / read']:.2f}x the range read; "
              f"{'meets' if r['pop+ack msgs/s'] >= r['target msgs/s'] else 'MISSES'} the {r['target msgs/s']:,} "
              "msgs/s target" for r in rows]
     notes.append(f"consumers: {args.consumers} {'processes' if args.processes else 'threads'}, each pop acked in one "
                  "call before the next; BatchCQ batches of 32 messages (one delivery each)")
-    report.write("pop", rows, ["topic", "deliveries per pop", "messages", "pop+ack msgs/s",
+    report.write("pop", rows, ["topic", "door", "deliveries per pop", "messages", "pop+ack msgs/s",
                                "range read msgs/s (baseline)", "pop / read", "target msgs/s", "broker RSS MiB"], notes,
                  plot=lambda ax: _plot(ax, rows))
     return 0
@@ -128,7 +140,7 @@ def _plot(ax, rows) -> None:
            label="range read (baseline)")
     for i, r in enumerate(rows):
         ax.hlines(r["target msgs/s"], i - 0.4, i + 0.4, color="red", linestyle="--")
-    ax.set_xticks(list(x), [f"{r['topic']}\n{r['deliveries per pop']} per pop" for r in rows], fontsize=8)
+    ax.set_xticks(list(x), [f"{r['topic']}\n{r['deliveries per pop']} per pop, {r['door']}" for r in rows], fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("msgs/s (log)")
     ax.legend()

@@ -10,7 +10,8 @@ had every feature, and its own refusals say what it lacks.
 What RocketMQ 4 lacks, read from 4.9.7's broker: topic attributes, so BatchCQ (its
 UPDATE_AND_CREATE_TOPIC drops ``queue.type`` and makes a SimpleCQ topic without a word, which
 is why a BatchCQ topic is refused here before it is asked for), and pop consumption (its
-broker answers POP_MESSAGE with REQUEST_CODE_NOT_SUPPORTED). Used by remoting_transport.py.
+broker answers POP_MESSAGE with REQUEST_CODE_NOT_SUPPORTED). RocketMQ 5.0.0 to 5.1.2 pop, but ack
+one message a request: BATCH_ACK_MESSAGE came with 5.1.3. Used by remoting_transport.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rmq_spark.errors import ConfigError
 
 _V4_0_0_SNAPSHOT = 212  # MQVersion.Version.V4_0_0_SNAPSHOT.ordinal()
 _V5_0_0_SNAPSHOT = 412
+_V5_1_3_SNAPSHOT = 438
 
 BATCH_CQ = "BatchCQ"
 POP = "pop"
@@ -53,6 +55,12 @@ class BrokerVersion:
     def major(self) -> int | None:
         name = self.name
         return None if name is None else int(name.split(".")[0])
+
+    @property
+    def batch_ack(self) -> bool:
+        """Whether the broker takes BATCH_ACK_MESSAGE: False only for one that says it is older
+        than RocketMQ 5.1.3."""
+        return not _V4_0_0_SNAPSHOT <= self.ordinal < _V5_1_3_SNAPSHOT
 
     def has(self, feature: str) -> bool:
         """False only for a feature RocketMQ 4 lacks on a broker that says it is RocketMQ 4."""

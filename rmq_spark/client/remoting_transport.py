@@ -19,6 +19,7 @@ twice: sends are at least once, each message carrying the UNIQ_KEY its producer 
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import itertools
 import os
@@ -29,6 +30,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
 import orjson
 
 from rmq_spark.client.acl_refusals import acl_refusal
@@ -683,7 +685,10 @@ class RemotingTransport(Transport):
         return _popped(query, answer, entry.broker, invisible_until)
 
     def ack(self, group: str, receipt_handles: list[str]) -> list[AckFailure]:
-        calls, failures, sent = [], [], []
+        """One BATCH_ACK_MESSAGE a broker (RocketMQ 5.1.3 and later, and broker_sim), else an
+        ACK_MESSAGE a handle. A batch ack's answer is one for all its handles: a refusal fails
+        each of them (RocketMQ answers SUCCESS whatever it could ack)."""
+        failures, by_address = [], {}
         for index, handle in enumerate(receipt_handles):
             try:
                 receipt = _Receipt.parse(handle)
@@ -691,8 +696,18 @@ class RemotingTransport(Transport):
             except (ValueError, RmqError) as err:
                 failures.append(AckFailure(index, True, f"not a receipt handle of this client: {err}"))
                 continue
-            calls.append((address, RequestCode.ACK_MESSAGE, receipt.fields(group)))
-            sent.append(index)
+            by_address.setdefault(address, []).append((index, receipt))
+        calls, sent = [], []
+        for address, receipts in by_address.items():
+            body = _batch_ack_body(group, receipts) if len(receipts) > 1 else None
+            if body is not None and self.broker_version(address).batch_ack:
+                answer = self._invoke(address, RequestCode.BATCH_ACK_MESSAGE, {}, body)
+                if answer.code != ResponseCode.SUCCESS:
+                    failures += [AckFailure(index, answer.code != ResponseCode.NO_MESSAGE, answer.remark or "")
+                                 for index, _receipt in receipts]
+                continue
+            calls += [(address, RequestCode.ACK_MESSAGE, receipt.fields(group)) for _index, receipt in receipts]
+            sent += [index for index, _receipt in receipts]
         for index, answer in zip(sent, self._invoke_all(calls)):
             if answer.code != ResponseCode.SUCCESS:
                 failures.append(AckFailure(index, answer.code != ResponseCode.NO_MESSAGE, answer.remark or ""))
@@ -1000,6 +1015,31 @@ class _Receipt:
         extra = list(self.extra)
         extra[1:4] = [str(pop_time), str(invisible_ms), revive_queue]
         return _Receipt(self.broker, self.topic, self.queue_id, self.offset, extra)
+
+
+def _batch_ack_body(group: str, receipts: list[tuple[int, "_Receipt"]]) -> bytes:
+    """A BatchAckMessageRequestBody as RocketMQ's Java client makes one: an ack per pop of a
+    queue (its retry mark, queue, start offset and pop time), with the offsets acked as a
+    java.util.BitSet from the start offset (its bytes, little-endian, in Base64). None when a
+    handle's pop info does not fit one (each is then acked alone, and answered on its own)."""
+    acks = {}
+    for _index, receipt in receipts:
+        start, pop_time, invisible, revive_queue, mark = receipt.extra[:5]
+        if not all(part.lstrip("-").isdigit() for part in (start, pop_time, invisible, revive_queue)) or \
+                receipt.offset < int(start):
+            return None
+        ack = acks.get((mark, receipt.queue_id, start, pop_time))
+        if ack is None:
+            ack = acks[(mark, receipt.queue_id, start, pop_time)] = {
+                "c": group, "t": receipt.topic, "r": mark, "so": int(start), "q": receipt.queue_id,
+                "rq": int(revive_queue), "pt": int(pop_time), "it": int(invisible), "b": []}
+        ack["b"].append(receipt.offset - int(start))
+    for ack in acks.values():
+        bits = np.zeros(max(ack["b"]) + 1, dtype=bool)
+        bits[ack["b"]] = True
+        ack["b"] = base64.b64encode(np.packbits(bits, bitorder="little").tobytes()).decode()
+    broker = receipts[0][1].broker
+    return orjson.dumps({"brokerName": broker, "acks": list(acks.values())})
 
 
 def _popped(query: PopQuery, answer: RemotingCommand, broker: str, invisible_until: int) -> Popped:

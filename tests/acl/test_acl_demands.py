@@ -50,7 +50,9 @@ def full_request(offset: int) -> tuple[dict, bytes]:
               "brokerName": "b", "brokerAddr": "127.0.0.1:1", "clusterName": "c", "brokerId": 0, "namespace": "n"}
     body = orjson.dumps({"consumerDataSet": [{"groupName": GROUP, "subscriptionDataSet": [{"topic": "orders"}]}],
                          "consumerGroup": GROUP, "clientId": "c", "groupName": GROUP,
-                         "mqSet": [{"topic": "orders", "brokerName": "b", "queueId": 0}]})
+                         "mqSet": [{"topic": "orders", "brokerName": "b", "queueId": 0}],
+                         "acks": [{"c": GROUP, "t": "orders", "r": "0", "so": 0, "q": 0, "rq": 0, "pt": 0, "it": 60000,
+                                   "b": "AQ=="}]})
     return fields, body
 
 

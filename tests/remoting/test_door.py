@@ -4,6 +4,7 @@ input that gets an answer (or a closed connection) while the broker stays up."""
 
 from __future__ import annotations
 
+import base64
 import select
 import socket
 import struct
@@ -649,3 +650,32 @@ def test_a_group_created_orderly_is_kept(broker, conn):
 def test_a_malformed_group_config_is_refused_saying_why(conn, body, words):
     answer = conn.invoke(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
     assert answer.code == ResponseCode.INVALID_PARAMETER and words in answer.remark
+
+
+def test_a_batch_ack_acks_the_offsets_of_its_bitsets_and_says_what_it_could_not(broker, conn):
+    topic = new_topic(broker, "batch-acked", 1)
+    for i in range(5):
+        send(conn, topic, b"a%d" % i, queue_id=0)
+    popped, answer = [], None
+    while len(popped) < 5:
+        answer = pop(conn, topic, "batch-group")
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        popped += records(answer.body)
+    assert len({r[1] for r in popped}) == 5
+    start = int(answer.ext_fields["startOffsetInfo"].split(" ")[2])
+    ack = {"c": "batch-group", "t": topic, "r": "0", "so": start, "q": 0, "rq": 0,
+           "pt": int(answer.ext_fields["popTime"]), "it": int(answer.ext_fields["invisibleTime"])}
+    bits = base64.b64encode(bytes([0b10101])).decode()  # offsets start, start + 2 and start + 4
+    acked = conn.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, orjson.dumps({"brokerName": "broker-a",
+                                                                        "acks": [{**ack, "b": bits}]}))
+    assert acked.code == ResponseCode.SUCCESS, acked.remark
+    assert broker.core.pop_service.in_flight("batch-group") == 2
+    again = conn.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, orjson.dumps({"acks": [{**ack, "b": bits}]}))
+    assert (again.code, again.remark.split(" (")[0]) == (ResponseCode.NO_MESSAGE, "3 of 3 acks failed")
+    for body, said in ((b"{not json", "not JSON"), (b"[]", "not a BatchAckMessageRequestBody"),
+                       (orjson.dumps({"acks": [{**ack, "b": "%%"}]}), "is not Base64"),
+                       (orjson.dumps({"acks": [{**ack, "q": "zero", "b": bits}]}), "q is a string, not an integer"),
+                       (orjson.dumps({"acks": [{**ack, "c": "", "b": bits}]}), "names no consumer group")):
+        refused = conn.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, body)
+        assert refused.code != ResponseCode.SUCCESS and said in refused.remark, refused.remark
+    assert broker.core.pop_service.in_flight("batch-group") == 2

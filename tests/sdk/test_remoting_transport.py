@@ -195,6 +195,42 @@ def test_pop_receives_every_message_once_and_acks(target):
     assert sorted(seen) == sorted(b"p%d" % i for i in range(20))
 
 
+def test_an_ack_of_many_deliveries_is_one_batch_ack_and_what_was_not_acked_comes_back(target):
+    """RocketMQ 5.1.3's BATCH_ACK_MESSAGE: a pop's deliveries are acked in one request a broker
+    (not a request a message); the broker acks each named message and no other."""
+    name, group = unique("sdk-batch-ack", target), unique("sdk-batch-ack-group", target)
+    target.create_group(group)
+    with Admin(name_server=target.namesrv) as admin:
+        admin.create_topic(name, 1, "SimpleCQ")
+    bodies = [b"b%d" % i for i in range(40)]
+    with Producer(name_server=target.namesrv) as producer:
+        for body in bodies:
+            producer.send_async(Message(name, body))
+    wait_for_messages(target.namesrv, name, len(bodies))
+    kept = {b"b3", b"b17", b"b31"}  # popped, never acked: they come back after their invisible time
+    with PopConsumer(name_server=target.namesrv, group=group, topics=name, poll_ms=1000, invisible_ms=3000,
+                     max_messages=32) as consumer:
+        transport, codes = consumer._transport, []
+        invoke = transport._invoke
+        transport._invoke = lambda address, code, *args, **kw: codes.append(code) or invoke(address, code, *args, **kw)
+        seen, deadline = [], time.monotonic() + 60
+        while len(seen) < len(bodies) and time.monotonic() < deadline:
+            deliveries = consumer.receive()
+            seen += [d.messages()[0].body for d in deliveries]
+            acked = [d for d in deliveries if d.messages()[0].body not in kept]
+            codes.clear()
+            consumer.ack(acked)
+            if len(acked) > 1:
+                assert codes == [RequestCode.BATCH_ACK_MESSAGE]
+        assert sorted(seen) == sorted(bodies)
+        again, deadline = [], time.monotonic() + 60
+        while len(again) < len(kept) and time.monotonic() < deadline:  # the real broker revives within seconds
+            deliveries = consumer.receive()
+            again += [d.messages()[0].body for d in deliveries]
+            consumer.ack(deliveries)
+    assert sorted(again) == sorted(kept)
+
+
 @with_rocketmq4()
 def test_a_broker_s_version_is_read_from_its_answers(target):
     """The real brokers say their RocketMQ version in every answer; broker_sim's door says none."""

@@ -159,6 +159,16 @@ def _heartbeat(request, _record_topic) -> list[Demand]:
     return found
 
 
+def _batch_ack(request, _record_topic) -> list[Demand]:
+    """Each ack's group and topic (SUB), as its ACK_MESSAGE would need them."""
+    found = []
+    for ack in _json(request.body).get("acks") or []:
+        if isinstance(ack, dict):
+            found.append(Demand.group(str(ack.get("c", ack.get("consumerGroup", "")))))
+            found.append(Demand.topic(str(ack.get("t", ack.get("topic", ""))), Perm.SUB))
+    return found
+
+
 def _locks(request, _record_topic) -> list[Demand]:
     data = _json(request.body)
     found = [Demand.group(str(data.get("consumerGroup", "")))]
@@ -175,7 +185,7 @@ DEMANDS: dict[int, Callable[[RemotingCommand, RecordTopic], list[Demand]]] = {
     _C.END_TRANSACTION: _end_transaction,
     # consumption
     _C.PULL_MESSAGE: _topic_and_group, _C.LITE_PULL_MESSAGE: _topic_and_group,
-    _C.POP_MESSAGE: _topic_and_group, _C.ACK_MESSAGE: _topic_and_group,
+    _C.POP_MESSAGE: _topic_and_group, _C.ACK_MESSAGE: _topic_and_group, _C.BATCH_ACK_MESSAGE: _batch_ack,
     _C.CHANGE_MESSAGE_INVISIBLETIME: _topic_and_group,
     _C.QUERY_CONSUMER_OFFSET: _topic_and_group, _C.UPDATE_CONSUMER_OFFSET: _topic_and_group,
     _C.CONSUMER_SEND_MSG_BACK: _send_back,

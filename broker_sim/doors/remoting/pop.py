@@ -1,5 +1,5 @@
-"""RocketMQ 5's pop over remoting (POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME) on
-the same RocksDB pop state as our gRPC door's pop.
+"""RocketMQ 5's pop over remoting (POP_MESSAGE, ACK_MESSAGE, BATCH_ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME) on the same RocksDB pop state as our gRPC door's pop.
 
 RocketMQ's clients name a popped message by its "extra info" (ExtraInfoUtil): the pop time,
 the invisible time, whether it came from the retry topic, its queue and offset, built from the
@@ -10,9 +10,15 @@ receipt handle and acks or changes through the core.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import time
 
+import numpy as np
+import orjson
+
 from broker_sim.core import BrokerCore, BrokerError, Reason, parse_tag_filter, refused, retry_topic
+from broker_sim.doors.remoting import bodies
 from broker_sim.doors.remoting.fields import Fields
 from rmq_wire.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -27,6 +33,7 @@ class PopRequests:
     def handlers(self) -> dict:
         """{code: (handler, blocking)}: a pop may wait for messages (its pollTime)."""
         return {RequestCode.POP_MESSAGE: (self.pop, True), RequestCode.ACK_MESSAGE: (self.ack, False),
+                RequestCode.BATCH_ACK_MESSAGE: (self.batch_ack, False),
                 RequestCode.CHANGE_MESSAGE_INVISIBLETIME: (self.change_invisible_time, False)}
 
     def pop(self, request: RemotingCommand, connection) -> RemotingCommand:
@@ -70,6 +77,37 @@ class PopRequests:
             return request.response(ResponseCode.NO_MESSAGE, failures[0].detail)
         return request.response(ResponseCode.SUCCESS)
 
+    def batch_ack(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """The acks of many popped messages in one request (RocketMQ 5.1.3's BATCH_ACK_MESSAGE):
+        per pop of a queue, the pop's start offset and a bitset of the offsets acked from it;
+        acked through the core in one call per group. RocketMQ answers SUCCESS whatever it
+        could ack; this door says, as its ACK_MESSAGE does, when some could not be."""
+        handles: dict[str, list[str]] = {}
+        missing: list[BrokerError] = []  # messages no longer in flight, found so by their receipt
+        for ack in batch_acks(request.body):
+            group, topic = ack["group"], ack["topic"]
+            if ack["retry"] in (RETRY_V1, RETRY_V2):
+                topic = retry_topic(group, topic)
+            deadline, orderly = ack["pop_time"] + ack["invisible_time"], ack["revive_queue"] == ORDER_REVIVE_QUEUE
+            for bit in ack["bits"]:
+                try:
+                    handles.setdefault(group, []).append(
+                        self.core.receipt_at(group, topic, ack["queue_id"], ack["start_offset"] + bit, deadline,
+                                             orderly))
+                except BrokerError as err:
+                    if err.reason is not Reason.RECEIPT_HANDLE_EXPIRED:
+                        raise
+                    missing.append(err)
+        total = sum(map(len, handles.values())) + len(missing)
+        if not total:
+            return request.response(ResponseCode.NO_MESSAGE, "the batch ack names no message")
+        failures = [f.detail for group, named in handles.items() for f in self.core.ack(group, named)]
+        failures += [err.message for err in missing]
+        if failures:
+            return request.response(ResponseCode.NO_MESSAGE, f"{len(failures)} of {total} acks failed (the rest were "
+                                                             f"acked); the first: {failures[0]}")
+        return request.response(ResponseCode.SUCCESS)
+
     def change_invisible_time(self, request: RemotingCommand, _connection) -> RemotingCommand:
         group, handle = self._handle(request)
         invisible = Fields(request).integer("invisibleTime")
@@ -101,6 +139,47 @@ class PopRequests:
         if len(extra) < 5:
             raise _bad_extra_info(request)
         return extra
+
+
+_BATCH_ACK = "batch ack"
+# BatchAck's fields: the short names RocketMQ's clients write, and the long ones fastjson also reads
+_BATCH_ACK_FIELDS = {"group": ("c", "consumerGroup"), "topic": ("t", "topic"), "retry": ("r", "retry"),
+                     "start_offset": ("so", "startOffset"), "queue_id": ("q", "queueId"),
+                     "revive_queue": ("rq", "reviveQueueId"), "pop_time": ("pt", "popTime"),
+                     "invisible_time": ("it", "invisibleTime")}
+
+
+def batch_acks(body: bytes) -> list[dict]:
+    """The acks of a BatchAckMessageRequestBody, each with ``bits``: the offsets acked, from
+    its start offset (its bitset, java.util.BitSet's bytes in Base64). A body that is not one
+    is refused, naming what is wrong."""
+    try:
+        data = orjson.loads(body or b"{}")
+    except orjson.JSONDecodeError as bad:
+        raise refused(Reason.INVALID_ARGUMENT, f"the batch ack's body is not JSON: {bad}") from None
+    if not isinstance(data, dict):
+        raise refused(Reason.INVALID_ARGUMENT, "the batch ack's body is not a BatchAckMessageRequestBody object")
+    acks = []
+    for item in bodies.objects(data, "acks", _BATCH_ACK):
+        ack = {}
+        for name, (short, long) in _BATCH_ACK_FIELDS.items():
+            key = short if short in item else long
+            if name in ("group", "topic", "retry"):
+                ack[name] = bodies.text(item, key, _BATCH_ACK, NORMAL if name == "retry" else "")
+            else:
+                ack[name] = bodies.integer(item, key, _BATCH_ACK, 0)
+        if not ack["group"] or not ack["topic"]:
+            raise refused(Reason.INVALID_ARGUMENT, "an ack of the batch names no consumer group or topic: send "
+                                                   "them as RocketMQ's clients do (c, t)")
+        bitset = bodies.text(item, "b" if "b" in item else "bitSet", _BATCH_ACK)
+        try:
+            raw = base64.b64decode(bitset, validate=True)
+        except (binascii.Error, ValueError):
+            raise refused(Reason.INVALID_ARGUMENT, f"an ack's bitset {bitset[:40]!r} is not Base64: send "
+                                                   "java.util.BitSet's toByteArray() as fastjson writes it") from None
+        ack["bits"] = np.flatnonzero(np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")).tolist()
+        acks.append(ack)
+    return acks
 
 
 def _bad_extra_info(request: RemotingCommand) -> BrokerError:
