@@ -179,7 +179,7 @@ def scan(payload) -> Entries:
     return _checked_entries(payload, starts, begins, ends)
 
 
-_WALKED_ENTRIES = 128  # up to this many entries a Python walk checks a payload faster than numpy's calls
+_WALKED_ENTRIES = 64  # up to this many entries a Python walk checks a payload faster than numpy's calls (~30 us)
 _LENGTHS = struct.Struct(f">i{_BODYLEN_AT - 4}xi")  # TOTALSIZE, then BODYLEN
 
 
@@ -190,10 +190,14 @@ def count(payload) -> int:
     longer or a bad payload goes to ``scan``, which counts the long one and names what is wrong
     with the bad one."""
     raw = payload if isinstance(payload, bytes) else bytes(payload)  # bytes slice fast; a copy of KiBs is cheap
-    all_text = raw.isascii()  # bodies of text too: no property needs a look (else each is looked at as it is met)
     end = len(raw)
-    pos = found = 0
     lengths, proplen = _LENGTHS.unpack_from, _PROPLEN.unpack_from
+    if end >= BATCH_ENTRY_FIXED_BYTES and lengths(raw, 0)[0] * _WALKED_ENTRIES < end:  # more entries than a walk
+        entries = scan(raw)  # takes, if they are as long as the first (AutoBatch's 256 KiB of 1 KB messages)
+        _check_properties_text(raw, entries)
+        return len(entries)
+    all_text = raw.isascii()  # bodies of text too: no property needs a look (else each is looked at as it is met)
+    pos = found = 0
     while pos < end and found < _WALKED_ENTRIES:
         if end - pos < BATCH_ENTRY_FIXED_BYTES:
             break
