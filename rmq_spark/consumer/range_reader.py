@@ -22,6 +22,7 @@ from rmq_spark.errors import (
 )
 from rmq_spark.structs import OffsetRange
 from rmq_wire.codec import records as stored_records
+from rmq_wire.codec.columns import string_array
 from rmq_wire.codec.records import RecordFormatError, decode_records, iter_record_headers
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class RangeReader:
         if pull_group is not None:
             self._transport.pull_group = pull_group  # the consumer group RocketMQ's pulls name
         tags = [t.strip() for t in self.tag_filter.split("||")] if self.tag_filter else []
-        self._recheck_tags = pa.array(tags, pa.string()) if self._transport.native_rocketmq and tags else None
+        self._recheck_tags = string_array(list(tags)) if self._transport.native_rocketmq and tags else None
 
     def read(self, ranges: list[OffsetRange]) -> Iterator[pa.RecordBatch]:
         """Yield the messages of ``ranges`` as record batches (no empty ones)."""
@@ -154,12 +155,12 @@ class RangeReader:
     def _rows(self, chunks: "_Chunks", broker: str) -> Iterator[pa.RecordBatch]:
         """The decoded rows of ``chunks`` in the read schema: the broker column added, and
         through name servers the tag filter checked again."""
+        name = (string_array([broker]) if broker else pa.nulls(1, pa.string()))[0]
         for batch in chunks.decode():
             if self._recheck_tags is not None:
                 batch = batch.filter(pc.is_in(batch.column("tags"), value_set=self._recheck_tags))
                 if not batch.num_rows:
                     continue
-            name = pa.scalar(broker or None, pa.string())
             yield batch.add_column(1, self.schema.field(1), pa.repeat(name, batch.num_rows))
 
     def _finish(self, item: _Pending, response: RangeChunk) -> bool:

@@ -23,6 +23,16 @@ BATCH_SCHEMA = pa.schema([
 ])
 
 
+def string_array(values: list[str]) -> pa.Array:
+    """A string array made from its buffers. ``pa.array`` (and ``pa.scalar``) of Python values
+    imports pandas to look at them, a quarter of a second of a process's start (a Spark
+    worker's too): what runs in every process makes its constant strings here."""
+    data = [value.encode() for value in values]
+    offsets = np.zeros(len(data) + 1, dtype=np.int32)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+
+
 def to_batch_columns(columns: "pa.Table | pa.RecordBatch") -> pa.RecordBatch:
     """``columns`` as one record batch in ``BATCH_SCHEMA``; other columns are ignored.
 

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from rmq_wire.codec._bytes import as_uint8, matches, read_at
 from rmq_wire.codec._gather import MapColumn, gather_ranges
+from rmq_wire.codec.columns import string_array
 from rmq_wire.errors import CodecError
 from rmq_wire.record import (
     MAX_PROPERTIES_BYTES,
@@ -45,7 +46,7 @@ SYSTEM_PROPERTIES = frozenset({
 })
 
 _SEPARATORS = "[\x01\x02]"
-_SYSTEM_NAMES = pa.array(sorted(SYSTEM_PROPERTIES), pa.string())
+_SYSTEM_NAMES = string_array(sorted(SYSTEM_PROPERTIES))
 
 
 # --- a column of messages, vectorized --------------------------------------------------------
