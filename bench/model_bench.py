@@ -8,9 +8,9 @@ Rows, in one run:
 3. the same with concurrent dispatch (``--dispatch concurrent``);
 4. AutoBatch into a BatchCQ topic (a record and an index unit per batch), at 16 and at 10,000
    queues, serial dispatch;
-5. the same at 16 queues, paced at half the highest produce rate of row 4: the latency a
-   producer sees when the broker keeps up (at full speed it is the wait for room in the
-   producer's buffer).
+5. the same at 16 queues, paced at half and at 80% of the highest produce rate of row 4: the
+   latency a producer sees when the broker keeps up (at full speed it is the wait for room in
+   the producer's buffer).
 
 Each row: produce msgs/s (``send_async`` from 4 threads, blocking ``send`` for single sends,
 until every message is stored), consume msgs/s (a reader in a process of its own polls the queues' offsets
@@ -43,7 +43,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -137,7 +136,7 @@ def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: floa
             for batch in reader.read(ranges):
                 last_ns, now_us = time.monotonic_ns(), time.time_ns() // 1000
                 latencies.append(last_ns - _stamps(batch.column("body")))
-                stored = batch.column("store_timestamp").cast(pa.int64()).to_numpy()
+                stored = _millis(batch.column("store_timestamp"))
                 since_stored.append((now_us - stored) * 1000)
                 seen += batch.num_rows
             next_offsets[ready] = ends[ready]
@@ -147,6 +146,12 @@ def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: floa
 
 def _percentile_ms(parts: list, q: float) -> float:
     return float(np.percentile(np.concatenate(parts), q)) / 1e6 if parts else float("nan")
+
+
+def _millis(timestamps) -> np.ndarray:
+    """A timestamp[ms] column's values as int64, from its buffer: pyarrow's ``to_numpy`` would
+    import pandas on its first call, a stall of a quarter of a second inside the measured run."""
+    return np.frombuffer(timestamps.buffers()[1], dtype=np.int64, count=len(timestamps), offset=timestamps.offset * 8)
 
 
 def _stamps(body) -> np.ndarray:
@@ -271,6 +276,8 @@ def main(argv=None) -> int:
             half = max(rows[4]["produce msgs/s"], rows[5]["produce msgs/s"]) / 2
             rows[6] = run_row(endpoint, "5. AutoBatch, BatchCQ, half the highest rate", "batch16-half", "BatchCQ", 16,
                               True, "serial", n, timeout, rate=half)
+            rows[7] = run_row(endpoint, "5. AutoBatch, BatchCQ, 80% of the highest rate", "batch16-80", "BatchCQ", 16,
+                              True, "serial", n, timeout, rate=half * 2 * 0.8)
         with broker_process(root / "concurrent", "--dispatch", "concurrent") as (endpoint, _process):
             rows[3] = run_row(endpoint, "3. AutoBatch, SimpleCQ", "simple", "SimpleCQ", 16, True, "concurrent", n,
                               timeout)
@@ -284,11 +291,15 @@ def main(argv=None) -> int:
 
 
 def _notes(rows: dict) -> list[str]:
-    single, serial, concurrent, b16, b10k, half = (rows[k] for k in (1, 2, 3, 4, 5, 6))
+    single, serial, concurrent, b16, b10k, half, most = (rows[k] for k in (1, 2, 3, 4, 5, 6, 7))
     return [
         f"BatchCQ at half the highest produce rate ({half['produce msgs/s']:,.0f} msgs/s): p99 send-to-visible "
         f"{half['p99 visible ms']:,.0f} ms ({'meets' if half['p99 visible ms'] <= 300 else 'MISSES'} the 300 ms "
         f"target; the seed's BatchCQ run: 264 ms), p50 {half['p50 visible ms']:,.0f} ms",
+        f"BatchCQ at 80% of the highest produce rate ({most['produce msgs/s']:,.0f} msgs/s): p99 send-to-visible "
+        f"{most['p99 visible ms']:,.0f} ms ({'meets' if most['p99 visible ms'] <= 50 else 'MISSES'} the 50 ms "
+        f"target), p50 {most['p50 visible ms']:,.0f} ms, p99 from the store time "
+        f"{most['p99 stored-visible ms']:,.0f} ms",
         f"AutoBatch into SimpleCQ produces {serial['produce msgs/s'] / single['produce msgs/s']:.1f}x single sends "
         f"(the seed: 3.4x)",
         f"SimpleCQ, serial dispatch: consumed at {serial['consume msgs/s'] / serial['produce msgs/s']:.0%} of the "
