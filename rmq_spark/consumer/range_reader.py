@@ -112,7 +112,7 @@ class RangeReader:
         if pull_group is not None:
             self._transport.pull_group = pull_group  # the consumer group RocketMQ's pulls name
         tags = [t.strip() for t in self.tag_filter.split("||")] if self.tag_filter else []
-        self._recheck_tags = string_array(list(tags)) if self._transport.native_rocketmq and tags else None
+        self._recheck_tags = string_array(tags) if self._transport.native_rocketmq and tags else None
 
     def read(self, ranges: list[OffsetRange]) -> Iterator[pa.RecordBatch]:
         """Yield the messages of ``ranges`` as record batches (no empty ones)."""

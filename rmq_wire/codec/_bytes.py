@@ -23,6 +23,14 @@ _FIRST_PYTHON_STEPS = 32
 _MAX_PYTHON_STEPS = 4096
 
 
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """For each i, the ``lengths[i]`` numbers from ``starts[i]`` on; concatenated (the positions
+    of many byte ranges, to gather them in one numpy take)."""
+    before = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=before[1:])
+    return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
 def as_uint8(buf) -> np.ndarray:
     """A read-only uint8 numpy view of any bytes-like object (no copy)."""
     return np.frombuffer(buf, dtype=np.uint8)

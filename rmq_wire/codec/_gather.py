@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from rmq_wire.codec._bytes import read_at
+from rmq_wire.codec._bytes import concat_ranges, read_at
 from rmq_wire.errors import CodecError
 
 _INLINE = 12  # binary_view keeps ranges of up to 12 bytes in the view itself
@@ -187,7 +187,7 @@ def gather_ranges(source: np.ndarray, rows: np.ndarray, starts: np.ndarray, leng
     np.cumsum(sizes, out=offsets[1:])
     begin = np.zeros(nrows, dtype=np.int64)
     begin[rows] = starts
-    data = source[np.repeat(begin - offsets[:-1], sizes) + np.arange(offsets[-1])]
+    data = source[concat_ranges(begin, sizes)]
     bitmap = None
     if len(rows) < nrows:
         valid = np.zeros(nrows, dtype=bool)

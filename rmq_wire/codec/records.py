@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmq_wire.codec import arrow, rmq
-from rmq_wire.codec._bytes import ChainError, as_uint8, entry_starts, matches, read_at
+from rmq_wire.codec._bytes import ChainError, as_uint8, concat_ranges, entry_starts, matches, read_at
 from rmq_wire.codec._gather import RangeColumn
 from rmq_wire.codec._messages import Finished, MessageColumns
 from rmq_wire.codec.columns import BATCH_SCHEMA, PROPERTIES_TYPE
@@ -408,14 +408,7 @@ class _Kept:
         """The rows the kept messages become: a slice when they follow one another."""
         if (self.row_start[1:] == self.row_start[:-1] + self.rows[:-1]).all():
             return slice(int(self.row_start[0]), int(self.row_start[-1] + self.rows[-1]))
-        return _ranges(self.row_start, self.rows)
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """For each i, the ``lengths[i]`` numbers from ``starts[i]`` on; concatenated."""
-    before = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=before[1:])
-    return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+        return concat_ranges(self.row_start, self.rows)
 
 
 def _put_inner(columns: MessageColumns, buf: memoryview, headers: RecordHeaders, inner: _InnerBatches,
@@ -452,7 +445,7 @@ def _put_rmq(columns: MessageColumns, buf: memoryview, headers: RecordHeaders, i
         index = err.index if isinstance(err, PayloadError) else err.payload
         raise _payload_error(err, int(kept.batch[index]), inner, headers) from None
     _check_counts(np.diff(entries.first), kept, inner, headers)
-    taken = _ranges(entries.first[:-1] + kept.first, kept.rows)
+    taken = concat_ranges(entries.first[:-1] + kept.first, kept.rows)
     rmq.put_entries(columns, kept.out_rows(), joined, entries, taken)
 
 

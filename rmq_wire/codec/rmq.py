@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmq_wire.codec._bytes import ChainError, as_uint8, chains_entry_starts, entry_starts, read_at
+from rmq_wire.codec._bytes import ChainError, as_uint8, chains_entry_starts, concat_ranges, entry_starts, read_at
 from rmq_wire.codec._messages import MessageColumns
 from rmq_wire.codec.columns import BATCH_SCHEMA
 from rmq_wire.codec.properties import SYSTEM_PROPERTIES, encode_property_column
@@ -190,30 +190,36 @@ def count(payload) -> int:
     longer or a bad payload goes to ``scan``, which counts the long one and names what is wrong
     with the bad one."""
     raw = payload if isinstance(payload, bytes) else bytes(payload)  # bytes slice fast; a copy of KiBs is cheap
-    end = len(raw)
-    lengths, proplen = _LENGTHS.unpack_from, _PROPLEN.unpack_from
-    if end >= BATCH_ENTRY_FIXED_BYTES and lengths(raw, 0)[0] * _WALKED_ENTRIES < end:  # more entries than a walk
-        entries = scan(raw)  # takes, if they are as long as the first (AutoBatch's 256 KiB of 1 KB messages)
-        _check_properties_text(raw, entries)
-        return len(entries)
-    all_text = raw.isascii()  # bodies of text too: no property needs a look (else each is looked at as it is met)
-    pos = found = 0
-    while pos < end and found < _WALKED_ENTRIES:
-        if end - pos < BATCH_ENTRY_FIXED_BYTES:
-            break
-        total, body = lengths(raw, pos)
-        if not BATCH_ENTRY_FIXED_BYTES <= total <= end - pos or not 0 <= body <= total - BATCH_ENTRY_FIXED_BYTES or \
-                proplen(raw, pos + BATCH_ENTRY.size + body)[0] != total - BATCH_ENTRY_FIXED_BYTES - body:
-            break
-        if not all_text and not raw[pos + BATCH_ENTRY_FIXED_BYTES + body:pos + total].isascii():
-            break  # UTF-8 beyond ASCII, or not UTF-8: decoded below, naming the message if it is not
-        pos += total
-        found += 1
-    if pos == end and found:
+    found = _walked(raw)
+    if found:
         return found
     entries = scan(raw)
     _check_properties_text(raw, entries)
     return len(entries)
+
+
+def _walked(raw: bytes) -> int | None:
+    """``count`` of a payload of few entries, each of whose properties is ASCII, by a Python
+    walk; None for any other (more entries than the walk takes, judged by the first entry's
+    length, as AutoBatch's 256 KiB of 1 KB messages; a property past ASCII; a bad length)."""
+    end = len(raw)
+    lengths, proplen = _LENGTHS.unpack_from, _PROPLEN.unpack_from
+    if end < BATCH_ENTRY_FIXED_BYTES or lengths(raw, 0)[0] * _WALKED_ENTRIES < end:
+        return None
+    all_text = raw.isascii()  # bodies of text too: no property needs a look (else each is looked at as it is met)
+    pos = found = 0
+    while pos < end and found < _WALKED_ENTRIES:
+        if end - pos < BATCH_ENTRY_FIXED_BYTES:
+            return None
+        total, body = lengths(raw, pos)
+        if not BATCH_ENTRY_FIXED_BYTES <= total <= end - pos or not 0 <= body <= total - BATCH_ENTRY_FIXED_BYTES or \
+                proplen(raw, pos + BATCH_ENTRY.size + body)[0] != total - BATCH_ENTRY_FIXED_BYTES - body:
+            return None
+        if not all_text and not raw[pos + BATCH_ENTRY_FIXED_BYTES + body:pos + total].isascii():
+            return None  # UTF-8 beyond ASCII, or not UTF-8: decoded by the caller, naming the message if it is not
+        pos += total
+        found += 1
+    return found if pos == end and found else None
 
 
 def _check_properties_text(raw: bytes, entries: Entries) -> None:
@@ -226,8 +232,7 @@ def _check_properties_text(raw: bytes, entries: Entries) -> None:
         return
     starts, lengths, messages = entries.props_start[has], entries.props_length[has], np.flatnonzero(has)
     firsts = np.cumsum(lengths) - lengths  # where each message's properties begin among those gathered
-    at = np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()))
-    found = np.add.reduceat(as_uint8(raw)[at] >= 0x80, firsts)
+    found = np.add.reduceat(as_uint8(raw)[concat_ranges(starts, lengths)] >= 0x80, firsts)
     for message, start, length in zip(*(a[found > 0].tolist() for a in (messages, starts, lengths))):
         try:
             raw[start:start + length].decode()
