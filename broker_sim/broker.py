@@ -12,24 +12,27 @@ import contextlib
 import dataclasses
 import ipaddress
 import logging
+import re
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import prometheus_client
 from google.protobuf.message import DecodeError
 
 from broker_sim.acl import Guard
 from broker_sim.common.faults import BrokerError
 from broker_sim.core import BrokerCore, CoreOptions
 from broker_sim.core.limits import ClientLimits
+from broker_sim.core.metrics import NO_METRICS, BrokerMetrics
 from broker_sim.doors.contract.pop_servicer import PopServicer
 from broker_sim.doors.contract.serialized import serializer
 from broker_sim.doors.contract.servicers import STREAM_WRITE_TIMEOUT_S, make_servicers
 from broker_sim.doors.contract.txn_servicer import TransactionsServicer
 from broker_sim.doors.grpc_acl import DEMANDS, GrpcAdmission
-from broker_sim.doors.grpc_common import MalformedRequest
+from broker_sim.doors.grpc_common import MalformedRequest, timed
 from broker_sim.doors.grpc_limits import CallsInFlight, max_streams_per_connection
 from broker_sim.doors.remoting import RemotingDoor, RemotingOptions
 from broker_sim.doors.rocketmq_v2 import MessagingService, V2Options
@@ -77,7 +80,10 @@ class Broker:
     permissions. With ``tls`` both ports, gRPC and remoting, serve TLS only (mutual TLS when it
     has a client CA). State found lost or damaged at start (a consumer offsets file, a pop or
     transaction RocksDB) is refused with ``StateLossError``, unless ``accept_state_loss``,
-    which logs the loss and starts (store/state_marks.py).
+    which logs the loss and starts (store/state_marks.py). With ``metrics_port`` (0: any free
+    port) the broker serves its metrics in Prometheus' text format at ``/metrics`` on ``host``
+    (core/metrics.py; HTTPS with the broker's certificate when ``tls``); without it nothing is
+    counted.
     """
 
     def __init__(self, data_dir, host: str = "127.0.0.1", port: int = 0, store_config: StoreConfig | None = None,
@@ -86,8 +92,11 @@ class Broker:
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
                  v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None,
-                 tls: TlsOptions | None = None, accept_state_loss: bool = False):
+                 tls: TlsOptions | None = None, accept_state_loss: bool = False, metrics_port: int | None = None):
         self.data_dir = Path(data_dir)
+        self.metrics_port = metrics_port
+        self.metrics = BrokerMetrics() if metrics_port is not None else NO_METRICS
+        self._metrics_server = None
         self.accept_state_loss = accept_state_loss
         self.limits = limits or ClientLimits()
         self.host = host
@@ -124,6 +133,13 @@ class Broker:
         """"host:port" as clients dial it."""
         return f"{_host_part(self.host)}:{self.port}"
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Where Prometheus scrapes the broker's metrics, once they are served."""
+        if self._metrics_server is None:
+            return None
+        return f"{'https' if self.tls is not None else 'http'}://{_host_part(self.host)}:{self.metrics_port}/metrics"
+
     def start(self) -> int:
         with self._lock:
             if self._server is not None or self._stopped.is_set():
@@ -148,6 +164,9 @@ class Broker:
                 self._add_doors(server, core, loop, port)
                 if remoting is not None:
                     remoting.start(core)
+                if self.metrics_port is not None:
+                    self._metrics_server = self._serve_metrics()
+                    started.callback(_stop_http, self._metrics_server)
                 loop.run(server.start())
                 self.v2.start()
                 started.pop_all()
@@ -176,7 +195,19 @@ class Broker:
         store = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
         return CoreOptions(store, self.offsets_flush_interval_ms, self.transaction_config,
                            self.transaction_clock_ms, self.pop_config, self.pop_now_ms, payload_check=check_batch,
-                           limits=self.limits, accept_state_loss=self.accept_state_loss)
+                           limits=self.limits, accept_state_loss=self.accept_state_loss, metrics=self.metrics)
+
+    def _serve_metrics(self):
+        """Prometheus' endpoint (prometheus_client's HTTP server, a thread of its own), its port taken."""
+        tls = {} if self.tls is None else {"certfile": str(self.tls.cert_file), "keyfile": str(self.tls.key_file)}
+        try:
+            server, _thread = prometheus_client.start_http_server(self.metrics_port, _host_part(self.host).strip("[]"),
+                                                                  self.metrics.registry, **tls)
+        except OSError as err:
+            raise BindError(f"cannot serve metrics on {_host_part(self.host)}:{self.metrics_port}: "
+                            f"{err.strerror or err}; choose another --metrics-port (0: any free port)") from err
+        self.metrics_port = server.server_port
+        return server
 
     def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
         """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""
@@ -184,11 +215,13 @@ class Broker:
         self.v2 = MessagingService(core, (_store_ip(self.host), port), self.v2_options, loop.loop)
         ours = GrpcAdmission(self.acl, DEMANDS) if self.acl is not None else None
         v2s = GrpcAdmission(self.acl, V2_DEMANDS) if self.acl is not None else None
-        server.add_generic_rpc_handlers((_service_handler(pb, "Admin", admin, ours),
-                                         _service_handler(pb, "Messaging", messaging, ours),
-                                         _service_handler(txn_pb2, "Transactions", TransactionsServicer(core), ours),
-                                         _service_handler(pop_pb2, "Pop", PopServicer(core), ours),
-                                         _service_handler(v2_pb2, "MessagingService", self.v2, v2s)))
+        metrics = core.metrics
+        server.add_generic_rpc_handlers((
+            _service_handler(pb, "Admin", admin, ours, metrics),
+            _service_handler(pb, "Messaging", messaging, ours, metrics),
+            _service_handler(txn_pb2, "Transactions", TransactionsServicer(core), ours, metrics),
+            _service_handler(pop_pb2, "Pop", PopServicer(core), ours, metrics),
+            _service_handler(v2_pb2, "MessagingService", self.v2, v2s, metrics, protocol="grpc")))
 
     def _bind_remoting(self) -> RemotingDoor | None:
         """RocketMQ's remoting door (broker and name server) when asked for, its port taken."""
@@ -217,6 +250,8 @@ class Broker:
                 if self.remoting is not None:
                     self.remoting.stop()
                 self._loop.close(self._server, grace)
+                if self._metrics_server is not None:
+                    _stop_http(self._metrics_server)
                 self.core.close(_DRAIN_TIMEOUT_S)
             finally:
                 self._stopped.set()
@@ -280,12 +315,14 @@ async def _new_server(pool: ThreadPoolExecutor, options: list, interceptors: lis
     return grpc.aio.server(migration_thread_pool=pool, options=options, interceptors=interceptors)
 
 
-def _service_handler(pb_module, name: str, servicer, admission: GrpcAdmission | None = None) -> grpc.GenericRpcHandler:
+def _service_handler(pb_module, name: str, servicer, admission: GrpcAdmission | None = None, metrics=NO_METRICS,
+                     protocol: str = "contract") -> grpc.GenericRpcHandler:
     """The service's handlers, as the generated add_*Servicer_to_server makes them, except that
     a request that does not parse reaches the servicer as a MalformedRequest (refused with
     INVALID_ARGUMENT) rather than failing in gRPC with INTERNAL, that a handler may answer
     with bytes it serialized itself (serialized.py), and that with ``admission`` (ACLs) each
-    call is checked before its handler runs."""
+    call is checked before its handler runs; with ``metrics`` (BrokerMetrics) each call is counted
+    as ``protocol``'s (``contract``: ours; ``grpc``: RocketMQ 5's, as RocketMQ names it)."""
     service = pb_module.DESCRIPTOR.services_by_name[name]
     handlers = {}
     for method in service.methods:
@@ -295,6 +332,8 @@ def _service_handler(pb_module, name: str, servicer, admission: GrpcAdmission | 
         behavior = getattr(servicer, method.name)
         if admission is not None:
             behavior = admission.guarded(method.name, behavior, method.client_streaming)
+        if metrics is not NO_METRICS:
+            behavior = timed(behavior, protocol, _snake(method.name), metrics)
         handlers[method.name] = make(behavior, request_deserializer=_parser(request_type),
                                      response_serializer=serializer(response_type))
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
@@ -303,6 +342,16 @@ def _service_handler(pb_module, name: str, servicer, admission: GrpcAdmission | 
 _HANDLER_MAKERS = {(False, False): grpc.unary_unary_rpc_method_handler,
                    (False, True): grpc.unary_stream_rpc_method_handler,
                    (True, True): grpc.stream_stream_rpc_method_handler}
+
+
+def _stop_http(server) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+def _snake(method: str) -> str:
+    """A gRPC method's name as RocketMQ names request codes: ``SendMessage`` -> ``send_message``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", method).lower()
 
 
 def _v2_like(remoting: RemotingOptions | None) -> V2Options:

@@ -42,6 +42,7 @@ ROCKETMQ_FLAGS = {
     "flushDiskType": RocketMQKey("--flush", {"ASYNC_FLUSH": "async", "SYNC_FLUSH": "sync"}),
     "mappedFileSizeCommitLog": RocketMQKey("--segment-bytes"),
     "transactionCheckInterval": RocketMQKey("--transaction-check-interval-ms"),
+    "metricsPromExporterPort": RocketMQKey("--metrics-port"),
 }
 
 # RocketMQ's keys for what this broker is, one master: the values it accepts (the others are
@@ -68,6 +69,8 @@ NO_EFFECT_WHY = {
     "diskMaxUsedSpaceRatio": "disk-reserve= keeps room on the disk, in bytes (default 64m)",
     "storePathCommitLog": "the commitlog lives in the data directory (storePathRootDir, data-dir=)",
     "timerWheelEnable": "pop and delays need no timer wheel here",
+    "metricsExporterType": "metrics are served in Prometheus' format when metricsPromExporterPort (metrics-port=) "
+                           "is given, and not otherwise",
     "authenticationEnabled": "accounts come from a plain_acl.yml: aclEnable=true with acl-file=PATH",
     "authorizationEnabled": "accounts come from a plain_acl.yml: aclEnable=true with acl-file=PATH",
 }

@@ -177,6 +177,11 @@ def parser() -> argparse.ArgumentParser:
                        help="also serve RocketMQ's remoting protocol on this port, as a broker and a name server, so "
                             "that RocketMQ's own clients and mqadmin use this broker (0: any free port; default: "
                             "off)")
+    start.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
+                       help="serve the broker's metrics in Prometheus' text format at http://HOST:PORT/metrics "
+                            "(HTTPS with --tls-cert), named as RocketMQ 5 names them; docs/metrics.md lists them "
+                            "(0: any free port, printed at start; default: off, nothing is counted) "
+                            "[broker.conf: metricsPromExporterPort]")
 
     store = p.add_argument_group("storage")
     store.add_argument("--flush", choices=["async", "sync"], default="async",
@@ -323,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
-                    limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss)
+                    limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss,
+                    metrics_port=args.metrics_port)
     try:
         broker.start()
     except Exception as err:  # a sentence for what the user can fix (a full disk, lost state); others raise
@@ -336,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         if broker.remoting is not None:
             print(f"{PROG} remoting (RocketMQ broker {args.broker_name} and name server) on {broker.remoting.address}",
                   flush=True)
+        if broker.metrics_url is not None:
+            print(f"{PROG} metrics on {broker.metrics_url}", flush=True)
         print(f"{PROG} listening on {broker.endpoint}, data in {data_dir}", flush=True)
         while not stop.wait(0.5):
             pass

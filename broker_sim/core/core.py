@@ -27,6 +27,7 @@ from broker_sim.core import sends
 from broker_sim.core.errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid, refused
 from broker_sim.core.groups import GroupTable, LiveConsumers
 from broker_sim.core.limits import ClientLimits, MemoryBudget, TopicQuota
+from broker_sim.core.metrics import NO_METRICS, NoMetrics, gauge
 from broker_sim.core.reads import OffsetRange, RangeCursor, ReadBudget
 from broker_sim.pop import PopConfig, PopService, ReviveService
 from broker_sim.pop.state import decode_key
@@ -145,6 +146,7 @@ class CoreOptions:
     schedule_now_ms: Callable[[], int] = wall_clock_ms
     limits: ClientLimits = dataclasses.field(default_factory=ClientLimits)  # topics and queues created
     accept_state_loss: bool = False  # start on lost or damaged state, logging the loss (store/state_marks.py)
+    metrics: NoMetrics = NO_METRICS  # BrokerMetrics where a metrics port serves them
 
 
 class BrokerCore:
@@ -153,8 +155,9 @@ class BrokerCore:
 
     def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, transactions: TransactionService,
                  pop: PopService, revive: ReviveService, schedule: ScheduleService, groups: GroupTable,
-                 limits: ClientLimits | None = None):
+                 limits: ClientLimits | None = None, metrics: NoMetrics = NO_METRICS):
         self.store = store
+        self.metrics = metrics
         self.limits = limits or ClientLimits()
         self.quota = TopicQuota(self.limits, store)
         self.memory = MemoryBudget.of(self.limits)  # what every door buffers for clients
@@ -171,6 +174,7 @@ class BrokerCore:
         # With --flush sync an append waits for its flush: doors run it where waiting is cheap.
         self.appends_wait_for_flush = store.config.flush_mode is FlushMode.SYNC
         self.pop_waits_for_disk = pop.config.sync_writes  # each pop state write is synced
+        metrics.watch(self.gauges)
 
     @classmethod
     def open(cls, data_dir, options: CoreOptions) -> "BrokerCore":
@@ -201,7 +205,7 @@ class BrokerCore:
             groups = GroupTable(store.paths.subscription_groups)
             marks.save()  # the generations the databases' opens bumped
             opened.pop_all()
-        core = cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits)
+        core = cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits, options.metrics)
         core._marks = marks
         return core
 
@@ -362,6 +366,7 @@ class BrokerCore:
             raise from_put(result)
         if not result.duplicate:
             self.counters.add(put=result.count)
+            self.metrics.took(request.topic, result.count, sends.content_bytes(request.content))
         ids = sends.message_ids(stored, result, self.store.config.store_host_bytes)
         if stored is not request:
             self.schedule.wake()
@@ -414,7 +419,7 @@ class BrokerCore:
         return RangeCursor(self, config, r.queue_id, r.start, r.end, tags, budget)
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int, max_bytes: int,
-             tag_filter: TagFilter | None, consume: Callable) -> object:
+             tag_filter: TagFilter | None, consume: Callable, group: str = "") -> object:
         """RocketMQ's pull: whole stored records from ``offset`` until ``max_messages`` messages
         or ``max_bytes`` are reached (the first record always), passed through ``tag_filter``
         (parsed: see ``parse_tag_filter``). Calls ``consume(cursor, records)`` inside the gate,
@@ -427,7 +432,8 @@ class BrokerCore:
         with self.gate:
             config = self.topic(topic)
             _check_queue(config, queue_id)
-            cursor = RangeCursor(self, config, queue_id, offset, None, tag_filter, ReadBudget(max_bytes, max_messages))
+            cursor = RangeCursor(self, config, queue_id, offset, None, tag_filter, ReadBudget(max_bytes, max_messages),
+                                 group)
             records = cursor.read_all(max_bytes)
             if records:
                 self.counters.add(read=cursor.budget.messages)
@@ -503,6 +509,8 @@ class BrokerCore:
         with self.gate:
             result = self.pop_service.pop(group, topic, queue_id, max_messages, invisible_time_ms, poll_time_ms,
                                           tags, orderly)
+            for unit in result.deliveries:
+                self.metrics.gave(unit.checkpoint.topic, group, unit.checkpoint.count, unit.record_size)
             return consume(result)
 
     def ack(self, group: str, receipt_handles: list[str]):
@@ -665,6 +673,40 @@ class BrokerCore:
                 messages_read=self.counters.messages_read, resident_memory_bytes=_resident_bytes(),
                 data_dir=str(store.data_dir.resolve()), flush_mode=store.config.flush_mode.value,
                 corrupted=store.corrupted_records(), disk_failure=store.disk.failure)
+
+    def gauges(self) -> list:
+        """The gauges of ``metrics.METRICS``, read now (at a scrape): one pass over the topics'
+        queues and the groups' offsets, inside the gate."""
+        with self.gate:
+            store = self.store
+            topics = {t.name: t for t in store.all_topics()}
+            indexed = store.indexed_offset
+            high = {name: [indexed(name, q) for q in range(t.queue_count)] for name, t in topics.items()}
+            groups = sorted(set(self.offsets.groups()) | self.groups.names() | set(self.consumers.groups()))
+            lag = gauge("rocketmq_consumer_lag_messages", labels=("topic", "consumer_group"))
+            for group in groups:
+                behind: dict[str, int] = {}
+                for topic, queue_id, offset in self.offsets.query(group, None):
+                    ends = high.get(topic)
+                    if ends is not None and queue_id < len(ends):
+                        behind[topic] = behind.get(topic, 0) + max(0, ends[queue_id] - offset)
+                for topic, messages in sorted(behind.items()):
+                    lag.add_metric([topic, group], messages)
+            in_flight = gauge("rocketmq_consumer_inflight_messages", labels=("topic", "consumer_group"))
+            for (topic, group), messages in sorted(self.pop_service.in_flight_messages().items()):
+                in_flight.add_metric([topic, group], messages)
+            positions = store.log_positions()
+            lag_bytes, lag_ms = store.dispatch_lag()
+            half = sum(t.message_count for t in self.transactions.transactions())
+            return [gauge("rocketmq_topic_number", len(topics)), gauge("rocketmq_consumer_group_number", len(groups)),
+                    lag, in_flight,
+                    gauge("rocketmq_storage_size", positions.max_offset - positions.min_offset),
+                    gauge("rocketmq_storage_flush_behind_bytes", positions.max_offset - positions.flushed_offset),
+                    gauge("rocketmq_storage_dispatch_behind_bytes", lag_bytes),
+                    gauge("broker_sim_dispatch_lag_ms", lag_ms), gauge("rocketmq_half_messages", half),
+                    gauge("broker_sim_responses_waiting", self.counters.responses_waiting),
+                    gauge("broker_sim_resident_memory_bytes", _resident_bytes()),
+                    gauge("broker_sim_corrupted_records", len(store.corrupted_records()))]
 
     def _topic_not_found(self, name: str) -> BrokerError:
         names = [t.name for t in self.store.all_topics()]

@@ -74,8 +74,9 @@ class RangeCursor:
     damaged record ``corrupted_from`` and ``detail``, say how the range ended."""
 
     def __init__(self, core, config: TopicConfig, queue_id: int, start: int, end: int | None,
-                 tags: TagFilter | None, budget: ReadBudget):
+                 tags: TagFilter | None, budget: ReadBudget, group: str = ""):
         self._core = core
+        self.group = group  # who reads, for the broker's metrics ("": a range read names none)
         self.config, self.queue_id, self.start, self.end = config, queue_id, start, end
         self.tags = tags
         self.budget = budget
@@ -132,18 +133,25 @@ class RangeCursor:
         if self.end is None:
             self.end = result.max_offset  # up to the max offset at read time
         self._read_any = True
-        for batch in result.batches:
-            after = min(batch.base_offset + batch.count, self.end)
-            if self.tags is None or self.tags.matches(batch):
-                size = len(batch.data)
-                if not self.budget.fits(size):
-                    if self.next_offset == self.start:
-                        self.status = RangeStatus.BUDGET_EXHAUSTED
-                    return out, True
-                out.append(batch.data)
-                self.budget.take(size)
-                self.budget.messages += after - max(batch.base_offset, self.next_offset)
-            self.next_offset = after  # past filtered records too
+        messages = taken = 0
+        try:
+            for batch in result.batches:
+                after = min(batch.base_offset + batch.count, self.end)
+                if self.tags is None or self.tags.matches(batch):
+                    size = len(batch.data)
+                    if not self.budget.fits(size):
+                        if self.next_offset == self.start:
+                            self.status = RangeStatus.BUDGET_EXHAUSTED
+                        return out, True
+                    out.append(batch.data)
+                    self.budget.take(size)
+                    count = after - max(batch.base_offset, self.next_offset)
+                    self.budget.messages += count
+                    messages += count
+                    taken += size
+                self.next_offset = after  # past filtered records too
+        finally:
+            self._core.metrics.gave(self.config.name, self.group, messages, taken)
         done = not result.batches or self.next_offset >= self.end or self.budget.exhausted
         return out, done
 

@@ -104,6 +104,11 @@ def asks_delay(request: SendRequest) -> bool:
     return bool(properties) and any(name in properties for name in _DELAY_PROPERTIES)
 
 
+def content_bytes(content: SingleSend | EarlyBatchSend | InnerBatchSend) -> int:
+    """The bytes a send carries: a message's body, a batch's payload as sent."""
+    return len(content.body) if isinstance(content, SingleSend) else len(content.payload)
+
+
 def check_send(request: SendRequest) -> None:
     """Refuse what no store call would make sense of: empty names, negative times, counts that
     cannot be right."""

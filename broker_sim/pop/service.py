@@ -750,6 +750,14 @@ class PopService:
         with self._lock:
             return sum(1 for ck in self._checkpoints.values() if group is None or ck.group == group)
 
+    def in_flight_messages(self) -> dict[tuple[str, str], int]:
+        """Messages popped and neither acked nor revived, by (topic, group)."""
+        counts: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for ck in self._checkpoints.values():
+                counts[(ck.topic, ck.group)] = counts.get((ck.topic, ck.group), 0) + ck.count
+        return counts
+
     def commit_offset(self, group: str, topic: str, queue_id: int) -> int:
         with self._lock:
             return self._queue(group, topic, queue_id).commit_offset()

@@ -206,7 +206,7 @@ class BrokerRequests:
             return request.response(code, remark, header)
 
         return self.core.pull(pull.topic, pull.queue_id, pull.offset, pull.max_messages, MAX_PULL_BYTES,
-                              pull.tags, answer)
+                              pull.tags, answer, pull.group)
 
     def send_back(self, request: RemotingCommand, _connection) -> RemotingCommand:
         fields = Fields(request)

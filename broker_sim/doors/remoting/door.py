@@ -94,6 +94,7 @@ class RemotingDoor:
         that connected while the broker recovered is answered, not refused as unsupported)."""
         self.core = core
         self.server.memory = core.memory  # one budget for every door
+        self.server.metrics = core.metrics
         self.hold.end_offset = core.store.indexed_offset
         self.clients.consumers = core.consumers
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,

@@ -41,6 +41,7 @@ from broker_sim.common.service_thread import ServiceTask
 from broker_sim.core import BrokerError
 from broker_sim.core.errors import from_exception
 from broker_sim.core.limits import ClientLimits, MemoryBudget, client_key, too_many_connections, too_many_requests
+from broker_sim.core.metrics import NO_METRICS
 from broker_sim.doors.remoting.errors import response_code
 from broker_sim.doors.remoting.tls import TLS_HANDSHAKE_RECORD, TlsListener
 from broker_sim.doors.remoting.wrong_door import GrpcClientAnswer
@@ -49,6 +50,7 @@ from rmq_wire.remoting import (
     FrameReader,
     HeaderError,
     RemotingCommand,
+    RequestCode,
     ResponseCode,
     WrongProtocolError,
     decode,
@@ -335,6 +337,7 @@ class RemotingServer:
         self.limits = limits or ClientLimits()
         self.memory = MemoryBudget.of(self.limits)  # the door's start sets the broker's one budget
         self.closing_log = ThrottledLog(log)
+        self.metrics = NO_METRICS  # the broker's, once the door serves a core
         self.tls = tls
         self.grpc_port: int | None = None  # the broker's gRPC port, named to gRPC clients that come here
         self.connections: set[Connection] = set()
@@ -459,6 +462,7 @@ class RemotingServer:
     # --- dispatch --------------------------------------------------------------------------
 
     def dispatch(self, connection: Connection, frame: bytes) -> None:
+        started = time.perf_counter()
         try:
             request = decode(frame)
         except HeaderError as bad:
@@ -472,46 +476,77 @@ class RemotingServer:
                       len(request.body), request.serialize_type.name)
         if request.is_response:
             return  # answers to the broker's oneway requests: nothing waits for them
-        if self.check_request is not None and not self._checked(connection, request):
+        if self.check_request is not None and not self._checked(connection, request, started):
             return
         handler = self.handlers.get(request.code)
         if handler is None:
-            if not request.is_oneway:
-                connection.send(request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, _unsupported(request.code)))
+            self._refuse(connection, request, started,
+                         request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, _unsupported(request.code)))
             return
         limit = self.limits.max_requests_in_flight_per_connection
         if connection.in_flight >= limit:  # answered at once, never queued
-            if not request.is_oneway:
-                connection.send(refusal(request, too_many_requests(
-                    connection.in_flight, f"connection {connection.remote}", "max-requests-in-flight-per-connection")))
+            self._refuse(connection, request, started, refusal(request, too_many_requests(
+                connection.in_flight, f"connection {connection.remote}", "max-requests-in-flight-per-connection")))
             return
         connection.in_flight += 1
         if handler.blocking or (handler.waits_now is not None and handler.waits_now()):
             future = self.loop.run_in_executor(self.pool, _answer, handler.call, request, connection)
-            future.add_done_callback(lambda done: self._respond(connection, request, done.result()))
+            future.add_done_callback(lambda done: self._respond(connection, request, done.result(), started))
             return
-        self._respond(connection, request, _answer(handler.call, request, connection))
+        self._respond(connection, request, _answer(handler.call, request, connection), started)
 
-    def _checked(self, connection: Connection, request: RemotingCommand) -> bool:
+    def _checked(self, connection: Connection, request: RemotingCommand, started: float) -> bool:
         try:
             self.check_request(request)
             return True
         except Exception as err:
             refused = refusal(request, err)
             log.debug("refused request code %d from %s: %s", request.code, connection.remote, refused.remark)
-            if not request.is_oneway:
-                connection.send(refused)
+            self._refuse(connection, request, started, refused)
             return False
 
-    def _respond(self, connection: Connection, request: RemotingCommand, answer) -> None:
+    def _refuse(self, connection: Connection, request: RemotingCommand, started: float,
+                answer: RemotingCommand) -> None:
+        """Answer a request refused before any handler ran (and count it)."""
+        self._answered(request, answer, started)
+        if not request.is_oneway:
+            connection.send(answer)
+
+    def _respond(self, connection: Connection, request: RemotingCommand, answer, started: float) -> None:
         if asyncio.iscoroutine(answer):
             task = self.loop.create_task(_answer_later(answer, request))
-            task.add_done_callback(lambda done: self._respond(connection, request, done.result()))
+            task.add_done_callback(lambda done: self._respond(connection, request, done.result(), started))
             return
         connection.in_flight -= 1
         connection.last_active = self.loop.time()
+        self._answered(request, answer, started)
         if answer is not None and not request.is_oneway:
             connection.send(answer)
+
+    def _answered(self, request: RemotingCommand, answer: RemotingCommand | None, started: float) -> None:
+        """The request in the broker's metrics: its code and the answer's, as RocketMQ names them
+        (RemotingHelper: the codes' names in lower case; ``oneway`` for a request not answered,
+        ``cancelled`` for a held pull the broker let go)."""
+        response = "oneway" if request.is_oneway else "cancelled" if answer is None else _code_name(
+            _RESPONSE_NAMES, ResponseCode, answer.code)
+        self.metrics.answered("remoting", _code_name(_REQUEST_NAMES, RequestCode, request.code), response,
+                              time.perf_counter() - started)
+
+
+_REQUEST_NAMES: dict[int, str] = {}
+_RESPONSE_NAMES: dict[int, str] = {}
+
+
+def _code_name(names: dict[int, str], codes, code: int) -> str:
+    """``code``'s name in lower case (its number when it has none), remembered."""
+    name = names.get(code)
+    if name is None:
+        try:
+            name = codes(code).name.lower()
+        except ValueError:
+            name = str(code)
+        names[code] = name
+    return name
 
 
 def _answer(call: Callable, request: RemotingCommand, connection: Connection):

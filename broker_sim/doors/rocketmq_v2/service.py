@@ -437,7 +437,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
             return cursor.status, messages[:request.batch_size], cursor.next_offset, cursor.detail
 
         status_, messages, next_offset, detail = self.core.pull(topic, queue_id, request.offset, request.batch_size,
-                                                                PULL_MAX_BYTES, tags, consume)
+                                                                PULL_MAX_BYTES, tags, consume, request.group.name)
         if messages and len(messages) == request.batch_size:
             next_offset = messages[-1].system_properties.queue_offset + 1
         return status_, messages, next_offset, detail
