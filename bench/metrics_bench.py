@@ -2,8 +2,8 @@
 threads into 100 BatchCQ queues) and the range read row of read_bench (BatchCQ, batches of 32,
 16 queues), each against a broker without metrics (the baseline) and one with
 ``--metrics-port``, scraped every second while it runs (Prometheus scrapes every 15 s by
-default: this is the harsher case). The two take turns, each going first every other time, ``--repeat`` times; the best of each is
-kept. Target: under 3% slower with metrics.
+default: this is the harsher case). The two take turns, each going first every other time,
+``--repeat`` times; the best of each is kept. Target: under 3% slower with metrics.
 
 On a machine of 2 cores shared with other work, rates move by 10-30% from run to run, more than
 the cost measured; so each row also reports the broker's CPU time per message (its process's
