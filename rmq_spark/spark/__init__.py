@@ -12,6 +12,7 @@ thread's active session, which it sets only in the thread that created the sessi
 
 from rmq_spark.spark.compat import activate_in_this_thread
 from rmq_spark.spark.datasource import NAME, RocketMQBatchDataSource
+from rmq_spark.spark.offsets import offsets_behind_latest
 
 
 def register(spark) -> None:
@@ -29,4 +30,4 @@ def register(spark) -> None:
     activate_in_this_thread(spark)
 
 
-__all__ = ["NAME", "RocketMQBatchDataSource", "register"]
+__all__ = ["NAME", "RocketMQBatchDataSource", "offsets_behind_latest", "register"]

@@ -12,6 +12,7 @@ through our door, or before brokers were named) is the queue of the topic's only
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from rmq_spark import Admin, ConfigError, QueueOffsets, TopicNotFoundError
@@ -187,3 +188,53 @@ def starting_positions(admin: Admin, options: SourceOptions, view: Snapshot, def
 
 def ending_positions(admin: Admin, options: SourceOptions, view: Snapshot) -> dict:
     return resolve(admin, view, options.ending_offsets, options.ending_timestamp_ms, "latest", "endingOffsets")
+
+
+def offsets_behind_latest(progress) -> dict | None:
+    """How far a streaming query is behind the broker after a micro-batch, in the Kafka
+    connector's names: ``{"minOffsetsBehindLatest": int, "avgOffsetsBehindLatest": float,
+    "maxOffsetsBehindLatest": int}`` over the queues, each queue's latest offset less the
+    micro-batch's end offset.
+
+    ``progress`` is a query's progress (``query.lastProgress``, an entry of
+    ``query.recentProgress`` or a listener's ``event.progress``), or one of its ``sources``. Spark
+    lets a Python source report its latest offsets (``reportLatestOffset``: each source's
+    ``latestOffset`` in the progress) but not metrics of its own (Spark's ``ReportsSourceMetrics``
+    is not open to Python sources, so these numbers cannot sit in the source's ``metrics`` as
+    the Kafka connector's do): this computes them from the two offsets. Every source whose
+    offsets name topics and queues counts. None when no source has both offsets yet."""
+    sources = _field(progress, "sources")
+    behind = []
+    for source in (sources if sources is not None else [progress]):
+        end, latest = _offsets_of(_field(source, "endOffset")), _offsets_of(_field(source, "latestOffset"))
+        if end is None or latest is None:
+            continue
+        for key, newest in latest.items():
+            behind.append(max(0, newest - end.get(key, 0)))
+    if not behind:
+        return None
+    return {"minOffsetsBehindLatest": min(behind), "avgOffsetsBehindLatest": sum(behind) / len(behind),
+            "maxOffsetsBehindLatest": max(behind)}
+
+
+def _field(item, name: str):
+    """A field of a progress: a dict's key or a StreamingQueryProgress / SourceProgress attribute."""
+    if isinstance(item, dict):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
+def _offsets_of(value) -> dict | None:
+    """A source offset of a progress (JSON text or parsed) as positions, None when it is not
+    {"topic": {"queue": offset}}."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict) or not all(isinstance(q, dict) for q in value.values()):
+        return None
+    try:
+        return from_json(value)
+    except (ValueError, TypeError):
+        return None

@@ -12,6 +12,7 @@ import broker_sim
 from broker_sim.store import QueueType
 from broker_sim.store.paths import StorePaths
 from rmq_spark import Admin, DataLossError
+from rmq_spark.spark import offsets_behind_latest
 from rmq_spark.spark.offsets import to_json
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.source import RocketMQBatchStreamReader
@@ -29,6 +30,12 @@ def test_max_records_per_trigger_is_honoured_to_the_row(spark, endpoint, topic_n
     assert len(rows) == 147
     latest = progress[-1]["sources"][0]["latestOffset"]  # reportLatestOffset
     assert latest == '{"%s": {"0": 100, "1": 40, "2": 7, "3": 0}}' % topic_name
+    # How far behind the broker each micro-batch left the query, in the Kafka connector's names.
+    first = next(p for p in progress if p["numInputRows"])
+    assert offsets_behind_latest(first)["avgOffsetsBehindLatest"] * 4 == 147 - 30
+    assert offsets_behind_latest(first)["maxOffsetsBehindLatest"] >= (147 - 30) / 4
+    assert offsets_behind_latest(progress[-1]) == {"minOffsetsBehindLatest": 0, "avgOffsetsBehindLatest": 0.0,
+                                                   "maxOffsetsBehindLatest": 0}
 
 
 def test_foreach_batch_and_consumer_group_offsets(spark, endpoint, topic_name, tmp_path):
