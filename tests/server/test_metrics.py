@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -167,3 +168,8 @@ def test_rocketmq_s_broker_conf_key_serves_them_and_without_it_nothing_is_served
                 assert ("rocketmq_topic_number", ()) in scrape(found.group(1))
         finally:
             stop_process(process, 30)
+
+
+def test_the_docs_list_every_family():
+    listed = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    assert {name for name in METRIC_NAMES if f"`{name}`" not in listed} == set()
