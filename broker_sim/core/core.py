@@ -693,17 +693,23 @@ class BrokerCore:
                 for topic, messages in sorted(behind.items()):
                     lag.add_metric([topic, group], messages)
             in_flight = gauge("rocketmq_consumer_inflight_messages", labels=("topic", "consumer_group"))
-            for (topic, group), messages in sorted(self.pop_service.in_flight_messages().items()):
+            popped, revive_due = self.pop_service.in_flight_messages()
+            for (topic, group), messages in sorted(popped.items()):
                 in_flight.add_metric([topic, group], messages)
             positions = store.log_positions()
             lag_bytes, lag_ms = store.dispatch_lag()
-            half = sum(t.message_count for t in self.transactions.transactions())
+            transactions = self.transactions.transactions()
             return [gauge("rocketmq_topic_number", len(topics)), gauge("rocketmq_consumer_group_number", len(groups)),
                     lag, in_flight,
                     gauge("rocketmq_storage_size", positions.max_offset - positions.min_offset),
                     gauge("rocketmq_storage_flush_behind_bytes", positions.max_offset - positions.flushed_offset),
                     gauge("rocketmq_storage_dispatch_behind_bytes", lag_bytes),
-                    gauge("broker_sim_dispatch_lag_ms", lag_ms), gauge("rocketmq_half_messages", half),
+                    gauge("broker_sim_dispatch_lag_ms", lag_ms),
+                    gauge("rocketmq_half_messages", sum(t.message_count for t in transactions)),
+                    gauge("broker_sim_transactions_open", len(transactions)),
+                    gauge("broker_sim_pop_revive_backlog_messages", revive_due),
+                    gauge("broker_sim_memory_budget_held_bytes", self.memory.held),
+                    gauge("broker_sim_memory_budget_bytes", self.memory.total_bytes),
                     gauge("broker_sim_responses_waiting", self.counters.responses_waiting),
                     gauge("broker_sim_resident_memory_bytes", _resident_bytes()),
                     gauge("broker_sim_corrupted_records", len(store.corrupted_records()))]

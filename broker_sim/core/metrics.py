@@ -43,6 +43,12 @@ METRICS = {
     "rocketmq_storage_dispatch_behind_bytes": "Bytes of the commit log not yet indexed by the dispatcher",
     "broker_sim_dispatch_lag_ms": "Age of the oldest record not yet indexed, in milliseconds",
     "rocketmq_half_messages": "Messages prepared under transactions not yet committed or rolled back",
+    "broker_sim_transactions_open": "Transactions open or committing",
+    "broker_sim_pop_revive_backlog_messages": "Popped messages past their invisible time and not yet revived "
+                                              "(the revive service's backlog)",
+    "broker_sim_memory_budget_held_bytes": "Bytes every door holds for its clients (answers being written, parked "
+                                           "pulls), counted against the memory budget",
+    "broker_sim_memory_budget_bytes": "The memory budget (--memory-budget)",
     "broker_sim_responses_waiting": "Stream responses written and not yet taken by their clients",
     "broker_sim_resident_memory_bytes": "The broker process's resident memory",
     "broker_sim_corrupted_records": "Damaged records the store found (reads end before them)",

@@ -750,13 +750,17 @@ class PopService:
         with self._lock:
             return sum(1 for ck in self._checkpoints.values() if group is None or ck.group == group)
 
-    def in_flight_messages(self) -> dict[tuple[str, str], int]:
-        """Messages popped and neither acked nor revived, by (topic, group)."""
+    def in_flight_messages(self) -> tuple[dict[tuple[str, str], int], int]:
+        """Messages popped and neither acked nor revived, by (topic, group); and how many of them
+        are past their invisible time (the revive service's backlog)."""
         counts: dict[tuple[str, str], int] = {}
+        now, due = self.now_ms(), 0
         with self._lock:
             for ck in self._checkpoints.values():
                 counts[(ck.topic, ck.group)] = counts.get((ck.topic, ck.group), 0) + ck.count
-        return counts
+                if ck.deadline_ms <= now:
+                    due += ck.count
+        return counts, due
 
     def commit_offset(self, group: str, topic: str, queue_id: int) -> int:
         with self._lock:

@@ -106,6 +106,9 @@ def test_a_scrape_counts_what_a_producer_a_reader_and_a_pop_consumer_did(broker)
     assert value(samples, "rocketmq_storage_size") > 1050 * len(BODY)
     assert value(samples, "broker_sim_resident_memory_bytes") > 0
     assert ("rocketmq_storage_dispatch_behind_bytes", ()) in samples
+    assert value(samples, "broker_sim_pop_revive_backlog_messages") == 0  # 30 s invisible: none due yet
+    assert value(samples, "broker_sim_transactions_open") == 0
+    assert value(samples, "broker_sim_memory_budget_bytes") > value(samples, "broker_sim_memory_budget_held_bytes")
     assert value(samples, "rocketmq_rpc_latency_count", protocol_type="contract", request_code="read_ranges",
                  response_code="ok") >= 1
     assert value(samples, "rocketmq_rpc_latency_count", protocol_type="contract", request_code="pop",
