@@ -264,7 +264,7 @@ async def abort_stream(context: grpc.aio.ServicerContext, error: BrokerError):
 
 
 def timed(behavior, protocol: str, request_code: str, metrics):
-    """``behavior`` (a handler: sync, a coroutine or an async generator) with each call in the
+    """``behavior`` (a handler: sync, a coroutine, a generator or an async one) with each call in the
     broker's metrics (``metrics.answered``): its door, its method, and how it ended, in lower
     case as RocketMQ names codes: the reason of the refusal it ended with (``topic_not_found``),
     the Status code of a RocketMQ 5 response (``bad_request``), ``ok``, or ``failed`` for an
@@ -285,6 +285,17 @@ def timed(behavior, protocol: str, request_code: str, metrics):
             finally:
                 answered(started, last, failed)
         return streamed
+    if inspect.isgeneratorfunction(behavior):
+        def generated(request, context):
+            started, last, failed = clock(), None, True
+            _REFUSED.set(None)
+            try:
+                for last in behavior(request, context):
+                    yield last
+                failed = False
+            finally:
+                answered(started, last, failed)
+        return generated
     if inspect.iscoroutinefunction(behavior):
         async def awaited(request, context):
             started, response, failed = clock(), None, True
