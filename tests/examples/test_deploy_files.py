@@ -41,9 +41,6 @@ def check_command(argv: list[str]) -> None:
             assert args[1] == "clusterList"
         return
     if program == "rmq-broker-sim":
-        # dash-34: the compose file's broker command has --metrics-port, which another branch adds
-        # to broker_cli.parser(). Until that branch is merged this exits here on purpose
-        # ("unrecognized arguments: --metrics-port 5557"): merge dash-34 after it.
         broker_cli.parser().parse_args(args)
     elif program == "rmq-admin":
         admin_cli.parser().parse_args(args)
