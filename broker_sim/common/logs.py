@@ -13,6 +13,7 @@ connection) a few times per interval and key, then once with the count of those 
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -106,8 +107,9 @@ class ThrottledLog:
 
     The counts are said when the key's next line comes after its window, at ``roll()`` (for a
     caller with a loop of its own), and within ``ROLL_EVERY_S`` of the window's end by a thread
-    that runs while counts are held (``background=False``: only the first two, for tests with
-    a clock of their own). ``now`` is the clock, in seconds (monotonic). Thread-safe.
+    that runs while counts are held, or at the process's exit (``background=False``: only the
+    first two, and ``flush()``, for tests with a clock of their own). ``now`` is the clock, in
+    seconds (monotonic). Thread-safe.
     """
 
     def __init__(self, logger: logging.Logger, burst: int = 5, interval_s: float = 10.0, *, shared: bool = False,
@@ -177,6 +179,19 @@ class ThrottledLog:
             self._say(*count)
         return holding
 
+    def flush(self) -> None:
+        """Say every count held now, windows over or not (the process ends), and forget them."""
+        now = self._now()
+        with self._lock:
+            counts = [(w, now - w.start) for w in self._windows.values() if w.dropped]
+            self._windows.clear()
+            self._next_end, self._holding = math.inf, 0
+            if self._rolled_by_thread:
+                self._rolled_by_thread = False
+                _ROLLER.discard(self)
+        for count in counts:
+            self._say(*count)
+
     def _count(self, window: _Window, extra: dict) -> None:
         """A line left out: counted, its subject kept where the others left out had the same."""
         window.dropped += 1
@@ -212,8 +227,9 @@ class ThrottledLog:
 
 class _Roller:
     """One thread for every ThrottledLog holding counts: each is rolled every ROLL_EVERY_S,
-    so that a count is said even when no line of its kind comes after the flood. The thread
-    ends once no log holds counts, and starts again with the next."""
+    so that a count is said even when no line of its kind comes after the flood, and flushed
+    at the process's exit. The thread ends once no log holds counts, and starts again with the
+    next."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -245,5 +261,13 @@ class _Roller:
                 except Exception:  # a handler's failure: logging's own handleError reports those
                     pass
 
+    def flush_all(self) -> None:
+        with self._lock:
+            logs = list(self._logs)
+        for throttled in logs:
+            throttled.flush()
+
 
 _ROLLER = _Roller()
+# Before logging's own exit hook (registered when logging was imported, so run after this one).
+atexit.register(_ROLLER.flush_all)

@@ -97,6 +97,17 @@ def test_the_count_is_said_by_roll_once_the_window_is_over(lines):
     assert log.roll() is False and len(lines.records) == 4, "said once"
 
 
+def test_flush_says_the_counts_of_windows_not_over(lines):
+    clock = Clock()
+    log = throttled(clock)
+    for _ in range(4):
+        log.warning("slow reader")
+    clock.now += 2
+    log.flush()
+    assert lines.messages[-1] == '1 more lines like "slow reader" were left out in the last 2 s'
+    assert log.roll() is False and log.warning("slow reader") is True, "a new window"
+
+
 def test_each_template_and_subject_has_its_own_window(lines):
     clock = Clock()
     log = throttled(clock)
