@@ -15,13 +15,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import dataclasses
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.core.errors import BrokerError, Reason, refused
 from broker_sim.store import CreateStatus, creation_problem, echo
+
+log = logging.getLogger(__name__)
+# A client creating topics in a loop past its limit is told each time, and logged at this rate.
+_quota_log = ThrottledLog(log)
 
 
 @dataclass(frozen=True)
@@ -346,10 +352,16 @@ class TopicQuota:
     def create(self, client: str, name: str, queue_count: int, queue_type, make: Callable[[], tuple]) -> tuple:
         """``make()`` (the store's creation: (CreateStatus, detail)) if ``client`` may create the
         topic; a topic that exists already, or settings the store refuses, are left to ``make``
-        (it answers what was wrong). Raises LIMIT_EXCEEDED past a limit, creating nothing."""
+        (it answers what was wrong). Raises LIMIT_EXCEEDED past a limit, creating nothing
+        (logged, at a bounded rate per client)."""
         with self._lock:
             if self._store.find_topic(name) is None and creation_problem(name, queue_count, queue_type) is None:
-                self._check(client, name, queue_count, self._store.all_topics())
+                try:
+                    self._check(client, name, queue_count, self._store.all_topics())
+                except BrokerError as limit:
+                    _quota_log.warning("topic creation refused: %s", limit.message, key=client,
+                                       extra={"topic": name, "client": client or None, "queues": queue_count})
+                    raise
             status, detail = make()
             if status is CreateStatus.CREATED and client:
                 self._created.setdefault(client, {})[name] = queue_count
