@@ -6,7 +6,7 @@ doors/rocketmq_v2/acl.py) and asks the guard; a refusal is a BrokerError (UNAUTH
 PERMISSION_DENIED) that each door answers in its protocol, so nothing of the request happens.
 The ACL file is read again when it changes (looked at no more than once a second); a file that
 no longer parses leaves the accounts as they were, with an error in the log. Each door logs its
-refusals with ``log_refusal`` (a warning with the account and client, at a bounded rate).
+refusals with ``Guard.log_refusal`` (a warning with the account and client, at a bounded rate).
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ RELOAD_CHECK_S = 1.0
 _HOW_TO_SIGN = ("give the client an account's access key and secret key (rmq_spark: Credentials, Spark options "
                 "accessKey and secretKey, rmq-admin --access-key; RocketMQ's clients: AclClientRPCHook or "
                 "SessionCredentials, the 5.x clients' Credentials)")
-# A client with a wrong secret or a missing grant is refused at each request: logged at this rate.
-_refusal_log = ThrottledLog(log)
 
 
 @dataclass(frozen=True)
@@ -88,6 +86,7 @@ class Guard:
         self._stamp = _file_stamp(self.path)
         self._config = load(self.path)  # AclConfigError at start: the broker does not start
         self._checked = time.monotonic()
+        self.refusal_log = ThrottledLog(log)  # a client with a wrong secret is refused at each request
 
     @property
     def config(self) -> AclConfig:
@@ -158,6 +157,20 @@ class Guard:
                                    "access key, or add the account to the broker's ACL file")
         return account
 
+    # --- refusals --------------------------------------------------------------------------
+
+    def log_refusal(self, err: BaseException, what: str, *, account: str = "", client: str = "") -> None:
+        """Log a request the ACLs refused (``err``: UNAUTHENTICATED or PERMISSION_DENIED; nothing
+        else is logged here): a warning saying ``what`` was refused and why, with the access key
+        it named (``account``, signed or not) and its ``client`` address as fields. At most 5
+        lines per 10 s per kind and account (or client host, unsigned), then one counting the rest."""
+        reason = getattr(err, "reason", None)
+        if reason not in (Reason.UNAUTHENTICATED, Reason.PERMISSION_DENIED):
+            return
+        host = client.rsplit(":", 1)[0]
+        self.refusal_log.warning("ACL refused %s: %s", what, err.message, key=(reason, account or host),
+                                 extra={"account": account or None, "client": client or None, "reason": reason.value})
+
     # --- authorization ---------------------------------------------------------------------
 
     def authorize(self, account: Account, demands: Iterable[Demand]) -> None:
@@ -176,19 +189,6 @@ class Guard:
                 what = demand.label or f"{demand.kind} {echo(demand.name)}"
                 raise _denied(f"access key {echo(account.access_key)} may not {_VERBS[demand.perm]} {what}: grant it "
                               f"{_GRANTS[demand.perm]} in the ACL file's {listing}")
-
-
-def log_refusal(err: BaseException, what: str, *, account: str = "", client: str = "") -> None:
-    """Log a request the ACLs refused (``err``: UNAUTHENTICATED or PERMISSION_DENIED; nothing
-    else is logged here): a warning saying ``what`` was refused and why, with the access key it
-    named (``account``, signed or not) and its ``client`` address as fields. At most 5 lines per
-    10 s per kind and account (or client host, unsigned), then one counting the others."""
-    reason = getattr(err, "reason", None)
-    if reason not in (Reason.UNAUTHENTICATED, Reason.PERMISSION_DENIED):
-        return
-    host = client.rsplit(":", 1)[0]
-    _refusal_log.warning("ACL refused %s: %s", what, err.message, key=(reason, account or host),
-                         extra={"account": account or None, "client": client or None, "reason": reason.value})
 
 
 def claimed_access_key(metadata: Iterable[tuple[str, str]]) -> str:

@@ -26,8 +26,6 @@ from broker_sim.core.errors import BrokerError, Reason, refused
 from broker_sim.store import CreateStatus, creation_problem, echo
 
 log = logging.getLogger(__name__)
-# A client creating topics in a loop past its limit is told each time, and logged at this rate.
-_quota_log = ThrottledLog(log)
 
 
 @dataclass(frozen=True)
@@ -348,6 +346,7 @@ class TopicQuota:
         self._store = store
         self._lock = threading.Lock()  # a check and its creation are one step
         self._created: dict[str, dict[str, int]] = {}  # client -> {topic: queues} it created
+        self.refusal_log = ThrottledLog(log)  # a client creating topics in a loop is refused each time
 
     def create(self, client: str, name: str, queue_count: int, queue_type, make: Callable[[], tuple]) -> tuple:
         """``make()`` (the store's creation: (CreateStatus, detail)) if ``client`` may create the
@@ -359,8 +358,8 @@ class TopicQuota:
                 try:
                     self._check(client, name, queue_count, self._store.all_topics())
                 except BrokerError as limit:
-                    _quota_log.warning("topic creation refused: %s", limit.message, key=client,
-                                       extra={"topic": name, "client": client or None, "queues": queue_count})
+                    self.refusal_log.warning("topic creation refused: %s", limit.message, key=client,
+                                             extra={"topic": name, "client": client or None, "queues": queue_count})
                     raise
             status, detail = make()
             if status is CreateStatus.CREATED and client:

@@ -16,7 +16,7 @@ import functools
 import inspect
 from typing import Callable
 
-from broker_sim.acl import Demand, Guard, Perm, claimed_access_key, log_refusal
+from broker_sim.acl import Demand, Guard, Perm, claimed_access_key
 from broker_sim.core.errors import from_exception
 from broker_sim.doors.grpc_common import RefusedRequest, peer_remote
 
@@ -54,7 +54,7 @@ class GrpcAdmission:
                 if not isinstance(request, RefusedRequest):
                     self.guard.authorize(account, demands(request))
             except Exception as err:
-                _log_refusal(err, name, context)
+                self._log_refusal(err, name, context)
                 return RefusedRequest(from_exception(err)), ""
             return request, account.access_key
 
@@ -99,18 +99,17 @@ class GrpcAdmission:
             try:
                 self.guard.grpc_account(context.invocation_metadata())
             except Exception as err:
-                _log_refusal(err, name, context)
+                self._log_refusal(err, name, context)
                 request_iterator = _one(RefusedRequest(from_exception(err)))
             async for response in handler(request_iterator, context):
                 yield response
 
         return telemetry
 
-
-def _log_refusal(err: Exception, name: str, context) -> None:
-    client = peer_remote(context.peer())
-    log_refusal(err, f"gRPC call {name} from {client}", account=claimed_access_key(context.invocation_metadata()),
-                client=client)
+    def _log_refusal(self, err: Exception, name: str, context) -> None:
+        client = peer_remote(context.peer())
+        self.guard.log_refusal(err, f"gRPC call {name} from {client}",
+                               account=claimed_access_key(context.invocation_metadata()), client=client)
 
 
 async def _one(item):

@@ -11,7 +11,6 @@ import pytest
 
 from acl_helpers import ACL_FILE, SECRETS
 from broker_sim.acl import Guard
-from broker_sim.acl import guard as guard_module
 from broker_sim.common.logs import ThrottledLog
 from broker_sim.doors.grpc_acl import DEMANDS, GrpcAdmission
 from broker_sim.doors.grpc_common import RefusedRequest
@@ -53,10 +52,9 @@ def guard(tmp_path):
 
 
 @pytest.fixture
-def clock(monkeypatch):
+def clock(guard):
     clock = Clock()
-    monkeypatch.setattr(guard_module, "_refusal_log", ThrottledLog(logging.getLogger(LOGGER), now=clock,
-                                                                   background=False))
+    guard.refusal_log = ThrottledLog(logging.getLogger(LOGGER), now=clock, background=False)
     return clock
 
 

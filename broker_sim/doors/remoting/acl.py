@@ -32,7 +32,7 @@ from typing import Callable
 
 import orjson
 
-from broker_sim.acl import Demand, Guard, Perm, log_refusal
+from broker_sim.acl import Demand, Guard, Perm
 from broker_sim.doors.remoting.fields import SEND_V2_NAMES, Fields
 from rmq_wire import signing
 from rmq_wire.remoting import RemotingCommand, RequestCode
@@ -69,8 +69,8 @@ class RemotingAdmission:
             self.guard.authorize(account, demands(request, self.record_topic))
         except Exception as err:
             # The server knows the connection, not this check: the line names the account only.
-            log_refusal(err, f"remoting request {_code_name(request.code)}",
-                        account=str(request.ext_fields.get(signing.ACCESS_KEY) or ""))
+            self.guard.log_refusal(err, f"remoting request {_code_name(request.code)}",
+                                   account=str(request.ext_fields.get(signing.ACCESS_KEY) or ""))
             raise
 
 
