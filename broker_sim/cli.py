@@ -5,6 +5,7 @@
                    [--broker-name broker-a] [--cluster-name DefaultCluster] [--namesrv HOST:PORT[;HOST:PORT]]]
                    [--acl-file plain_acl.yml] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
                    [--max-connections-per-ip N ...: the per-client limits, --help lists them]
+                   [--log-level INFO] [--log-format text|json]
 
 ``--config FILE`` reads settings from key=value lines (RocketMQ's broker.conf keys where this
 broker has the setting, the flags without their dashes for the rest: ``broker_conf``); flags
@@ -36,6 +37,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from broker_sim import broker_conf  # noqa: E402
 from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
+from broker_sim.common.logs import LOG_FORMATS, formatter  # noqa: E402
 from broker_sim.core.limits import ClientLimits  # noqa: E402
 from broker_sim.doors.tls import TlsOptions  # noqa: E402
 from broker_sim.store import (  # noqa: E402
@@ -238,6 +240,11 @@ def parser() -> argparse.ArgumentParser:
     logs = p.add_argument_group("logging")
     logs.add_argument("--log-level", type=str.upper, default="INFO",
                       choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], help="(default: INFO)")
+    logs.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                      help="text: a sentence a line, 'TIME LEVEL LOGGER: MESSAGE' (default); json: one JSON object "
+                           "a line, with time (ISO-8601 UTC), level, logger, message, the subject's fields when the "
+                           "line has one (topic, group, client, account, ...) and exception. Warnings that may "
+                           "repeat at a high rate are written 5 times per 10 s, then one line counts those left out")
     broker_conf.annotate_help(p)
     return p
 
@@ -301,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--acl-file: {err}")
     except ValueError as err:
         p.error(str(err))
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_handler = logging.StreamHandler(sys.stderr)
+    log_handler.setFormatter(formatter(args.log_format))
+    logging.basicConfig(level=args.log_level, handlers=[log_handler])
 
     stop = threading.Event()
 

@@ -3,6 +3,7 @@ requests against it. The doors say what each request needs (their acl.py modules
 the doors and the assembly; imports the core's errors and the store's echo."""
 
 from broker_sim.acl.config import Account, AclConfig, AclConfigError, Perm, load
-from broker_sim.acl.guard import MAX_CLOCK_SKEW_S, Demand, Guard
+from broker_sim.acl.guard import MAX_CLOCK_SKEW_S, Demand, Guard, claimed_access_key
 
-__all__ = ["Account", "AclConfig", "AclConfigError", "Demand", "Guard", "MAX_CLOCK_SKEW_S", "Perm", "load"]
+__all__ = ["Account", "AclConfig", "AclConfigError", "Demand", "Guard", "MAX_CLOCK_SKEW_S", "Perm",
+           "claimed_access_key", "load"]

@@ -127,7 +127,8 @@ def _account(entry, index: int) -> Account:
     if len(secret_key) < MIN_SECRET_CHARS:
         raise AclConfigError(f"{where}: secretKey must be at least {MIN_SECRET_CHARS} characters")
     if entry.get("whiteRemoteAddress"):
-        log.warning("ACL: %s: whiteRemoteAddress is ignored: its requests must be signed", where)
+        log.warning("ACL: %s: whiteRemoteAddress is ignored: its requests must be signed", where,
+                    extra={"account": access_key})
     admin = entry.get("admin", False)
     if not isinstance(admin, bool):
         raise AclConfigError(f"{where}: admin is {admin!r}: write true or false")

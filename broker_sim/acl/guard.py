@@ -5,7 +5,8 @@ Each door says what a request needs as ``Demand``s (doors/remoting/acl.py, doors
 doors/rocketmq_v2/acl.py) and asks the guard; a refusal is a BrokerError (UNAUTHENTICATED or
 PERMISSION_DENIED) that each door answers in its protocol, so nothing of the request happens.
 The ACL file is read again when it changes (looked at no more than once a second); a file that
-no longer parses leaves the accounts as they were, with an error in the log.
+no longer parses leaves the accounts as they were, with an error in the log. Each door logs its
+refusals with ``Guard.log_refusal`` (a warning with the account and client, at a bounded rate).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from broker_sim.acl.config import Account, AclConfig, AclConfigError, Perm, load
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.core import BrokerError, Reason, refused
 from broker_sim.store.errors import echo
 from rmq_wire import record as fmt
@@ -84,6 +86,7 @@ class Guard:
         self._stamp = _file_stamp(self.path)
         self._config = load(self.path)  # AclConfigError at start: the broker does not start
         self._checked = time.monotonic()
+        self.refusal_log = ThrottledLog(log)  # a client with a wrong secret is refused at each request
 
     @property
     def config(self) -> AclConfig:
@@ -154,6 +157,20 @@ class Guard:
                                    "access key, or add the account to the broker's ACL file")
         return account
 
+    # --- refusals --------------------------------------------------------------------------
+
+    def log_refusal(self, err: BaseException, what: str, *, account: str = "", client: str = "") -> None:
+        """Log a request the ACLs refused (``err``: UNAUTHENTICATED or PERMISSION_DENIED; nothing
+        else is logged here): a warning saying ``what`` was refused and why, with the access key
+        it named (``account``, signed or not) and its ``client`` address as fields. At most 5
+        lines per 10 s per kind and account (or client host, unsigned), then one counting the rest."""
+        reason = getattr(err, "reason", None)
+        if reason not in (Reason.UNAUTHENTICATED, Reason.PERMISSION_DENIED):
+            return
+        host = client.rsplit(":", 1)[0]
+        self.refusal_log.warning("ACL refused %s: %s", what, err.message, key=(reason, account or host),
+                                 extra={"account": account or None, "client": client or None, "reason": reason.value})
+
     # --- authorization ---------------------------------------------------------------------
 
     def authorize(self, account: Account, demands: Iterable[Demand]) -> None:
@@ -172,6 +189,18 @@ class Guard:
                 what = demand.label or f"{demand.kind} {echo(demand.name)}"
                 raise _denied(f"access key {echo(account.access_key)} may not {_VERBS[demand.perm]} {what}: grant it "
                               f"{_GRANTS[demand.perm]} in the ACL file's {listing}")
+
+
+def claimed_access_key(metadata: Iterable[tuple[str, str]]) -> str:
+    """The access key a gRPC call's authorization header names, whether its signature is right or
+    not ("" when it names none)."""
+    for key, value in metadata:
+        if key == signing.AUTHORIZATION and isinstance(value, str):
+            try:
+                return signing.parse_authorization(value)[0]
+            except ValueError:
+                return ""
+    return ""
 
 
 def _file_stamp(path: Path) -> tuple:

@@ -71,7 +71,8 @@ class TransactionChecks:
         for transaction in self._due():
             if transaction.checks >= self.check_max:
                 log.warning("transaction %s unanswered after %d checks: rolled back", transaction.transaction_id,
-                            transaction.checks)
+                            transaction.checks, extra={"transaction": transaction.transaction_id,
+                                                       "topic": transaction.topic, "producer": transaction.owner})
                 self._roll_back(transaction.transaction_id)
                 continue
             half = self.core.prepared_message(transaction.transaction_id)
@@ -95,5 +96,5 @@ class TransactionChecks:
         try:
             self.core.rollback_transactions([(transaction_id, 1)])
         except BrokerError as refused:
-            log.info("rolling back %s: %s", transaction_id, refused.message)
+            log.info("rolling back %s: %s", transaction_id, refused.message, extra={"transaction": transaction_id})
         self.ended(transaction_id)

@@ -15,13 +15,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import dataclasses
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.core.errors import BrokerError, Reason, refused
 from broker_sim.store import CreateStatus, creation_problem, echo
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -342,14 +346,21 @@ class TopicQuota:
         self._store = store
         self._lock = threading.Lock()  # a check and its creation are one step
         self._created: dict[str, dict[str, int]] = {}  # client -> {topic: queues} it created
+        self.refusal_log = ThrottledLog(log)  # a client creating topics in a loop is refused each time
 
     def create(self, client: str, name: str, queue_count: int, queue_type, make: Callable[[], tuple]) -> tuple:
         """``make()`` (the store's creation: (CreateStatus, detail)) if ``client`` may create the
         topic; a topic that exists already, or settings the store refuses, are left to ``make``
-        (it answers what was wrong). Raises LIMIT_EXCEEDED past a limit, creating nothing."""
+        (it answers what was wrong). Raises LIMIT_EXCEEDED past a limit, creating nothing
+        (logged, at a bounded rate per client)."""
         with self._lock:
             if self._store.find_topic(name) is None and creation_problem(name, queue_count, queue_type) is None:
-                self._check(client, name, queue_count, self._store.all_topics())
+                try:
+                    self._check(client, name, queue_count, self._store.all_topics())
+                except BrokerError as limit:
+                    self.refusal_log.warning("topic creation refused: %s", limit.message, key=client,
+                                             extra={"topic": name, "client": client or None, "queues": queue_count})
+                    raise
             status, detail = make()
             if status is CreateStatus.CREATED and client:
                 self._created.setdefault(client, {})[name] = queue_count

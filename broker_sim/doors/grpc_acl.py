@@ -16,9 +16,9 @@ import functools
 import inspect
 from typing import Callable
 
-from broker_sim.acl import Demand, Guard, Perm
+from broker_sim.acl import Demand, Guard, Perm, claimed_access_key
 from broker_sim.core.errors import from_exception
-from broker_sim.doors.grpc_common import RefusedRequest
+from broker_sim.doors.grpc_common import RefusedRequest, peer_remote
 
 _CALLER = contextvars.ContextVar("rmq_caller", default=None)
 
@@ -46,7 +46,7 @@ class GrpcAdmission:
                              "account_only if an account is "
                              "all it needs")
         if client_streaming:
-            return self._guarded_stream_in(handler)
+            return self._guarded_stream_in(name, handler)
 
         def admitted(request, context):
             try:
@@ -54,6 +54,7 @@ class GrpcAdmission:
                 if not isinstance(request, RefusedRequest):
                     self.guard.authorize(account, demands(request))
             except Exception as err:
+                self._log_refusal(err, name, context)
                 return RefusedRequest(from_exception(err)), ""
             return request, account.access_key
 
@@ -89,7 +90,7 @@ class GrpcAdmission:
                 _CALLER.reset(token)
         return unary
 
-    def _guarded_stream_in(self, handler: Callable) -> Callable:
+    def _guarded_stream_in(self, name: str, handler: Callable) -> Callable:
         """A client-streaming call (v2's Telemetry, an async generator) is checked by its
         headers: a refused one sees a single RefusedRequest in place of the client's messages."""
 
@@ -98,11 +99,17 @@ class GrpcAdmission:
             try:
                 self.guard.grpc_account(context.invocation_metadata())
             except Exception as err:
+                self._log_refusal(err, name, context)
                 request_iterator = _one(RefusedRequest(from_exception(err)))
             async for response in handler(request_iterator, context):
                 yield response
 
         return telemetry
+
+    def _log_refusal(self, err: Exception, name: str, context) -> None:
+        client = peer_remote(context.peer())
+        self.guard.log_refusal(err, f"gRPC call {name} from {client}",
+                               account=claimed_access_key(context.invocation_metadata()), client=client)
 
 
 async def _one(item):

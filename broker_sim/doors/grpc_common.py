@@ -335,6 +335,12 @@ def _response_code(response, failed: bool) -> str:
 _PEER_IPV4 = re.compile(r"^ipv4:(\d+\.\d+\.\d+\.\d+):(\d+)$")
 
 
+def peer_remote(peer: str) -> str:
+    """The client's address as the logs write it ("ipv4:127.0.0.1:5555" -> "127.0.0.1:5555")."""
+    kind, sep, address = (peer or "").partition(":")
+    return address if sep and kind in ("ipv4", "ipv6") else (peer or "")
+
+
 def peer_host(peer: str) -> bytes:
     """The client's address as RocketMQ's BORNHOST (IPv4 and port); zeros when not IPv4."""
     match = _PEER_IPV4.match(peer or "")

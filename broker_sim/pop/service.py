@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
 
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.pop.config import PopConfig, revive_backoff_ms
 from broker_sim.pop.errors import GroupNotFound, InvalidPopRequest, InvalidReceiptHandle, ReceiptHandleExpired
 from broker_sim.pop.receipt import ReceiptSigner
@@ -229,6 +230,9 @@ class PopService:
         self._waiting_lock = threading.Lock()
         self._closing = False
         self._closed = False
+        # Lines that repeat per record (a damaged record each pop meets, the checkpoints of a
+        # deleted topic), per topic (and group): at most 5 per 10 s each, then a count.
+        self._repeated = ThrottledLog(log)
         self._load()
 
     @classmethod
@@ -413,7 +417,8 @@ class PopService:
                 offset = result.next_begin_offset
                 continue
             if result.status is GetStatus.RECORD_CORRUPTED:  # never delivered, and never blocks the queue
-                log.error("pop skips a damaged record: %s", result.detail)
+                self._repeated.error("pop skips a damaged record: %s", result.detail, key=(topic, queue_id),
+                                     extra={"topic": topic, "queue": queue_id, "group": pop.group, "offset": offset})
                 looked += 1
                 offset = result.next_begin_offset
                 continue
@@ -541,8 +546,9 @@ class PopService:
                 changes.removed.append((key, ck))
                 unit = self._unit(ck)
                 if unit is None:
-                    log.warning("pop revive: %s queue %d offset %d of group %s is no longer stored; dropped",
-                                ck.topic, ck.queue_id, ck.offset, ck.group)
+                    self._repeated.warning("pop revive: %s queue %d offset %d of group %s is no longer stored; "
+                                           "dropped", ck.topic, ck.queue_id, ck.offset, ck.group,
+                                           key=(ck.topic, ck.group), extra=_subject(ck))
                     continue
                 target = self._revive_target(ck)
                 copies.append((key, ck, unit, target, self._queue_end(target)))
@@ -573,7 +579,7 @@ class PopService:
         if self.store.find_topic(name) is None:
             status, detail = self.store.create_topic(name, 1, queue_type)
             if detail and status is not CreateStatus.ALREADY_EXISTS:
-                log.warning("pop: cannot create %s: %s", name, detail)
+                self._repeated.warning("pop: cannot create %s: %s", name, detail, key=name, extra={"topic": name})
         return name
 
     def _queue_end(self, topic: str) -> int:
@@ -599,8 +605,10 @@ class PopService:
             result = self.store.put_message(target, 0, bytes(record.body), properties=properties, flag=record.flag,
                                             context=context)
         if not result.ok:
-            log.warning("pop revive of %s queue %d offset %d (group %s) into %s failed: %s; trying again later",
-                        ck.topic, ck.queue_id, ck.offset, ck.group, target, result.detail or result.status.value)
+            self._repeated.warning("pop revive of %s queue %d offset %d (group %s) into %s failed: %s; trying again "
+                                   "later", ck.topic, ck.queue_id, ck.offset, ck.group, target,
+                                   result.detail or result.status.value, key=(ck.topic, ck.group),
+                                   extra={**_subject(ck), "target": target})
         return result.ok
 
     def send_back(self, group: str, record: bytes, delay_level: int, max_reconsume_times: int | None = None,
@@ -786,3 +794,8 @@ class PopService:
 def _reconsume_times(unit: StoredBatch) -> int:
     """RECONSUMETIMES of a stored record."""
     return fmt.HEADER.unpack_from(unit.data)[12]
+
+
+def _subject(ck: PopCheckpoint) -> dict:
+    """A checkpoint's fields in a log line."""
+    return {"topic": ck.topic, "queue": ck.queue_id, "offset": ck.offset, "group": ck.group}

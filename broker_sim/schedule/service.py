@@ -25,6 +25,7 @@ import threading
 from typing import Callable
 
 from broker_sim.common.files import write_atomically
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.common.service_thread import ServiceThread
 from broker_sim.store import (
     MessageStore,
@@ -74,6 +75,7 @@ class ScheduleService:
         self._timer_heap: list[tuple[int, int]] = []  # (due ms, offset) of queue 18 not yet delivered
         self._timer_seen = self._timer_below  # queue 18 is read up to here
         self._wanted = 0  # the commitlog position of the latest delayed send, until it is indexed
+        self._dropped_log = ThrottledLog(log)  # a deleted topic's delayed messages: 5 lines per 10 s per topic
         self._thread = ServiceThread("rmq-schedule", _IDLE_S, self._run_once, task="delivering delayed messages",
                                      retry_s=1.0)
 
@@ -183,7 +185,8 @@ class ScheduleService:
         for name in (TIMER_OUT_MS, fmt.PROPERTY_DELAY_TIME_LEVEL):
             properties.pop(name, None)
         if self.store.find_topic(topic) is None:
-            log.warning("a delayed message for topic %s is dropped: the topic was deleted", echo(topic))
+            self._dropped_log.warning("a delayed message for topic %s is dropped: the topic was deleted", echo(topic),
+                                      key=topic, extra={"topic": topic, "queue": queue_id})
             return
         context = PutContext(record.born_timestamp, record.born_host, reconsume_times=record.reconsume_times,
                              stored_before=True)

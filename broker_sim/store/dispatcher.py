@@ -109,7 +109,8 @@ class Dispatcher:
             if len(self._warned) > 1024:
                 self._warned.clear()
             self._warned.add(key)
-            log.warning(message + " (said once per topic)", *args)
+            log.warning(message + " (said once per topic)", *args,
+                        extra={"topic": bytes(topic).decode("utf-8", "replace")})
 
     # --- the background thread ---------------------------------------------------------------
 

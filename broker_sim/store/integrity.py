@@ -83,7 +83,8 @@ class CorruptionReport:
                 del self._records[min(self._records)]
             self._save()
         log.error("damaged record kept, never served: %s: %s (found by %s)", record.where(), record.reason,
-                  record.found_by)
+                  record.found_by, extra={"topic": record.topic or None, "queue": record.queue_id if record.topic
+                                          else None, "commitlog_offset": record.commitlog_offset})
         return True
 
     def forget_below(self, offset: int) -> None:

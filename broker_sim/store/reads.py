@@ -5,10 +5,12 @@ listeners of readers that wait for new messages."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Callable
 
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.store.commitlog import CommitLog
 from broker_sim.store.config import StoreConfig
 from broker_sim.store.consume_queue import ConsumeQueue, ConsumeQueueTable, IndexUnit
@@ -42,6 +44,11 @@ class Reads:
     _arrival_listeners: tuple
     _closed: bool
     now_ms: Callable[[], int]
+
+    @functools.cached_property
+    def _index_wait_log(self) -> ThrottledLog:
+        """Reads behind a slow dispatcher, each of which waits: at most 5 lines per 10 s per topic."""
+        return ThrottledLog(log)
 
     def get_messages(self, topic: str, queue_id: int, start: int, end: int | None = None,
                      max_bytes: int = DEFAULT_MAX_READ_BYTES) -> GetResult:
@@ -272,10 +279,11 @@ class Reads:
         with self._dispatched:
             self.reads_waited_for_index += 1
             if not self._dispatched.wait_for(indexed, self.config.index_wait_ms / 1000):
-                log.warning("a read of topic %r queue %d waited %d ms (index_wait_ms) for offsets below %d, stored "
-                            "but not indexed yet, and goes on with what is indexed: the dispatcher is %d bytes "
-                            "behind", topic, queue_id, self.config.index_wait_ms, wanted,
-                            self.commitlog.max_offset - self.dispatcher.position)
+                self._index_wait_log.warning(
+                    "a read of topic %r queue %d waited %d ms (index_wait_ms) for offsets below %d, stored but not "
+                    "indexed yet, and goes on with what is indexed: the dispatcher is %d bytes behind", topic,
+                    queue_id, self.config.index_wait_ms, wanted, self.commitlog.max_offset - self.dispatcher.position,
+                    key=topic, extra={"topic": topic, "queue": queue_id})
         return self.queues.find(topic, queue_id)
 
     def _existing_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:

@@ -85,7 +85,8 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueTable, dispatcher: Dispatc
     commitlog.damaged.update((d.position, d.end) for d in damaged)
     clamped = topics.clamp_created_at(tail)
     if clamped:
-        log.warning("the log now ends at %d, before the creation of topics %s: they start there", tail, clamped)
+        log.warning("the log now ends at %d, before the creation of topics %s: they start there", tail, clamped,
+                    extra={"topics": sorted(clamped)})
     dropped = sum(_drop_units_past(queue, commitlog, tail) for _key, queue in queues.all())
     lost = _queues_that_lost_units(queues, queue_table, topics, tail)
     dispatcher.position = max(commitlog.min_offset, min(checkpoint.index_flushed_offset, tail))
@@ -121,7 +122,8 @@ class _Redispatch:
         rebuilt: set = set()
         while True:
             if lost:
-                log.warning("index of %s lost units: rebuilding from the start of the commitlog", sorted(lost))
+                log.warning("index of %s lost units: rebuilding from the start of the commitlog", sorted(lost),
+                            extra={"topics": sorted({topic for topic, _queue in lost})})
                 for queue in lost.values():
                     queue.truncate_units(queue.first_unit)
                 dispatcher.position = self.commitlog.min_offset
@@ -186,7 +188,8 @@ class _Redispatch:
         self.identities[record.position] = _Identity(queue.topic, queue.queue_id, first, end - first, 0, store_ts)
         log.error("offsets %d to %d of topic %r queue %d are in no valid record: indexed to the damaged record at "
                   "commitlog offset %d, whose reads fail", first, end - 1, queue.topic, queue.queue_id,
-                  record.position)
+                  record.position, extra={"topic": queue.topic, "queue": queue.queue_id,
+                                          "commitlog_offset": record.position})
 
     def _damaged_between(self, start: int, end: int) -> DamagedRecord | None:
         """The first damaged record between commitlog offsets ``start`` and ``end``."""

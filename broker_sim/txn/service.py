@@ -316,7 +316,8 @@ class TransactionService:
             self.state.forget_ended_before(now - self.config.ended_retention_ms)
         for txn in expired:
             log.info("transaction %r rolled back: no batch prepared for %d ms (its %d messages are discarded)",
-                     txn.id, now - txn.last_ms, txn.message_count)
+                     txn.id, now - txn.last_ms, txn.message_count,
+                     extra={"transaction": txn.id, "account": txn.owner or None, "messages": txn.message_count})
         return [t.id for t in expired]
 
     # --- queries ---------------------------------------------------------------------------
@@ -446,7 +447,8 @@ class TransactionService:
                     try:
                         half = self.half.read(batch.position, batch.size)
                     except HalfLogError as err:  # only after a crash (checked before the decision)
-                        log.error("batch of transaction %r cannot be committed and is lost: %s", txn.id, err)
+                        log.error("batch of transaction %r cannot be committed and is lost: %s", txn.id, err,
+                                  extra={"transaction": txn.id, "account": txn.owner or None})
                         continue
                     runs.setdefault((half.topic, half.queue_id), []).append(dataclasses.replace(
                         half.record, sys_flag=half.record.sys_flag | fmt.SysFlag.TRANSACTION_COMMIT,
@@ -477,7 +479,7 @@ class TransactionService:
             raise RuntimeError("the store closed during a commit; it is completed when the broker opens again")
         # The topic was deleted (or re-created otherwise) after the batches were prepared.
         log.warning("committed batches of %d records for topic %r queue %d were dropped: %s", len(records), key[0],
-                    key[1], result.detail)
+                    key[1], result.detail, extra={"topic": key[0], "queue": key[1], "records": len(records)})
 
     def _append_sink(self, sink: SinkRecord) -> bool:
         """Append the sink batch's record to the sink topic (made on first use); False if the
@@ -489,7 +491,8 @@ class TransactionService:
             fmt.SINK_TOPIC, 0, built.records, flush=False)  # flushed with the commit's batches
         if not result.ok:
             log.error("sink %r batch %d is committed but its record could not be written to the commitlog (%s); "
-                      "it is written at the next start", sink.sink_id, sink.batch_id, result.detail)
+                      "it is written at the next start", sink.sink_id, sink.batch_id, result.detail,
+                      extra={"sink": sink.sink_id, "batch": sink.batch_id})
         return result.ok
 
     def _settle_sinks(self) -> None:

@@ -34,6 +34,7 @@ import orjson
 
 from broker_sim.acl import Demand, Guard, Perm
 from broker_sim.doors.remoting.fields import SEND_V2_NAMES, Fields
+from rmq_wire import signing
 from rmq_wire.remoting import RemotingCommand, RequestCode
 
 RecordTopic = Callable[[int], "str | None"]  # the topic of the record at a commitlog offset (None: no record)
@@ -60,11 +61,24 @@ class RemotingAdmission:
     def __call__(self, request: RemotingCommand) -> None:
         if request.code in OPEN_CODES:
             return
-        account = self.guard.remoting_account(request.ext_fields, request.body, request.version)
-        request.account = account.access_key
-        if account.admin:  # every demand is met: no record is read for it
-            return
-        self.guard.authorize(account, demands(request, self.record_topic))
+        try:
+            account = self.guard.remoting_account(request.ext_fields, request.body, request.version)
+            request.account = account.access_key
+            if account.admin:  # every demand is met: no record is read for it
+                return
+            self.guard.authorize(account, demands(request, self.record_topic))
+        except Exception as err:
+            # The server knows the connection, not this check: the line names the account only.
+            self.guard.log_refusal(err, f"remoting request {_code_name(request.code)}",
+                                   account=str(request.ext_fields.get(signing.ACCESS_KEY) or ""))
+            raise
+
+
+def _code_name(code: int) -> str:
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return f"code {code}"
 
 
 def demands(request: RemotingCommand, record_topic: RecordTopic) -> list[Demand]:

@@ -162,9 +162,10 @@ class RemotingDoor:
                     "haServerAddr": "", "heartbeatTimeoutMillis": self.options.broker_timeout_ms,
                     "enableActingMaster": "false", "compressed": "false", "bodyCrc32": 0}, body, timeout_s=3)
             if answer.code != ResponseCode.SUCCESS:
-                log.warning("name server %s refused this broker's registration: %s", address, answer.remark)
+                log.warning("name server %s refused this broker's registration: %s", address, answer.remark,
+                            extra={"name_server": address})
         except (OSError, TimeoutError) as err:
-            log.warning("cannot register with name server %s: %s", address, err)
+            log.warning("cannot register with name server %s: %s", address, err, extra={"name_server": address})
 
     def _unregister_all(self) -> None:
         for address in self.options.name_servers:
@@ -172,7 +173,7 @@ class RemotingDoor:
                 with RemotingConnection(address, timeout_s=2, credentials=self._credentials()) as connection:
                     connection.invoke(RequestCode.UNREGISTER_BROKER, self._identity(), timeout_s=2)
             except (OSError, TimeoutError) as err:
-                log.info("cannot unregister from name server %s: %s", address, err)
+                log.info("cannot unregister from name server %s: %s", address, err, extra={"name_server": address})
 
     def _credentials(self) -> Credentials | None:
         """With ACLs, registrations are signed by an admin account of this broker's ACL file (the

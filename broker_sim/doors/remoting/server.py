@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.common.service_thread import ServiceTask
 from broker_sim.core import BrokerError
 from broker_sim.core.errors import from_exception
@@ -63,38 +64,9 @@ REFUSAL_WAIT_S = 2.0  # a refused connection waits this long for a request to an
 MAX_REFUSALS_WAITING = 64  # refused connections waiting so, at most; past it they are closed at once
 REFUSED_FRAME_BYTES = 64 << 10  # what a refused connection's first request may hold; a larger one closes it
 SWEEP_INTERVAL_S = 1.0  # how often connections are looked over for the idle and unfinished frame timeouts
-
-
-class ThrottledLog:
-    """Warnings of one kind at a bounded rate: ``burst`` lines per ``interval_s``, then one line
-    counting those left out, so that a burst of thousands of refused connections writes a few
-    lines rather than a line each."""
-
-    def __init__(self, logger: logging.Logger, burst: int = 5, interval_s: float = 10.0):
-        self._log = logger
-        self.burst = burst
-        self.interval_s = interval_s
-        self._window_start = -interval_s
-        self._written = 0
-        self._left_out = 0
-
-    def warning(self, message: str, *args) -> None:
-        self.roll()
-        if self._written < self.burst:
-            self._written += 1
-            self._log.warning(message, *args)
-        else:
-            self._left_out += 1
-
-    def roll(self) -> None:
-        """Start a new window once the last one is over, counting the lines it left out."""
-        now = time.monotonic()
-        if now - self._window_start < self.interval_s:
-            return
-        if self._left_out:
-            self._log.warning("%d more connections were closed for limits in the last %.0f s (their lines left out)",
-                              self._left_out, now - self._window_start)
-        self._window_start, self._written, self._left_out = now, 0, 0
+# The count of the lines left out of closing_log (5 per 10 s, whatever the reason).
+CLOSED_FOR_LIMITS = ("%(dropped)d more connections were closed for limits in the last %(seconds).0f s (their lines "
+                     "left out)")
 
 
 @dataclass(frozen=True)
@@ -336,7 +308,7 @@ class RemotingServer:
         self.host, self.port = host, port
         self.limits = limits or ClientLimits()
         self.memory = MemoryBudget.of(self.limits)  # the door's start sets the broker's one budget
-        self.closing_log = ThrottledLog(log)
+        self.closing_log = ThrottledLog(log, shared=True, summary=CLOSED_FOR_LIMITS)
         self.metrics = NO_METRICS  # the broker's, once the door serves a core
         self.tls = tls
         self.grpc_port: int | None = None  # the broker's gRPC port, named to gRPC clients that come here

@@ -16,6 +16,7 @@ import socket
 import ssl
 from typing import Callable
 
+from broker_sim.common.logs import ThrottledLog
 from rmq_wire.remoting import FrameError, FrameReader, HeaderError, ResponseCode, decode, encode
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class TlsListener:
         self.connection_factory = connection_factory
         self._pending: set[asyncio.Task] = set()  # connections still deciding (a task is kept until done)
         self._accepting: asyncio.Task | None = None
+        # Per connection (a plain client retrying, a scanner): 5 lines per 10 s per client host.
+        self._connection_log = ThrottledLog(log)
 
     def start(self) -> None:
         self.socket.setblocking(False)
@@ -58,7 +61,7 @@ class TlsListener:
             try:
                 client, address = await self.loop.sock_accept(self.socket)
             except OSError as err:
-                log.warning("the remoting port could not accept a connection: %s", err)
+                self._connection_log.warning("the remoting port could not accept a connection: %s", err)
                 await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue
             task = self.loop.create_task(self._serve(client, "%s:%s" % address[:2]))
@@ -66,21 +69,25 @@ class TlsListener:
             task.add_done_callback(self._pending.discard)
 
     async def _serve(self, client: socket.socket, remote: str) -> None:
+        host, subject = remote.rsplit(":", 1)[0], {"client": remote}
         try:
             first = await asyncio.wait_for(self._first_byte(client), _FIRST_BYTE_TIMEOUT_S)
             if first and first[0] == TLS_HANDSHAKE_RECORD:
                 await self.loop.connect_accepted_socket(self.connection_factory, client, ssl=self.context,
                                                         ssl_handshake_timeout=_HANDSHAKE_TIMEOUT_S)
             elif first:
-                log.info("a plain (not TLS) remoting client at %s connected to the TLS port: refused", remote)
+                self._connection_log.info("a plain (not TLS) remoting client at %s connected to the TLS port: "
+                                          "refused", remote, key=host, extra=subject)
                 await self.loop.connect_accepted_socket(PlainRefusal, client)
             else:
                 client.close()
         except asyncio.TimeoutError:
-            log.info("closing the connection from %s: it sent nothing for %.0f s", remote, _FIRST_BYTE_TIMEOUT_S)
+            self._connection_log.info("closing the connection from %s: it sent nothing for %.0f s", remote,
+                                      _FIRST_BYTE_TIMEOUT_S, key=host, extra=subject)
             client.close()
         except OSError as err:  # ssl.SSLError is one
-            log.info("no TLS connection with %s: %s%s", remote, err, _hint(err))
+            self._connection_log.info("no TLS connection with %s: %s%s", remote, err, _hint(err), key=host,
+                                      extra=subject)
             client.close()
         except asyncio.CancelledError:  # the server stops
             client.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 
+from broker_sim.common.logs import ThrottledLog
 from broker_sim.core import BrokerCore, BrokerError, OpenTransaction, TransactionChecks
 from broker_sim.doors.remoting.clients import ClientRegistry
 from broker_sim.doors.remoting.fields import Fields
@@ -29,11 +30,12 @@ class TransactionRequests:
         self.checks = checks
         self.broker_name = broker_name
         self._opaques = itertools.count(1)
+        self._refusal_log = ThrottledLog(log)  # oneway ends of unknown transactions: 5 per 10 s per client host
 
     def handlers(self) -> dict:
         return {RequestCode.END_TRANSACTION: self.end}
 
-    def end(self, request: RemotingCommand, _connection) -> RemotingCommand:
+    def end(self, request: RemotingCommand, connection) -> RemotingCommand:
         fields = Fields(request)
         transaction_id = fields.text("transactionId", None) or fields.text("msgId")
         decision = fields.integer("commitOrRollback")
@@ -49,7 +51,11 @@ class TransactionRequests:
                 self.core.rollback_transactions([(transaction_id, 1)], request.account)
         except BrokerError as refused:
             if request.is_oneway:  # as the Java client ends them: nobody reads an answer
-                log.info("END_TRANSACTION of %s refused: %s", transaction_id, refused.message)
+                remote = connection.remote
+                self._refusal_log.info("END_TRANSACTION of %s from %s refused: %s", transaction_id, remote,
+                                       refused.message, key=remote.rsplit(":", 1)[0],
+                                       extra={"transaction": transaction_id, "client": remote,
+                                              "account": request.account})
             raise
         finally:
             self.checks.ended(transaction_id)
