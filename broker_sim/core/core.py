@@ -489,8 +489,12 @@ class BrokerCore:
             _check_group(name)
         if not names:
             with self.gate:
-                names = sorted(set(self.offsets.groups()) | self.groups.names() | set(self.consumers.groups()))
+                names = self._known_groups()
         return [(name, self.consumers.of(name)) for name in names]
+
+    def _known_groups(self) -> list[str]:
+        """Every group known: with offsets, settings or live consumers."""
+        return sorted(set(self.offsets.groups()) | self.groups.names() | set(self.consumers.groups()))
 
     def query_offsets(self, group: str, topics: list[str] | None) -> list[tuple[str, int, int]]:
         """The group's committed (topic, queue id, offset)s, of ``topics`` (None: all)."""
@@ -509,9 +513,20 @@ class BrokerCore:
         with self.gate:
             result = self.pop_service.pop(group, topic, queue_id, max_messages, invisible_time_ms, poll_time_ms,
                                           tags, orderly)
-            for unit in result.deliveries:
-                self.metrics.gave(unit.checkpoint.topic, group, unit.checkpoint.count, unit.record_size)
+            if result.deliveries:
+                self._count_popped(group, result.deliveries)
             return consume(result)
+
+    def _count_popped(self, group: str, deliveries: list) -> None:
+        """A pop's deliveries in the metrics: one update per topic (its own, or its retry
+        topic's), not one per message."""
+        counted: dict[str, list] = {}
+        for unit in deliveries:
+            tally = counted.setdefault(unit.checkpoint.topic, [0, 0])
+            tally[0] += unit.checkpoint.count
+            tally[1] += unit.record_size
+        for topic, (messages, size) in counted.items():
+            self.metrics.gave(topic, group, messages, size)
 
     def ack(self, group: str, receipt_handles: list[str]):
         with self.gate:
@@ -682,7 +697,7 @@ class BrokerCore:
             topics = {t.name: t for t in store.all_topics()}
             indexed = store.indexed_offset
             high = {name: [indexed(name, q) for q in range(t.queue_count)] for name, t in topics.items()}
-            groups = sorted(set(self.offsets.groups()) | self.groups.names() | set(self.consumers.groups()))
+            groups = self._known_groups()
             lag = gauge("rocketmq_consumer_lag_messages", labels=("topic", "consumer_group"))
             for group in groups:
                 behind: dict[str, int] = {}
@@ -696,23 +711,23 @@ class BrokerCore:
             popped, revive_due = self.pop_service.in_flight_messages()
             for (topic, group), messages in sorted(popped.items()):
                 in_flight.add_metric([topic, group], messages)
-            positions = store.log_positions()
-            lag_bytes, lag_ms = store.dispatch_lag()
+            snapshot = self.stats()  # what BrokerStats answers: positions, dispatch lag, memory, damage
             transactions = self.transactions.transactions()
             return [gauge("rocketmq_topic_number", len(topics)), gauge("rocketmq_consumer_group_number", len(groups)),
                     lag, in_flight,
-                    gauge("rocketmq_storage_size", positions.max_offset - positions.min_offset),
-                    gauge("rocketmq_storage_flush_behind_bytes", positions.max_offset - positions.flushed_offset),
-                    gauge("rocketmq_storage_dispatch_behind_bytes", lag_bytes),
-                    gauge("broker_sim_dispatch_lag_ms", lag_ms),
+                    gauge("rocketmq_storage_size", snapshot.commitlog_max_offset - snapshot.commitlog_min_offset),
+                    gauge("rocketmq_storage_flush_behind_bytes",
+                          snapshot.commitlog_max_offset - snapshot.commitlog_flushed_offset),
+                    gauge("rocketmq_storage_dispatch_behind_bytes", snapshot.dispatch_lag_bytes),
+                    gauge("broker_sim_dispatch_lag_ms", snapshot.dispatch_lag_ms),
                     gauge("rocketmq_half_messages", sum(t.message_count for t in transactions)),
                     gauge("broker_sim_transactions_open", len(transactions)),
                     gauge("broker_sim_pop_revive_backlog_messages", revive_due),
                     gauge("broker_sim_memory_budget_held_bytes", self.memory.held),
                     gauge("broker_sim_memory_budget_bytes", self.memory.total_bytes),
                     gauge("broker_sim_responses_waiting", self.counters.responses_waiting),
-                    gauge("broker_sim_resident_memory_bytes", _resident_bytes()),
-                    gauge("broker_sim_corrupted_records", len(store.corrupted_records()))]
+                    gauge("broker_sim_resident_memory_bytes", snapshot.resident_memory_bytes),
+                    gauge("broker_sim_corrupted_records", len(snapshot.corrupted))]
 
     def _topic_not_found(self, name: str) -> BrokerError:
         names = [t.name for t in self.store.all_topics()]
