@@ -5,6 +5,7 @@ range reader and a pop consumer use it, checked against what they did; the names
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -181,3 +182,15 @@ def test_rocketmq_s_broker_conf_key_serves_them_and_without_it_nothing_is_served
 def test_the_docs_list_every_family():
     listed = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     assert {name for name in METRIC_NAMES if f"`{name}`" not in listed} == set()
+
+
+def test_a_metrics_port_in_use_stops_the_start_with_a_sentence(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "broker_sim.cli", "--port", "0", "--metrics-port", str(port),
+                               "--data-dir", str(tmp_path / "data")], capture_output=True, text=True, timeout=120,
+                              preexec_fn=die_with_parent)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr and "choose another --metrics-port" in done.stderr
