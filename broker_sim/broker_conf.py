@@ -42,6 +42,7 @@ ROCKETMQ_FLAGS = {
     "flushDiskType": RocketMQKey("--flush", {"ASYNC_FLUSH": "async", "SYNC_FLUSH": "sync"}),
     "mappedFileSizeCommitLog": RocketMQKey("--segment-bytes"),
     "transactionCheckInterval": RocketMQKey("--transaction-check-interval-ms"),
+    "transactionCheckMax": RocketMQKey("--transaction-check-max"),
     "metricsPromExporterPort": RocketMQKey("--metrics-port"),
 }
 

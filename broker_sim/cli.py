@@ -70,6 +70,16 @@ def port_number(text: str) -> int:
     return port
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def name_servers(text: str) -> tuple:
     addresses = tuple(a.strip() for a in text.split(";") if a.strip())
     for address in addresses:
@@ -214,9 +224,12 @@ def parser() -> argparse.ArgumentParser:
     txn = p.add_argument_group("transactions")
     txn.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms, metavar="MS",
                      help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
-    txn.add_argument("--transaction-check-interval-ms", type=int, default=30_000, metavar="MS",
+    txn.add_argument("--transaction-check-interval-ms", type=positive_int, default=30_000, metavar="MS",
                      help="remoting: check a transactional message left unknown this long with its producer, again "
-                          "every interval; rolled back after 15 checks (default: 30000, RocketMQ's)")
+                          "every interval (default: 30000, RocketMQ's)")
+    txn.add_argument("--transaction-check-max", type=positive_int, default=15, metavar="N",
+                     help="remoting: roll back a transactional message still unknown after this many checks, "
+                          "whether or not a producer of its group could be asked (default: 15, RocketMQ's)")
 
     trust = p.add_argument_group("accounts and TLS")
     trust.add_argument("--acl-file", type=Path, default=None, metavar="FILE",
@@ -332,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         from broker_sim.doors.remoting import RemotingOptions
 
         remoting = RemotingOptions(args.remoting_port, args.broker_name, args.cluster_name, args.namesrv,
-                                   transaction_check_interval_ms=args.transaction_check_interval_ms)
+                                   transaction_check_interval_ms=args.transaction_check_interval_ms,
+                                   transaction_check_max=args.transaction_check_max)
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,

@@ -46,11 +46,13 @@ def test_rocketmq_keys_set_the_flags_of_the_same_setting(tmp_path):
                               "storePathRootDir=/var/rmq/store\n"
                               "flushDiskType=SYNC_FLUSH\n"
                               "mappedFileSizeCommitLog=67108864\n"
-                              "transactionCheckInterval=5000\n")
+                              "transactionCheckInterval=5000\n"
+                              "transactionCheckMax=40\n")
     assert (args.cluster_name, args.broker_name, args.remoting_port, args.host) == (
         "ClusterB", "broker-b", 9877, "0.0.0.0")
     assert args.namesrv == ("10.0.0.1:9876", "10.0.0.2:9876") and args.data_dir == Path("/var/rmq/store")
     assert (args.flush, args.segment_bytes, args.transaction_check_interval_ms) == ("sync", 64 << 20, 5000)
+    assert args.transaction_check_max == 40
     assert args.port == 10911  # listenPort is the remoting door; our gRPC port keeps its own
 
 
@@ -92,6 +94,7 @@ def test_every_flag_is_a_key(tmp_path):
     ("segment-bytes=lots\n", "segment-bytes=lots: 'lots' is not a size"),
     ("transaction-timeout-ms=soon\n", "transaction-timeout-ms=soon: 'soon' is not a whole number"),
     ("dispatch=parallel\n", "dispatch=parallel: use one of serial, concurrent"),
+    ("transactionCheckMax=0\n", "transactionCheckMax=0: '0' is not a whole number of at least 1"),
     ("accept-state-loss=yes\n", "accept-state-loss=yes: use true or false"),
     ("brokerId=1\n", "brokerId=1: this broker is one master (brokerId=0), it has no replicas"),
     ("brokerRole=SLAVE\n", "brokerRole=SLAVE: this broker is one master (brokerRole=ASYNC_MASTER or SYNC_MASTER)"),

@@ -173,8 +173,10 @@ def test_read_pages_are_released_from_resident_memory(tmp_path):
         read = store.get_messages("t", 0, 0, max_bytes=1 << 30)
         assert sum(bytes(b.data).count(b"x") >= len(payload) for b in read.batches) == 48  # every page touched
         touched = _mapped_resident_bytes(tmp_path) - before
-        assert touched > 32 << 20
+        # The kernel may take clean file pages back by itself under memory pressure (a CI host
+        # kept 16 of the 48 MiB read): enough must stay for the release to be seen.
+        assert touched > 4 << 20, f"the read left {touched} bytes of the log resident"
         store.commitlog.release_mapped_pages()
-        assert _mapped_resident_bytes(tmp_path) - before < touched / 4
+        assert _mapped_resident_bytes(tmp_path) - before < min(touched / 4, 2 << 20)
         assert bytes(read.batches[0].data[-200:]).count(b"x") < 200  # views still read (the CRC tail)
         assert decode_record(read.batches[5].data).body.tobytes() == payload
