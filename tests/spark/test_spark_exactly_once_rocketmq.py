@@ -226,35 +226,35 @@ def test_a_driver_killed_in_the_middle_of_its_commit_and_restarted_writes_each_r
 
 @ONE_BROKER_EACH
 def test_a_writer_killed_mid_write_and_retried_writes_each_row_once(target, tmp_path, monkeypatch):
-    """A write task dies with half of its rows prepared and is tried again; the next micro-batch's
-    task, while it runs, answers the broker's checks of the dead attempt's half messages with a
-    rollback (its micro-batch was decided without them), and the broker asks no more; the rows
-    are in the topic once."""
+    """A write task dies with half of its rows prepared and is tried again; whatever part of the
+    query runs while the broker checks the dead attempt's half messages (the driver's commit, the
+    next micro-batch's task) answers them with a rollback once its micro-batch was decided
+    without them, and the broker asks no more; the rows are in the topic once."""
     topic = topic_of(target, "eo-writer")
     options = writer_options(target, topic, tmp_path / "checkpoint")
     killed_halfway(_WRITER, (options, rows(0, 400)), tmp_path)  # 200 rows prepared, then the task died
-    monkeypatch.setattr(sink, "_micro_batch", lambda: 0)
-    monkeypatch.setattr(sink_rocketmq, "CHECK_IMMUNITY_S", 1)
-    retried = stream_writer(options).write(task(rows(0, 400)))  # Spark tries the task again
-    other = stream_writer(options).write(task(rows(400, 100)))
-    stream_writer(options).commit([retried, other], 0)
-    read_once(target, topic, rows(0, 500))
-
     answered, lock, release = [], threading.Lock(), threading.Event()
     answer_check = RemotingTransport._answer_check
 
-    def recorded(self, connection, command):
+    def recorded(self, connection, command):  # every answer of this process from now on
         answer_check(self, connection, command)
         with lock:
             answered.extend(self.checks_answered.items())
             self.checks_answered.clear()
+
+    monkeypatch.setattr(RemotingTransport, "_answer_check", recorded)
+    monkeypatch.setattr(sink, "_micro_batch", lambda: 0)
+    monkeypatch.setattr(sink_rocketmq, "CHECK_IMMUNITY_S", 1)
+    retried = stream_writer(options).write(task(rows(0, 400)))  # Spark tries the task again
+    other = stream_writer(options).write(task(rows(400, 100)))
+    stream_writer(options).commit([retried, other], 0)  # (its checks come to the commit too)
+    read_once(target, topic, rows(0, 500))
 
     def a_long_task():  # micro-batch 1's task: its first rows, then more once the test says so
         yield pa.record_batch({"body": pa.array(rows(500, 10), pa.binary())})
         assert release.wait(120)
         yield pa.record_batch({"body": pa.array(rows(510, 10), pa.binary())})
 
-    monkeypatch.setattr(RemotingTransport, "_answer_check", recorded)
     monkeypatch.setattr(sink, "_micro_batch", lambda: 1)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         written = pool.submit(stream_writer(options).write, a_long_task())
