@@ -108,6 +108,6 @@ class KafkaBroker:
 
     def close(self) -> None:
         if self.process is not None:
-            self.process.stop()
+            self.process.kill()  # its log is removed below
             self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
