@@ -8,6 +8,7 @@ from collections import Counter
 
 from broker_sim.testing import broker_process
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader, TransportConfig
+from rmq_spark.errors import BufferFullError
 
 
 def wait_until(condition, timeout_s=60):
@@ -31,8 +32,11 @@ def test_kill_and_restart_while_sending(tmp_path):
                 if stop.is_set():
                     return
                 body = b"%d-%d" % (thread, i) + b"." * 500
-                futures[body] = producer.send_async(
-                    Message("restart", body), callback=lambda r, e: e is None and acked.update(ok=1))
+                try:
+                    futures[body] = producer.send_async(
+                        Message("restart", body), callback=lambda r, e: e is None and acked.update(ok=1))
+                except BufferFullError:  # the broker is down and the buffer full: back off, as a sender would
+                    time.sleep(0.05)
                 if i % 50 == 49:
                     time.sleep(0.002)  # pace the senders, so that sending spans the kill and the restart
 
