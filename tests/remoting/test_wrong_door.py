@@ -31,8 +31,10 @@ def test_a_grpc_client_at_the_remoting_port_is_told_where_grpc_is(broker, caplog
         f"broker_sim: port {remoting_port} serves RocketMQ's remoting protocol (the option nameServer, RocketMQ's "
         f"remoting clients and mqadmin); gRPC (the option endpoint, RocketMQ 5's gRPC clients) is served on port "
         f"{broker.port}")
+    [line] = [r for r in caplog.records if "it was told: gRPC is served" in r.getMessage()]
     assert f"reached the remoting port {remoting_port}; it was told: gRPC is served on port {broker.port}" in \
-        caplog.text
+        line.getMessage()
+    assert line.client.startswith("127.0.0.1:")  # the subject of the line (--log-format json: its field)
 
 
 def test_a_remoting_client_at_the_grpc_port_is_told_what_to_give(broker):

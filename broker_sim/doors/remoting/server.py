@@ -153,7 +153,8 @@ class Connection(asyncio.Protocol):
             if self.server.tls is None and data[:1] == bytes([TLS_HANDSHAKE_RECORD]):
                 reason = ("it opened with a TLS handshake, and this port serves plain remoting: connect without TLS, "
                           "or start the broker with --tls-cert and --tls-key")
-            self.server.closing_log.warning("closing the connection from %s: %s", self.remote, reason)
+            self.server.closing_log.warning("closing the connection from %s: %s", self.remote, reason,
+                                            extra={"client": self.remote})
             self.transport.close()
             return
         self.last_active = self.server.loop.time()
@@ -176,7 +177,8 @@ class Connection(asyncio.Protocol):
                     f"remoting clients and mqadmin); gRPC (the option endpoint, RocketMQ 5's gRPC clients) is served "
                     f"on {grpc_port}")
         self.server.closing_log.warning("a gRPC (HTTP/2) client at %s reached the remoting port %d; it was told: "
-                                        "gRPC is served on %s", self.remote, port, grpc_port)
+                                        "gRPC is served on %s", self.remote, port, grpc_port,
+                                        extra={"client": self.remote})
         self.grpc_answer = GrpcClientAnswer(sentence)
         self.transport.write(self.grpc_answer.start())
         self._answer_grpc_client(received)
@@ -215,7 +217,7 @@ class Connection(asyncio.Protocol):
         """A refused connection that sent no request in time: closed without an answer."""
         if not self.closed:
             self.server.closing_log.warning("closing the connection from %s without an answer: %s", self.remote,
-                                            self.refusal)
+                                            self.refusal, extra={"client": self.remote})
             self.transport.abort()
 
     def pause_writing(self) -> None:
@@ -279,7 +281,8 @@ class Connection(asyncio.Protocol):
     def _disconnect(self, why: str) -> None:
         """Close at once, dropping the answers waiting (their memory is what is freed)."""
         if not self.closed:
-            self.server.closing_log.warning("closing the connection from %s: %s", self.remote, why)
+            self.server.closing_log.warning("closing the connection from %s: %s", self.remote, why,
+                                            extra={"client": self.remote})
             self.closed = True
             self.transport.abort()
 
@@ -417,7 +420,8 @@ class RemotingServer:
             connection.admitted = True
             return ""
         if len(self.refusing) >= MAX_REFUSALS_WAITING:
-            self.closing_log.warning("closing the connection from %s at once: %s", connection.remote, refusal)
+            self.closing_log.warning("closing the connection from %s at once: %s", connection.remote, refusal,
+                                     extra={"client": connection.remote})
             connection.transport.abort()
         else:
             self.refusing.add(connection)
