@@ -150,8 +150,8 @@ class RocketMQCluster:
             "timerWheelEnable=true",  # pop (the gRPC SimpleConsumer) needs the timer wheel
             # Its TimerFlushService compares the whole wheel file (7 days of slots, 38.7 MB) with its
             # copy byte by byte at each flush, every timerFlushIntervalMs (1 s): a quarter to a third
-            # of a core for good under C1 (the suite's JVM option), on an idle broker. The wheel is
-            # flushed at shutdown too; a peer that lives one test session needs it no oftener.
+            # of a core for good under C1 (the suite's JVM option), on an idle broker. A peer lives
+            # one test session and its store is removed after: nothing needs the wheel on disk sooner.
             "timerFlushIntervalMs=60000",
             # RocketMQ 5.5.0's TransactionalOpBatchService spins a core for good once its batch of
             # commit/rollback marks (op messages) drains and the interval passes (apache/rocketmq

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,34 @@ def processes():
     yield started
     for process in started:
         process.kill()
+
+
+def test_transaction_check_max_rolls_back_what_nobody_answers_after_that_many_checks(tmp_path, processes):
+    """--transaction-check-max (broker.conf transactionCheckMax) reaches the remoting door: a half
+    message whose producer answers no check is rolled back after 2 checks, not RocketMQ's 15."""
+    from rmq_spark import Admin, OffsetRange, RangeReader
+    from rmq_spark.client.connect import connect
+
+    process = BrokerProcess(tmp_path, tmp_path / "data", "--remoting-port", "0",
+                            "--transaction-check-interval-ms", "100", "--transaction-check-max", "2")
+    processes.append(process)
+    remoting_line = process.lines.get(timeout=START_TIMEOUT_S)
+    assert remoting_line and " on " in remoting_line, process.stderr()
+    name_server = remoting_line.rsplit(" on ", 1)[1].strip()
+    endpoint = process.wait_listening()
+    with Admin(endpoint) as admin:
+        admin.create_topic("unanswered", 1, "SimpleCQ")
+    transport = connect(name_server=name_server)  # a producer of the group that answers no check
+    try:
+        [queue] = transport.route("unanswered").writable()
+        transport.send_half("unanswered", queue, b"never answered", {}, "silent-group").result(30)  # prepared
+        deadline = time.monotonic() + 30
+        while "unanswered after" not in process.stderr():
+            assert time.monotonic() < deadline, f"no rollback in 30 s: {process.stderr()}"
+            time.sleep(0.05)
+    finally:
+        transport.close()
+    assert "unanswered after 2 checks: rolled back" in process.stderr()
+    with RangeReader(endpoint) as reader:
+        assert reader.read_table([OffsetRange("unanswered", 0, 0, 1)]).num_rows == 0  # never committed
+    assert process.stop() == 0
