@@ -131,9 +131,9 @@ def _properties(columns: pa.RecordBatch, marked: dict) -> Iterator[dict]:
     """Each row's message properties: its own (the ``properties`` map), TAGS, KEYS and the
     ``marked`` ones."""
     tags, keys = columns.column("tags").to_pylist(), columns.column("keys").to_pylist()
-    maps = columns.column("properties").to_pylist()
+    maps = columns.column("properties").to_pylist()  # a map's rows are lists of (key, value)
     for tag, key, own in zip(tags, keys, maps):
-        properties = {**own, **marked} if own else dict(marked)
+        properties = {**dict(own), **marked} if own else dict(marked)
         if tag:
             properties["TAGS"] = tag
         if key:
