@@ -2,13 +2,18 @@
 
 - PySpark registers the ``DefaultSource`` of every top-level module named ``pyspark_*`` that its
   Python workers can import (``pkgutil.iter_modules``): this module, after ``pip install``.
-- Those workers run ``PYSPARK_PYTHON``, else ``python3`` from ``PATH``: for a script started as
+- Those workers run ``PYSPARK_DRIVER_PYTHON``, else ``PYSPARK_PYTHON``, else ``python3`` from
+  ``PATH`` (and so does every task of a data source found this way, on the executors too:
+  docs/deployment.md); for a script started as
   ``.venv/bin/python script.py`` without activating the environment, a Python that lacks the
   package. ``start_up`` (run at every start of the environment's Python by the installed
   ``rocketmq_batch_spark.pth``) makes the workers default to the driver's own interpreter in a
   virtual environment, and, where a worker's Python truly lacks the package (a cluster whose
   workers were not given it), puts one sentence before Spark's DATA_SOURCE_NOT_FOUND saying which
   interpreter lacks it and what to set.
+- PySpark's lookup swallows an ImportError, so a connector that cannot be imported there (a
+  dependency missing, a PySpark it does not support) would be DATA_SOURCE_NOT_FOUND: the lookup
+  finds a stand-in instead (``unavailable_source``) whose every read and write fails saying why.
 - ``df.write`` and ``writeStream`` find a Python data source through the calling thread's active
   session in Spark's JVM, which PySpark sets only in the thread that created the session: a write
   from another thread fails with DATA_SOURCE_NOT_FOUND though the package is there. The sentence
@@ -37,20 +42,58 @@ _PACKAGE = "rocketmq-batch-spark"
 # The last line of a worker's traceback: the type of one of our errors (rmq_spark.errors, whose root and wire
 # errors are defined in rmq_wire.errors) and its sentence.
 _OUR_ERROR = re.compile(r"(?:rmq_spark|rmq_wire)\.errors\.\w+: (.+)")
+# ... and the sentence of the stand-in for a connector that cannot be imported (unavailable_source).
+_UNAVAILABLE = re.compile(r"ImportError: (rocketmq-batch cannot be loaded .+)")
 
 
 def __getattr__(name: str):
     if name == "DefaultSource":  # PySpark's lookup asks hasattr(module, "DefaultSource")
-        from rmq_spark.spark.datasource import RocketMQBatchDataSource
-
+        try:
+            from rmq_spark.spark.datasource import RocketMQBatchDataSource
+        except ImportError as error:  # PySpark's lookup would swallow it: DATA_SOURCE_NOT_FOUND
+            return unavailable_source(error)
         return RocketMQBatchDataSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def unavailable_source(error: ImportError):
+    """A stand-in ``rocketmq-batch`` for a Python where the connector cannot be imported (a
+    PySpark it does not support, a dependency missing): found by PySpark's lookup as the real one
+    is, it fails every read and write with the sentence saying why, where the lookup would have
+    swallowed the ImportError and Spark said only DATA_SOURCE_NOT_FOUND."""
+    from pyspark.sql.datasource import DataSource
+
+    try:
+        from pyspark import __version__ as pyspark_version
+    except ImportError:  # pragma: no cover - pyspark.sql.datasource imported above
+        pyspark_version = "?"
+    sentence = _unavailable_sentence(str(error), getattr(error, "name", None), pyspark_version)
+
+    class UnavailableSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return _FORMAT
+
+        def _fail(self, *_args):
+            raise ImportError(sentence)
+
+        schema = reader = writer = streamReader = streamWriter = _fail
+
+    return UnavailableSource
+
+
+def _unavailable_sentence(error: str, missing: str | None, pyspark_version: str) -> str:
+    where = f"{sys.executable} (PySpark {pyspark_version})"
+    if missing and not missing.startswith(("rmq_spark", "rmq_wire", "pyspark")):
+        return (f"{_FORMAT} cannot be loaded in {where}: {error}. Install the package with its dependencies in that "
+                f"Python (pip install {_PACKAGE}), or ship an environment that has them (docs/deployment.md)")
+    return f"{_FORMAT} cannot be loaded in {where}: {error}"
+
+
 def start_up() -> None:
     """In a virtual environment, Spark's Python workers run this interpreter unless the user chose
-    one (``PYSPARK_PYTHON``; Spark's ``spark.pyspark.python`` takes precedence over both); and an
-    uncaught DATA_SOURCE_NOT_FOUND for ``rocketmq-batch`` opens with the reason."""
+    one (``PYSPARK_PYTHON``); and an uncaught DATA_SOURCE_NOT_FOUND for ``rocketmq-batch`` opens
+    with the reason."""
     if "PYSPARK_PYTHON" not in os.environ and sys.prefix != sys.base_prefix and sys.executable:
         os.environ["PYSPARK_PYTHON"] = sys.executable
     if sys.excepthook is sys.__excepthook__:  # never over another tool's hook (IPython has its own)
@@ -69,6 +112,9 @@ def lead_sentence(error: BaseException) -> str | None:
     ours = _OUR_ERROR.findall(text)
     if ours:
         return f"{_FORMAT}: {ours[-1].strip()}"
+    unavailable = _UNAVAILABLE.findall(text)
+    if unavailable:
+        return unavailable[-1].strip()
     return missing_format_hint(text)
 
 
@@ -83,7 +129,7 @@ def missing_format_hint(text: str) -> str | None:
                 f"thread's active SparkSession, and thread {threading.current_thread().name!r} has none (PySpark "
                 "sets it only in the thread that created the session): call rmq_spark.spark.register(spark) in "
                 "this thread before it writes.")
-    python, chosen_by = _workers_python()
+    python, chosen_by = _lookup_python()
     try:
         found = subprocess.run([python, "-c", "import pyspark_rocketmq_batch"], capture_output=True,
                                cwd="/", timeout=60).returncode == 0
@@ -91,8 +137,9 @@ def missing_format_hint(text: str) -> str | None:
         found = False
     if found:
         return None
+    variable = "PYSPARK_DRIVER_PYTHON" if chosen_by == "PYSPARK_DRIVER_PYTHON" else "PYSPARK_PYTHON"
     return (f"{_FORMAT}: Spark's Python workers run {python} ({chosen_by}), which cannot import the package "
-            f"{_PACKAGE}: install it into that Python, or set PYSPARK_PYTHON={sys.executable} (the Python "
+            f"{_PACKAGE}: install it into that Python, or set {variable}={sys.executable} (the Python "
             f"that has it) before the SparkSession starts.")
 
 
@@ -108,20 +155,13 @@ def _thread_lacks_a_session() -> bool:
         return False
 
 
-def _workers_python() -> tuple[str, str]:
-    """The interpreter Spark starts its Python workers with, and what chose it."""
-    session_module = sys.modules.get("pyspark.sql.session")
-    if session_module is not None:
-        try:
-            session = session_module.SparkSession.getActiveSession()
-            chosen = session.conf.get("spark.pyspark.python", None) if session is not None else None
-        except Exception:  # noqa: BLE001 - a stopped or broken session: fall back to the environment
-            chosen = None
-        if chosen:
-            return chosen, "spark.pyspark.python"
-    if os.environ.get("PYSPARK_PYTHON"):
-        return os.environ["PYSPARK_PYTHON"], "PYSPARK_PYTHON"
-    return "python3", "python3 from PATH, as PYSPARK_PYTHON is not set"
+def _lookup_python() -> tuple[str, str]:
+    """The interpreter Spark finds Python data sources with, and runs an installed one with on the
+    driver and the executors alike (Spark's PythonUtils.defaultPythonExec), and what chose it."""
+    for variable in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON"):
+        if os.environ.get(variable):
+            return os.environ[variable], variable
+    return "python3", "python3 from PATH, as neither PYSPARK_DRIVER_PYTHON nor PYSPARK_PYTHON is set"
 
 
 def _excepthook(kind, value, traceback) -> None:

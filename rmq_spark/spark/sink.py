@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
     BinaryType,
     ByteType,
@@ -60,7 +60,7 @@ from rmq_spark import (
     deterministic_keys,
     new_transaction_id,
 )
-from rmq_spark.spark import kafka, sink_rocketmq
+from rmq_spark.spark import compat, kafka, sink_rocketmq
 from rmq_spark.spark.options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -390,18 +390,22 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         roll_back(self.options, messages, "an aborted write")
 
 
-class RocketMQBatchStreamWriter(DataSourceStreamArrowWriter):
+class RocketMQBatchStreamWriter(compat.StreamWriter):
     """``df.writeStream``: each micro-batch's tasks prepare their rows (exactlyOnce), and
     ``commit(messages, batchId)`` makes them visible and records (sink id, batchId) in one
-    step; a batch id committed before (a replay after a restart) makes nothing visible."""
+    step; a batch id committed before (a replay after a restart) makes nothing visible.
+    ``schema``: the rows' Spark schema (PySpark 4.0 hands a stream writer rows, made Arrow
+    batches here: ``compat.arrow_batches``)."""
 
-    def __init__(self, options: SinkOptions, plan: WritePlan):
+    def __init__(self, options: SinkOptions, plan: WritePlan, schema: StructType | None = None):
         self.options = options
         self.plan = plan
+        self.schema = schema
         # Names a run's rows when nothing stable does (a writer driven by hand, atLeastOnce).
         self.run_name = f"{_NO_SINK_ID}-run-{uuid.uuid4().hex}" if options.address.native else _NO_SINK_ID
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        iterator = compat.arrow_batches(iterator, self.schema)
         sink_id = task_sink_id(self.options, required=self.options.exactly_once)
         if sink_id is None and self.options.address.native:
             log.warning("rocketmq-batch: this write names its rows' message ids by its run (no query id, no sinkId "
@@ -457,4 +461,4 @@ def make_writer(options: SinkOptions, schema: StructType, overwrite: bool, strea
         _decisions(options)
     plan = plan_write(schema, options)
     check_topic(options)
-    return RocketMQBatchStreamWriter(options, plan) if streaming else RocketMQBatchWriter(options, plan)
+    return RocketMQBatchStreamWriter(options, plan, schema) if streaming else RocketMQBatchWriter(options, plan)

@@ -132,13 +132,23 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         self._target: Snapshot | None = None  # Trigger.AvailableNow: the queues' ends when the query started
         self._last_trigger_ms = 0
         self._group_committed: dict | None = None  # the consumer group's offsets last committed
+        self._initial: dict | None = None  # initialOffset's answer
+        # PySpark < 4.2 tells latestOffset() neither its start nor a limit (compat): where the next
+        # micro-batch starts, kept from each offset handed out and partitions' ends (a new query's
+        # first trigger starts at initialOffset).
+        self._next_start: dict | None = None
+        self._told_old_engine = False
 
     # -- offsets --------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        view = snapshot(self._broker(), self.options.subscription)
-        view.require_topics(self.options.address.describe())
-        return to_json(starting_positions(self._broker(), self.options, view, "latest"))
+        """Where a new query starts: resolved once a run, as PySpark < 4.2 asks for it after the
+        first ``latestOffset()`` (which takes it as its start) and must get the same answer."""
+        if self._initial is None:
+            view = snapshot(self._broker(), self.options.subscription)
+            view.require_topics(self.options.address.describe())
+            self._initial = to_json(starting_positions(self._broker(), self.options, view, "latest"))
+        return self._initial
 
     def getDefaultReadLimit(self):
         return compat.default_read_limit(self.options.min_records_per_trigger, self.options.max_records_per_trigger)
@@ -147,12 +157,18 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         self._target = snapshot(self._broker(), self.options.subscription)
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        if start is not None:  # where a trigger starts, the micro-batch before it is done
-            self._commit_group(start)
+        if start is None:  # PySpark < 4.2 (compat): the source knows its start and applies its limits itself
+            start = self._next_start if self._next_start is not None else self.initialOffset()
+            limit = self.getDefaultReadLimit()
+            self._tell_old_engine()
+        self._commit_group(start)  # where a trigger starts, the micro-batch before it is done
         view = self._target or snapshot(self._broker(), self.options.subscription)
         self._latest = view.max_positions()
-        if start is None:  # an engine without read limits (PySpark < 4.2) asks for everything
-            return to_json(self._latest)
+        self._next_start = self._trigger(start, limit, view)
+        return self._next_start
+
+    def _trigger(self, start: dict, limit, view: Snapshot) -> dict:
+        """The end of the micro-batch that starts at ``start`` (``start`` itself: none)."""
         begin = self._reconcile(from_json(start, view.queues), view)
         available = {key: max(0, view.queues[key].max_offset - offset) for key, offset in begin.items()
                      if key in view.queues}
@@ -227,12 +243,19 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
                                 "failOnDataLoss to false")
         log.warning("rocketmq-batch data loss: %s; %s", what, skipping)
 
+    def _tell_old_engine(self) -> None:
+        said = compat.old_engine_limits(self.options.max_records_per_trigger)
+        if said and not self._told_old_engine:
+            log.warning(said)
+        self._told_old_engine = True
+
     def reportLatestOffset(self) -> dict | None:
         return None if self._latest is None else to_json(self._latest)
 
     # -- micro-batches --------------------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list:
+        self._next_start = end  # also PySpark < 4.2's word, at a restart, of the checkpoint's last offset
         stop = from_json(end)
         begin = from_json(start, stop)  # a checkpoint's queues named without brokers: as ``end`` names them
         ranges = []
