@@ -10,9 +10,11 @@ WORKDIR /app
 COPY pyproject.toml README.md rocketmq_batch_spark.pth ./
 COPY broker_sim broker_sim
 COPY rmq_spark rmq_spark
+COPY rmq_wire rmq_wire
 COPY pyspark_rocketmq_batch.py ./
 COPY examples examples
-RUN pip install --no-cache-dir .
+# The broker and PySpark are the package's extras: this image runs both.
+RUN pip install --no-cache-dir '.[spark,broker]'
 
 # PySpark's Python workers must run the driver's interpreter.
 ENV PYSPARK_PYTHON=/usr/local/bin/python PYTHONUNBUFFERED=1

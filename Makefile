@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo lint peers test test-quick fuzz bench bench-store bench-read bench-model bench-pop bench-trust bench-soak check-java setup clean protos
+.PHONY: demo lint peers pyspark-versions test test-quick fuzz bench bench-store bench-read bench-model bench-pop bench-trust bench-soak check-java setup clean protos
 
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
@@ -13,7 +13,7 @@ lint: $(STAMP)  ## ruff, and the layers' import contract (lint-imports); both co
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-test: lint check-java peers  ## everything (what CI runs): the JVM peers and Spark too, two at a time (groups: tests/conftest.py)
+test: lint check-java peers pyspark-versions  ## everything (what CI runs): the JVM peers and Spark too, two at a time (groups: tests/conftest.py)
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 # The tiers are marked in tests/conftest.py by the fixtures a test uses.
@@ -29,6 +29,9 @@ fuzz: $(STAMP)  ## the long fuzz of every decoder a peer can reach; `make fuzz F
 
 peers: $(STAMP)  ## the real RocketMQ, Kafka and Spark Kafka connector jars (Maven Central), into a cache outside git, once
 	$(PY) -m peers.fetch
+
+pyspark-versions: $(STAMP)  ## a venv for each older PySpark the connector is tested on (.venv-pyspark/), made once
+	$(PY) -m peers.pyspark
 
 bench: bench-store bench-read bench-model
 
@@ -58,7 +61,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "error: Python 3.10+ is needed, found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[spark,broker,test,bench]'
 	touch $(STAMP)
 
 protos: $(STAMP)  ## regenerate rmq_wire/contract from protos/
@@ -68,4 +71,4 @@ check-java:
 	@scripts/check_java.sh
 
 clean:
-	rm -rf $(VENV) *.egg-info bench/results
+	rm -rf $(VENV) .venv-pyspark *.egg-info bench/results

@@ -23,12 +23,27 @@ Beneath both this package and ``rmq_spark`` lies ``rmq_wire`` (record format, co
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shutil
+import sys
 import tempfile
 
 import rmq_wire  # noqa: F401  (before grpc loads: it sets how gRPC treats fork(), see rmq_wire/__init__.py)
 
-__all__ = ["embedded", "embedded_unless"]
+__all__ = ["embedded", "embedded_unless", "missing_dependencies"]
+
+# The broker's own dependencies, the package's extra ``broker`` (the SDK and Spark's executors
+# need none of them): module -> distribution.
+_DEPENDENCIES = {"rocksdict": "rocksdict", "yaml": "pyyaml", "prometheus_client": "prometheus-client"}
+
+
+def missing_dependencies() -> str | None:
+    """The sentence for a Python that lacks the broker's dependencies, or None."""
+    missing = [dist for module, dist in _DEPENDENCIES.items() if importlib.util.find_spec(module) is None]
+    if not missing:
+        return None
+    return (f"broker_sim needs {', '.join(missing)} (the package's extra 'broker'), not installed in {sys.executable}: "
+            "pip install 'rocketmq-batch-spark[broker]'")
 
 
 @contextlib.contextmanager
@@ -42,6 +57,8 @@ def embedded(data_dir=None, *, pop=None, transactions=None, limits=None, **store
     ``broker_sim.txn.TransactionConfig`` (``timeout_ms=...``), ``limits`` a
     ``broker_sim.core.limits.ClientLimits`` (``max_requests_in_flight_per_ip=...``).
     """
+    if missing_dependencies():
+        raise ImportError(missing_dependencies())
     from broker_sim.broker import Broker  # grpc only for those who run a broker
     from broker_sim.store import StoreConfig
 

@@ -35,6 +35,12 @@ from pathlib import Path
 # quiet unless asked for (GRPC_VERBOSITY=ERROR), before grpc is first imported.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
+from broker_sim import missing_dependencies  # noqa: E402
+
+if missing_dependencies():  # an install without the extra `broker`: one sentence, not a traceback
+    print(f"rmq-broker-sim: {missing_dependencies()}", file=sys.stderr)
+    raise SystemExit(2)
+
 from broker_sim import broker_conf  # noqa: E402
 from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.common.logs import LOG_FORMATS, formatter  # noqa: E402
