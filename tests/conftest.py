@@ -232,7 +232,16 @@ def target(request):
 
 
 def _spark_kafka_jars() -> list:
-    """Spark's Kafka connector, when the peers are fetched: the tests beside Kafka use it."""
+    """Spark's Kafka connector, when the peers are fetched and built for this Spark or an older
+    one (the tests beside Kafka use it; the older PySparks' runs, tests/spark/test_pyspark_versions.py,
+    go without)."""
+    import pyspark
+
+    def minor(version: str) -> tuple:
+        return tuple(int(part) for part in version.split(".")[:2])
+
+    if minor(pyspark.__version__) < minor(peers.versions()["spark.kafka.version"]):
+        return []
     try:
         return peers.spark_kafka_jars()
     except peers.PeersMissing:

@@ -232,11 +232,13 @@ def test_every_metric_the_dashboard_names_is_one_the_broker_serves():
 def test_the_dockerfile_installs_the_package_and_starts_the_broker():
     lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
     copied = {source for line in lines if line.startswith("COPY") for source in line.split()[1:-1]}
-    for needed in ("pyproject.toml", "README.md", "rocketmq_batch_spark.pth", "broker_sim", "rmq_spark",
-                   "pyspark_rocketmq_batch.py", "examples"):
+    sdist = re.search(r"\[tool\.hatch\.build\.targets\.sdist\]\s*only-include = (\[.*?\])",
+                      (ROOT / "pyproject.toml").read_text(), re.S).group(1)
+    for needed in ("pyproject.toml", "examples", *json.loads(sdist)):  # what `pip install .` builds from
         assert needed in copied, f"the image needs {needed}"
         assert (ROOT / needed).exists()
     assert any("openjdk-17" in line for line in lines), "PySpark 4.x needs Java 17+"
-    assert any(line.startswith("RUN pip install") for line in lines)
+    install = next(line for line in lines if line.startswith("RUN pip install"))
+    assert "[spark,broker]" in install, "the image runs the broker and Spark jobs: both extras"
     cmd = next(line for line in lines if line.startswith("CMD"))
     check_command(yaml.safe_load(cmd[len("CMD"):]))  # the exec form is a JSON list

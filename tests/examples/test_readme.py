@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import installs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,15 +32,32 @@ def free_port() -> int:
 
 
 def test_the_quickstart_runs_as_written(tmp_path, spark_in_a_process):
-    commands, python = quickstart()
+    run_quickstart(tmp_path, Path(sys.executable))
+
+
+def test_the_quickstart_runs_from_the_wheel_in_a_bare_venv(tmp_path, spark_in_a_process):
+    """The wheel `python -m build` makes, installed (not editable) with the extras the README's
+    install line names into a venv of nothing else, registers the format and runs the quickstart."""
+    wheel, sdist = installs.build(tmp_path / "dist")
+    assert sdist.name.startswith("rocketmq_batch_spark-") and wheel.name.endswith("-py3-none-any.whl")
+    install = next(line for line in (ROOT / "README.md").read_text().split("## Quickstart", 1)[1].splitlines()
+                   if line.startswith("pip install "))
+    extras = re.search(r"\[([a-z,]+)\]", install).group(1)
+    python = installs.new_venv(tmp_path / "venv", f"{wheel}[{extras}]")
+    run_quickstart(tmp_path, python)
+
+
+def run_quickstart(tmp_path: Path, python: Path) -> None:
+    """The quickstart with ``python`` and the commands beside it (its environment's bin)."""
+    commands, code = quickstart()
     assert len(commands) == 2 and commands[0].startswith("rmq-broker-sim ") and commands[0].endswith("&")
-    assert len(python.splitlines()) + len(commands) + 1 <= 15, "the quickstart is at most 15 lines"
+    assert len(code.splitlines()) + len(commands) + 1 <= 15, "the quickstart is at most 15 lines"
     port = str(free_port())
 
     def local(text: str) -> str:
         return text.replace("10911", port).replace("/tmp/", f"{tmp_path}/")
 
-    bin_dir = Path(sys.executable).parent
+    bin_dir = python.parent
     broker_args = local(commands[0]).rstrip("&").split()
     broker = subprocess.Popen([str(bin_dir / broker_args[0]), *broker_args[1:]], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
@@ -55,14 +74,14 @@ def test_the_quickstart_runs_as_written(tmp_path, spark_in_a_process):
         # The read runs until stopped: here, until a batch of rows is printed (a slow host took
         # over 45 s), bounded.
         read = '(spark.readStream.format("rocketmq-batch")'
-        job = local(python).replace(read, "read = " + read).replace(".awaitTermination())", ")")
+        job = local(code).replace(read, "read = " + read).replace(".awaitTermination())", ")")
         assert job.count("read = ") == 1 and ".awaitTermination" not in job, "the quickstart's read changed"
         job += ("\nimport time\ndeadline = time.monotonic() + 180\n"
                 "while time.monotonic() < deadline and not any(p['numInputRows'] for p in read.recentProgress):\n"
                 "    read.awaitTermination(1)\n"
                 "for query in spark.streams.active:\n    query.stop()\n")
         env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-        ran = subprocess.run([sys.executable, "-c", job + "spark.stop()\n"], capture_output=True, text=True,
+        ran = subprocess.run([str(python), "-c", job + "spark.stop()\n"], capture_output=True, text=True,
                              timeout=300, cwd=tmp_path, env=env)
         assert ran.returncode == 0, ran.stderr[-3000:]
         rows = re.findall(r"^\|\s+(\d+)\|\s+(\d+)\|\s*(\d+)\|$", ran.stdout, re.M)

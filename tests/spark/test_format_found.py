@@ -57,6 +57,7 @@ def _python_lacking_the_package() -> str:
     pytest.skip("no Python without this package on this machine (/usr/bin/python3 has it)")
 
 
+@pytest.mark.compat
 @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="the tests run outside a virtual environment")
 def test_a_script_run_by_the_venvs_python_unactivated_finds_the_format(tmp_path, spark_in_a_process):
     _python_lacking_the_package()  # python3 on PATH lacks the package, as a fresh machine's does
@@ -65,6 +66,7 @@ def test_a_script_run_by_the_venvs_python_unactivated_finds_the_format(tmp_path,
     assert "rows 3" in result.stdout
 
 
+@pytest.mark.compat
 def test_workers_without_the_package_are_named_in_the_first_line(tmp_path, spark_in_a_process):
     lacking = _python_lacking_the_package()
     result = _run_job(tmp_path, PYSPARK_PYTHON=lacking)
@@ -74,6 +76,7 @@ def test_workers_without_the_package_are_named_in_the_first_line(tmp_path, spark
     assert f"set PYSPARK_PYTHON={sys.executable}" in ours[0]
 
 
+@pytest.mark.compat
 def test_an_uncaught_error_of_ours_leads_with_its_sentence(tmp_path, spark_in_a_process):
     """Spark puts a data source's error after its own words and the worker's traceback."""
     result = _run_job(tmp_path, _JOB.replace('.option("topic", "first-hour")',
@@ -106,6 +109,7 @@ def test_the_install_puts_the_project_on_the_path_plainly_and_runs_the_start_up_
                                      for line in pth.read_text().splitlines())
 
 
+@pytest.mark.compat
 def test_a_thread_of_its_own_that_writes_is_told_to_register_and_then_writes(spark, endpoint, topic_name):
     """PySpark finds a Python data source for a write through the calling thread's active session,
     which it sets only in the thread that created the session."""

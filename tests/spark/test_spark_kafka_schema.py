@@ -56,6 +56,7 @@ def test_our_kafka_schema_is_the_kafka_connectors(spark, endpoint, topic_name):
     assert ours.simpleString() == theirs.simpleString()
 
 
+@pytest.mark.compat
 def test_a_kafka_connector_job_writes_kafkas_columns(spark, endpoint, topic_name):
     with Admin(endpoint) as admin:
         admin.create_topic(topic_name, 2)

@@ -60,6 +60,7 @@ def rows_df(spark, n, partitions=2, extra=""):
     return spark.range(0, n, 1, partitions).selectExpr(f"cast(concat('row-', id) as binary) as body{extra}")
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("codec", ["arrow", "rmq"])
 def test_batch_write_then_read_back_equal_rows(spark, endpoint, topic_name, codec):
     Admin(endpoint).create_topic(topic_name, 4, "BatchCQ")
@@ -281,6 +282,7 @@ def test_a_broker_restart_between_prepare_and_commit_loses_nothing(tmp_path):
     (["cast(id as string) as body", "'x' as queue_id"], ["column 'queue_id' is string", "integer"]),
     (["cast(id as string) as body", "array(1) as tags"], ["column 'tags' is array<int>", "string"]),
 ])
+@pytest.mark.compat
 def test_bad_columns_fail_before_anything_is_written(spark, endpoint, topic_name, columns, words):
     Admin(endpoint).create_topic(topic_name, 2, "BatchCQ")
     with pytest.raises(Exception) as failure:

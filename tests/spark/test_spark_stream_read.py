@@ -6,13 +6,13 @@ stream reader's admission control driven directly with its own clock."""
 import threading
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 import broker_sim
 from broker_sim.store import QueueType
 from broker_sim.store.paths import StorePaths
 from rmq_spark import Admin, DataLossError
 from rmq_spark.spark import offsets_behind_latest
+from rmq_spark.spark.compat import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from rmq_spark.spark.offsets import to_json
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.source import RocketMQBatchStreamReader
