@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import installs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,10 +37,11 @@ def test_the_quickstart_runs_as_written(tmp_path, spark_in_a_process):
     run_quickstart(tmp_path, Path(sys.executable))
 
 
-def test_the_quickstart_runs_from_the_wheel_in_a_bare_venv(tmp_path, spark_in_a_process):
+@pytest.mark.xdist_group("package")
+def test_the_quickstart_runs_from_the_wheel_in_a_bare_venv(tmp_path, built_package, spark_in_a_process):
     """The wheel `python -m build` makes, installed (not editable) with the extras the README's
     install line names into a venv of nothing else, registers the format and runs the quickstart."""
-    wheel, sdist = installs.build(tmp_path / "dist")
+    wheel, sdist = built_package
     assert sdist.name.startswith("rocketmq_batch_spark-") and wheel.name.endswith("-py3-none-any.whl")
     install = next(line for line in (ROOT / "README.md").read_text().split("## Quickstart", 1)[1].splitlines()
                    if line.startswith("pip install "))

@@ -75,10 +75,13 @@ def _runs(python: Path, statement: str) -> bool:
     return subprocess.run([str(python), "-c", statement], capture_output=True, cwd="/").returncode == 0
 
 
+pytestmark = pytest.mark.xdist_group("package")  # the package is built once (built_package)
+
+
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory) -> Shipped:
+def shipped(tmp_path_factory, built_package) -> Shipped:
     home = tmp_path_factory.mktemp("shipped")
-    wheel, _sdist = installs.build(home / "dist")
+    wheel, _sdist = built_package
     environment = installs.new_venv(home / "environment", str(wheel))  # the package and its dependencies only
     archive = home / "environment.tar.gz"
     packed = subprocess.run([str(Path(sys.executable).parent / "venv-pack"), "-p", str(environment.parent.parent),
