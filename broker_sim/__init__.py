@@ -32,6 +32,8 @@ import rmq_wire  # noqa: F401  (before grpc loads: it sets how gRPC treats fork(
 
 __all__ = ["embedded", "embedded_unless", "missing_dependencies"]
 
+_DEFAULT = object()  # an argument left to the broker's own default
+
 # The broker's own dependencies, the package's extra ``broker`` (the SDK and Spark's executors
 # need none of them): module -> distribution.
 _DEPENDENCIES = {"rocksdict": "rocksdict", "yaml": "pyyaml", "prometheus_client": "prometheus-client"}
@@ -47,7 +49,8 @@ def missing_dependencies() -> str | None:
 
 
 @contextlib.contextmanager
-def embedded(data_dir=None, *, pop=None, transactions=None, limits=None, **store_options):
+def embedded(data_dir=None, *, pop=None, transactions=None, limits=None, auto_create_topics=_DEFAULT,
+             **store_options):
     """Run a broker in this process on 127.0.0.1 and a free port; yields its endpoint
     "127.0.0.1:PORT" and stops it cleanly on exit.
 
@@ -55,7 +58,9 @@ def embedded(data_dir=None, *, pop=None, transactions=None, limits=None, **store
     ``broker_sim.store.StoreConfig`` fields (``flush_mode="sync"``, ``segment_bytes=...``);
     ``pop`` a ``broker_sim.pop.PopConfig`` (``max_reconsume_times=...``), ``transactions`` a
     ``broker_sim.txn.TransactionConfig`` (``timeout_ms=...``), ``limits`` a
-    ``broker_sim.core.limits.ClientLimits`` (``max_requests_in_flight_per_ip=...``).
+    ``broker_sim.core.limits.ClientLimits`` (``max_requests_in_flight_per_ip=...``),
+    ``auto_create_topics`` a ``broker_sim.core.AutoCreateTopics`` (the queues and type of the topics
+    a first send creates) or None (sends create no topic).
     """
     if missing_dependencies():
         raise ImportError(missing_dependencies())
@@ -65,8 +70,9 @@ def embedded(data_dir=None, *, pop=None, transactions=None, limits=None, **store
     config = StoreConfig(**store_options)
     temporary = tempfile.mkdtemp(prefix="rmq-broker-sim-") if data_dir is None else None
     try:
+        more = {} if auto_create_topics is _DEFAULT else {"auto_create_topics": auto_create_topics}
         broker = Broker(temporary or data_dir, "127.0.0.1", 0, config, pop_config=pop, transaction_config=transactions,
-                        limits=limits)
+                        limits=limits, **more)
         broker.start()
         try:
             yield broker.endpoint

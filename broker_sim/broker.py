@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from broker_sim.acl import Guard
 from broker_sim.common.faults import BrokerError
-from broker_sim.core import BrokerCore, CoreOptions
+from broker_sim.core import AUTO_CREATE_TOPICS, AutoCreateTopics, BrokerCore, CoreOptions
 from broker_sim.core.limits import ClientLimits
 from broker_sim.core.metrics import NO_METRICS, BrokerMetrics
 from broker_sim.doors.contract.pop_servicer import PopServicer
@@ -92,8 +92,10 @@ class Broker:
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
                  v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None,
-                 tls: TlsOptions | None = None, accept_state_loss: bool = False, metrics_port: int | None = None):
+                 tls: TlsOptions | None = None, accept_state_loss: bool = False, metrics_port: int | None = None,
+                 auto_create_topics: AutoCreateTopics | None = AUTO_CREATE_TOPICS):
         self.data_dir = Path(data_dir)
+        self.auto_create_topics = auto_create_topics
         self.metrics_port = metrics_port
         self.metrics = BrokerMetrics() if metrics_port is not None else NO_METRICS
         self._metrics_server = None
@@ -195,7 +197,8 @@ class Broker:
         store = dataclasses.replace(self.store_config, store_host=_store_ip(self.host), store_port=port)
         return CoreOptions(store, self.offsets_flush_interval_ms, self.transaction_config,
                            self.transaction_clock_ms, self.pop_config, self.pop_now_ms, payload_check=check_batch,
-                           limits=self.limits, accept_state_loss=self.accept_state_loss, metrics=self.metrics)
+                           limits=self.limits, accept_state_loss=self.accept_state_loss, metrics=self.metrics,
+                           auto_create_topics=self.auto_create_topics)
 
     def _serve_metrics(self):
         """Prometheus' endpoint (prometheus_client's HTTP server, a thread of its own), its port taken."""

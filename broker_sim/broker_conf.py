@@ -44,6 +44,8 @@ ROCKETMQ_FLAGS = {
     "transactionCheckInterval": RocketMQKey("--transaction-check-interval-ms"),
     "transactionCheckMax": RocketMQKey("--transaction-check-max"),
     "metricsPromExporterPort": RocketMQKey("--metrics-port"),
+    "autoCreateTopicEnable": RocketMQKey("--auto-create-topics"),
+    "defaultTopicQueueNums": RocketMQKey("--default-topic-queues"),
 }
 
 # RocketMQ's keys for what this broker is, one master: the values it accepts (the others are
@@ -63,7 +65,6 @@ ACL_ENABLE = "aclEnable"
 NO_EFFECT_WHY = {
     "brokerIP1": "the broker gives clients the address it listens on (host=, RocketMQ's bindAddress), or this "
                  "machine's when that is 0.0.0.0",
-    "autoCreateTopicEnable": "topics are created by rmq-admin or an Admin client, never by a send",
     "autoCreateSubscriptionGroup": "groups need no creation here",
     "deleteWhen": "the broker keeps every commitlog segment (no retention)",
     "fileReservedTime": "the broker keeps every commitlog segment (no retention)",

@@ -44,10 +44,12 @@ if missing_dependencies():  # an install without the extra `broker`: one sentenc
 from broker_sim import broker_conf  # noqa: E402
 from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.common.logs import LOG_FORMATS, formatter  # noqa: E402
+from broker_sim.core import AutoCreateTopics  # noqa: E402
 from broker_sim.core.limits import ClientLimits  # noqa: E402
 from broker_sim.doors.tls import TlsOptions  # noqa: E402
 from broker_sim.store import (  # noqa: E402
     DiskFullError,
+    QueueType,
     StoreConfig,
     StoreError,
     full_at_start_sentence,
@@ -218,6 +220,19 @@ def parser() -> argparse.ArgumentParser:
                             "moved aside. Without it such a start is refused with a sentence naming the file "
                             "(default: off)")
 
+    topics = p.add_argument_group("topics")
+    topics.add_argument("--auto-create-topics", type=str.lower, choices=["true", "false"], default="true",
+                        help="a send to a topic that does not exist creates it, as RocketMQ's autoCreateTopicEnable "
+                             "(its default too; ACLs decide who may send there); false: topics are created by "
+                             "rmq-admin or an Admin client only (default: true)")
+    topics.add_argument("--default-topic-queues", type=positive_int, default=AutoCreateTopics.queue_count,
+                        metavar="N", help="the queues of a topic a send creates (RocketMQ's producers ask for 4, "
+                                          f"which they get; default: {AutoCreateTopics.queue_count})")
+    topics.add_argument("--default-topic-type", choices=["BatchCQ", "SimpleCQ"],
+                        default=AutoCreateTopics.queue_type.value,
+                        help="the queue type of a topic a send creates (RocketMQ's is SimpleCQ; default: "
+                             f"{AutoCreateTopics.queue_type.value}, the batch model's)")
+
     cluster = p.add_argument_group("RocketMQ cluster (with --remoting-port)")
     cluster.add_argument("--broker-name", default="broker-a", metavar="NAME",
                          help="this broker's name in routes (default: broker-a)")
@@ -277,6 +292,12 @@ def _tls(p: argparse.ArgumentParser, args) -> TlsOptions | None:
     if args.tls_cert is None or args.tls_key is None:
         p.error("TLS needs both --tls-cert and --tls-key (the broker's PEM certificate and its key)")
     return TlsOptions.load(args.tls_cert, args.tls_key, args.tls_client_ca)
+
+
+def _auto_create_topics(args) -> AutoCreateTopics | None:
+    if args.auto_create_topics == "false":
+        return None
+    return AutoCreateTopics(args.default_topic_queues, QueueType.parse(args.default_topic_type))
 
 
 def _start_failure(err: Exception, bind_error: type) -> str | None:
@@ -357,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
                     limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss,
-                    metrics_port=args.metrics_port)
+                    metrics_port=args.metrics_port, auto_create_topics=_auto_create_topics(args))
     try:
         broker.start()
     except Exception as err:  # a sentence for what the user can fix (a full disk, lost state); others raise

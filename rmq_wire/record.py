@@ -67,6 +67,9 @@ CRC_RESERVED_BYTES = len(CRC_PROPERTY_PREFIX) + CRC_DIGITS + 1
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # RocketMQ's: delayed messages wait here
 SINK_TOPIC = "RMQ_SYS_SINK_BATCHES"  # committed sink batches, as RocketMQ's op records of transactions
+# RocketMQ's: where a broker creates topics on a first send (autoCreateTopicEnable), its route stands
+# for theirs until they exist (clients send a new topic's first messages by it).
+AUTO_CREATE_TOPIC = "TBW102"
 RETRY_TOPIC_PREFIX = "%RETRY%"
 DLQ_TOPIC_PREFIX = "%DLQ%"
 BATCH_CODECS = ("rmq", "arrow")

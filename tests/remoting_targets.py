@@ -152,8 +152,9 @@ def wait_for_brokers(namesrv: str, names: set, timeout_s: float = 15) -> None:
 @contextlib.contextmanager
 def broker_sim_target(data_dir: Path, *extra_args: str):
     port = free_port()
-    # transactions left unknown are checked within seconds, as the real broker is configured (peers/rocketmq.py)
+    # transactions left unknown are checked within seconds, and sends create no topic, as the real
+    # broker is configured (peers/rocketmq.py)
     args = (data_dir, "--remoting-port", str(port), "--transaction-check-interval-ms", "2000",
-            "--transaction-check-max", "60", *extra_args)
+            "--transaction-check-max", "60", "--auto-create-topics", "false", *extra_args)
     with broker_process(*args) as (endpoint, process):
         yield BrokerSimTarget(endpoint, port, process, args)

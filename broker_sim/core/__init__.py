@@ -6,6 +6,8 @@ all a door imports of the broker: never ``store``, ``pop``, ``txn`` or ``schedul
 
 from broker_sim.core.checks import OpenTransaction, TransactionChecks
 from broker_sim.core.core import (
+    AUTO_CREATE_TOPICS,
+    AutoCreateTopics,
     BrokerCore,
     BrokerSnapshot,
     CallGate,
@@ -22,7 +24,8 @@ from broker_sim.store import ZERO_HOST, TopicConfig
 from broker_sim.txn import TxnState
 
 __all__ = [
-    "BrokerCore", "BrokerError", "BrokerSnapshot", "CallGate", "CoreOptions", "Counters", "EarlyBatchSend",
+    "AUTO_CREATE_TOPICS", "AutoCreateTopics", "BrokerCore", "BrokerError", "BrokerSnapshot", "CallGate",
+    "CoreOptions", "Counters", "EarlyBatchSend",
     "InnerBatchSend", "OffsetRange", "OpenTransaction", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
     "Reason", "SendOutcome", "SendRequest", "SingleSend", "TransactionChecks", "parse_tag_filter", "refused",
     # what the doors need of the parts below the core

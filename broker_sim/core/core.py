@@ -38,6 +38,7 @@ from broker_sim.store import (
     CreateStatus,
     FlushMode,
     MessageStore,
+    PutStatus,
     QueueType,
     StateMarks,
     StoreConfig,
@@ -133,6 +134,22 @@ class BrokerSnapshot:
 
 
 @dataclass(frozen=True)
+class AutoCreateTopics:
+    """RocketMQ's autoCreateTopicEnable: a send to a topic that does not exist creates it, with
+    ``queue_count`` queues (RocketMQ's defaultTopicQueueNums; fewer when the producer asks, as
+    RocketMQ's producers ask for 4) of ``queue_type``. The broker keeps the topic TBW102 with
+    these settings, whose route stands for a new topic's until it exists, as RocketMQ's does;
+    ACLs decide who may send, and so create (PUB on the topic); the per-client limits count what
+    a send creates."""
+
+    queue_count: int = 8
+    queue_type: QueueType = QueueType.BATCH_CQ
+
+
+AUTO_CREATE_TOPICS = AutoCreateTopics()  # the broker's default, as RocketMQ 5's: sends create topics
+
+
+@dataclass(frozen=True)
 class CoreOptions:
     """How the core's parts are set up; clocks are injected by tests."""
 
@@ -147,6 +164,7 @@ class CoreOptions:
     limits: ClientLimits = dataclasses.field(default_factory=ClientLimits)  # topics and queues created
     accept_state_loss: bool = False  # start on lost or damaged state, logging the loss (store/state_marks.py)
     metrics: NoMetrics = NO_METRICS  # BrokerMetrics where a metrics port serves them
+    auto_create_topics: AutoCreateTopics | None = AUTO_CREATE_TOPICS  # None: sends create no topic
 
 
 class BrokerCore:
@@ -155,8 +173,10 @@ class BrokerCore:
 
     def __init__(self, store: MessageStore, offsets: ConsumerOffsetTable, transactions: TransactionService,
                  pop: PopService, revive: ReviveService, schedule: ScheduleService, groups: GroupTable,
-                 limits: ClientLimits | None = None, metrics: NoMetrics = NO_METRICS):
+                 limits: ClientLimits | None = None, metrics: NoMetrics = NO_METRICS,
+                 auto_create: AutoCreateTopics | None = None):
         self.store = store
+        self.auto_create = auto_create
         self.metrics = metrics
         self.limits = limits or ClientLimits()
         self.quota = TopicQuota(self.limits, store)
@@ -203,9 +223,11 @@ class BrokerCore:
             schedule = ScheduleService(store, store.paths, now_ms=options.schedule_now_ms)
             schedule.start()
             groups = GroupTable(store.paths.subscription_groups)
+            _keep_auto_create_topic(store, options.auto_create_topics)
             marks.save()  # the generations the databases' opens bumped
             opened.pop_all()
-        core = cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits, options.metrics)
+        core = cls(store, offsets, transactions, pop, revive, schedule, groups, options.limits, options.metrics,
+                   options.auto_create_topics)
         core._marks = marks
         return core
 
@@ -246,6 +268,21 @@ class BrokerCore:
             if status not in (CreateStatus.CREATED, CreateStatus.ALREADY_EXISTS):
                 raise from_create(status, detail)
             return self.topic(name), status is CreateStatus.CREATED
+
+    def sending_topic(self, name: str, client: str = "", new_topic_queues: int = 0) -> TopicConfig:
+        """The topic a send goes to; where sends create topics (``auto_create``) and it does not
+        exist, created first, with ``new_topic_queues`` queues at most when the sender asks."""
+        config = self.store.find_topic(name) if name else None
+        if config is not None or self.auto_create is None or not name or system_topic_problem(name, "create"):
+            return config if config is not None else self.topic(name)
+        queues = self.auto_create.queue_count
+        if new_topic_queues > 0:
+            queues = min(queues, new_topic_queues)
+        config, created = self.create_topic(name, queues, self.auto_create.queue_type, client)
+        if created:
+            log.info("topic %s created by a first send: %d queues, %s (autoCreateTopicEnable)", echo(name), queues,
+                     self.auto_create.queue_type.value, extra={"topic": name, "client": client or None})
+        return config
 
     def delete_topic(self, name: str) -> bool:
         """Delete a topic with its group offsets and pop state; False when there is no such topic."""
@@ -362,6 +399,9 @@ class BrokerCore:
             target = self.transactions.prepared(stored.transaction_id, stored.owner) if stored.transaction_id \
                 else self.store
             result = sends.put(target, stored)
+            if result.status is PutStatus.TOPIC_NOT_FOUND and self.auto_create is not None:
+                self.sending_topic(stored.topic, stored.client, stored.new_topic_queues)  # or the refusal
+                result = sends.put(target, stored)
         if not result.ok:
             raise from_put(result)
         if not result.duplicate:
@@ -380,7 +420,7 @@ class BrokerCore:
             raise invalid("a delay (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) is for single messages: "
                           "batches and transactional messages cannot be delayed; send them without it")
         with self.gate:
-            config = self.topic(request.topic)  # checked now: the delivery comes too late to refuse
+            config = self.sending_topic(request.topic, request.client, request.new_topic_queues)  # checked now
             _check_queue(config, request.queue_id)
             try:
                 diverted = self.schedule.divert(request.topic, request.queue_id, request.content.properties)
@@ -730,14 +770,27 @@ class BrokerCore:
                     gauge("broker_sim_corrupted_records", len(snapshot.corrupted))]
 
     def _topic_not_found(self, name: str) -> BrokerError:
-        names = [t.name for t in self.store.all_topics()]
+        names = [t.name for t in self.store.all_topics() if not system_topic_problem(t.name, "create")]
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
-        return refused(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist; existing topics: "
+        made = "" if self.auto_create is not None else " (this broker creates no topic on a first send)"
+        return refused(Reason.TOPIC_NOT_FOUND, f"topic {echo(name)} does not exist{made}; existing topics: "
                                                f"{shown or 'none'}. Create it first, or check the name")
 
 
 def _nothing() -> None:
     pass
+
+
+def _keep_auto_create_topic(store: MessageStore, auto: AutoCreateTopics | None) -> None:
+    """TBW102 as ``auto`` says: there with its settings where sends create topics, else gone
+    (RocketMQ registers it only then, so a client takes its route as leave to create)."""
+    existing = store.find_topic(fmt.AUTO_CREATE_TOPIC)
+    if existing is not None and (auto is None or (existing.queue_count, existing.queue_type)
+                                 != (auto.queue_count, auto.queue_type)):
+        store.delete_topic(fmt.AUTO_CREATE_TOPIC)
+        existing = None
+    if auto is not None and existing is None:
+        store.create_topic(fmt.AUTO_CREATE_TOPIC, auto.queue_count, auto.queue_type)
 
 
 def _holds_key(record, key: bytes, unique_key: bool) -> bool:

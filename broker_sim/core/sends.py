@@ -64,7 +64,9 @@ class SendRequest:
     """A send to ``queue_id`` of ``topic``. ``born_timestamp_ms`` 0: the broker's time;
     ``producer_id`` and ``sequence`` make it idempotent; ``transaction_id``: prepared under that
     transaction, visible at its commit; ``owner``: with ACLs, the sender's access key (the
-    transaction is its own)."""
+    transaction is its own); ``client`` (limits.client_key): who sends, charged for a topic its
+    send creates; ``new_topic_queues``: the queues that topic gets at most (RocketMQ's
+    defaultTopicQueueNums of a producer; 0: the broker's)."""
 
     topic: str
     queue_id: int
@@ -76,6 +78,8 @@ class SendRequest:
     transaction_id: str = ""
     reconsume_times: int = 0
     owner: str | None = None
+    client: str = ""
+    new_topic_queues: int = 0
 
     def context(self) -> PutContext:
         producer = (self.producer_id, self.sequence) if self.producer_id else None
@@ -117,6 +121,9 @@ def check_send(request: SendRequest) -> None:
     if request.topic == fmt.SINK_TOPIC:  # a forged record would mark a sink batch committed at the next start
         raise invalid(f"topic {fmt.SINK_TOPIC} records committed sink batches and only the broker writes to it: "
                       "send to a topic of your own")
+    if request.topic == fmt.AUTO_CREATE_TOPIC:  # RocketMQ refuses it too (TopicValidator)
+        raise invalid(f"topic {fmt.AUTO_CREATE_TOPIC} stands for the topics a first send creates and holds no "
+                      "messages: send to a topic of your own")
     if request.born_timestamp_ms < 0:
         raise invalid(f"born_timestamp_ms {request.born_timestamp_ms} is negative: give milliseconds since the "
                       "epoch, or 0 for the broker's time")

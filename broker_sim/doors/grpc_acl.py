@@ -19,6 +19,7 @@ from typing import Callable
 from broker_sim.acl import Demand, Guard, Perm, claimed_access_key
 from broker_sim.core.errors import from_exception
 from broker_sim.doors.grpc_common import RefusedRequest, peer_remote
+from rmq_wire import record as fmt
 
 _CALLER = contextvars.ContextVar("rmq_caller", default=None)
 
@@ -132,7 +133,8 @@ def _group_and_topic(request) -> list:
 DEMANDS = {
     "CreateTopic": lambda _r: [Demand.admin("create topics")],
     "DeleteTopic": lambda _r: [Demand.admin("delete topics")],
-    "DescribeTopic": lambda r: [Demand.topic(r.name, Perm.PUB | Perm.SUB)],
+    # TBW102 tells a writer what a topic its first send creates gets: any account may learn it
+    "DescribeTopic": lambda r: [] if r.name == fmt.AUTO_CREATE_TOPIC else [Demand.topic(r.name, Perm.PUB | Perm.SUB)],
     "GetOffsets": lambda r: [Demand.topic(t, Perm.PUB | Perm.SUB) for t in r.topics] or [Demand.admin(
         "list every topic's offsets (name the topics)")],
     "OffsetForTimestamp": _topic(Perm.SUB),

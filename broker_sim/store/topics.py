@@ -83,6 +83,9 @@ def system_topic_problem(name: str, action: str) -> str | None:
     if name == fmt.SINK_TOPIC:
         return (f"cannot {action} topic {echo(name)}: it records the committed sink batches of exactly-once "
                 "writers, and the broker makes and keeps it; name your topic otherwise")
+    if name == fmt.AUTO_CREATE_TOPIC:
+        return (f"cannot {action} topic {echo(name)}: it stands for the topics a first send creates "
+                "(autoCreateTopicEnable), and the broker makes and keeps it; name your topic otherwise")
     if name.startswith((fmt.RETRY_TOPIC_PREFIX, fmt.DLQ_TOPIC_PREFIX)):
         return (f"cannot {action} topic {echo(name)}: names starting with {fmt.RETRY_TOPIC_PREFIX} or "
                 f"{fmt.DLQ_TOPIC_PREFIX} are pop's retry and dead letter topics, which the broker makes and keeps; "

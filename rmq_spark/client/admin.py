@@ -50,6 +50,12 @@ class Admin:
         """The topic and its queues' min / max offsets."""
         return self._transport.describe_topic(name)
 
+    def new_topic(self, name: str) -> TopicInfo | None:
+        """Where the broker makes a topic on its first send (RocketMQ's autoCreateTopicEnable):
+        the queues a first send to ``name``, which does not exist, creates it with; None where
+        it makes none, and a topic must be created first."""
+        return self._transport.new_topic(name)
+
     def offsets(self, topics: list[str], *, unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
         """Min / max offsets of every queue of many topics (of every topic when ``topics`` is
         empty), in as few calls as the broker's answers allow (it pages them). Through name

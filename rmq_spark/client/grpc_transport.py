@@ -29,7 +29,7 @@ from rmq_spark.client.transport import (
     Transport,
     TransportConfig,
 )
-from rmq_spark.errors import ClosedError, ConfigError, RmqError, error_for
+from rmq_spark.errors import ClosedError, ConfigError, RmqError, TopicNotFoundError, error_for
 from rmq_spark.structs import (
     BrokerStats,
     CommitResult,
@@ -53,6 +53,7 @@ from rmq_wire import signing
 from rmq_wire.codec import Codec, Compression
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import broker_pb2_grpc, pop_pb2, pop_pb2_grpc, txn_pb2, txn_pb2_grpc
+from rmq_wire.record import AUTO_CREATE_TOPIC
 
 MAX_MESSAGE_BYTES = 64 << 20
 # SendMany calls out at once per transport (a producer keeps max_in_flight_requests, 5 by default).
@@ -120,6 +121,13 @@ class GrpcTransport(Transport):
         name servers."""
         topics = self._call(self._admin.ListTopics, pb.ListTopicsRequest()).topics
         return [_topic(t) for t in topics if not is_system_topic(t.name)]
+
+    def new_topic(self, name: str) -> TopicInfo | None:
+        try:
+            stand_in, _queues = self.describe_topic(AUTO_CREATE_TOPIC)
+        except TopicNotFoundError:
+            return None
+        return TopicInfo(name, stand_in.queue_count, stand_in.queue_type)
 
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]:
         response = self._call(self._admin.DescribeTopic, pb.DescribeTopicRequest(name=name))

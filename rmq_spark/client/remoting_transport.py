@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import itertools
 import os
 import socket
@@ -37,7 +38,7 @@ from rmq_spark.client.acl_refusals import acl_refusal
 from rmq_spark.client.broker_versions import BATCH_CQ, POP, BrokerVersion, refusal
 from rmq_spark.client.message_ids import UniqueKeys
 from rmq_spark.client.pulls import Pulls
-from rmq_spark.client.routes import NameServers, TopicRoute
+from rmq_spark.client.routes import PERM_WRITE, NameServers, TopicRoute
 from rmq_spark.client.tls import ssl_context, tls_mismatch
 from rmq_spark.client.transport import (
     AckFailure,
@@ -83,6 +84,7 @@ from rmq_spark.structs import (
 from rmq_wire.codec import Codec, Compression
 from rmq_wire.codec.records import read_headers
 from rmq_wire.record import (
+    AUTO_CREATE_TOPIC,
     PROPERTY_CHECK_IMMUNITY_SECONDS,
     PROPERTY_INNER_NUM,
     PROPERTY_PRODUCER_GROUP,
@@ -94,6 +96,7 @@ from rmq_wire.record import (
 from rmq_wire.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, fastjson
 
 PRODUCER_GROUP = "rocketmq-batch-producer"  # RocketMQ's sends name a producer group
+NEW_TOPIC_QUEUES = 4  # what a first send asks of a topic it creates (RocketMQ's producers' defaultTopicQueueNums)
 TRANSACTIONS_REFUSED = (
     "transactions of batches (a Producer's transaction_id, Transactions) are broker_sim's (through endpoint): "
     "RocketMQ prepares and ends transactional messages one at a time and has no fence against a replayed batch. "
@@ -258,6 +261,35 @@ class RemotingTransport(Transport):
     def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         return self.names.route(topic, refresh)
 
+    def send_route(self, topic: str) -> TopicRoute:
+        """The route a send to ``topic`` takes: its own, or where it does not exist yet and the
+        brokers create topics on a first send (RocketMQ's autoCreateTopicEnable: they serve TBW102),
+        TBW102's brokers with RocketMQ's producer's NEW_TOPIC_QUEUES at most, as RocketMQ's
+        producers send a new topic's first messages; TopicNotFoundError otherwise."""
+        try:
+            return self.route(topic)
+        except TopicNotFoundError:
+            try:
+                stand_in = self.route(AUTO_CREATE_TOPIC)
+            except TopicNotFoundError:
+                servers = ";".join(self.names.addresses)
+                raise TopicNotFoundError(f"topic {topic!r} does not exist on the name servers {servers}, whose "
+                                         "brokers create no topic on a first send (autoCreateTopicEnable=false): "
+                                         f"create it first (mqadmin updateTopic -n {servers} -c <cluster> -t {topic})"
+                                         ) from None
+        return TopicRoute(topic, tuple(dataclasses.replace(entry, read_queues=min(entry.read_queues, NEW_TOPIC_QUEUES),
+                                                           write_queues=min(entry.write_queues, NEW_TOPIC_QUEUES))
+                                       for entry in stand_in.brokers if entry.perm & PERM_WRITE))
+
+    def new_topic(self, name: str) -> TopicInfo | None:
+        try:
+            route = self.send_route(name)
+        except TopicNotFoundError:
+            return None
+        stand_in = self._topic_info(self.route(AUTO_CREATE_TOPIC))
+        brokers = tuple((entry.broker, entry.write_queues) for entry in route.brokers)
+        return TopicInfo(name, sum(count for _b, count in brokers), stand_in.queue_type, brokers)
+
     @staticmethod
     def refused(answer: RemotingCommand, what: str) -> RmqError:
         """A broker's refusal as a typed error (for the pulls)."""
@@ -302,7 +334,7 @@ class RemotingTransport(Transport):
         masters = self.names.masters()
         if not masters:
             raise BrokerUnavailableError(f"the name servers {self.endpoint} know no broker with a master")
-        fields = {"topic": name, "defaultTopic": "TBW102", "readQueueNums": queue_count,
+        fields = {"topic": name, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": queue_count,
                   "writeQueueNums": queue_count, "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
                   "order": "false"}
         if queue_type is QueueType.BATCH_CQ:
@@ -616,11 +648,12 @@ class RemotingTransport(Transport):
         content = send.content
         form = (content.codec, content.compression) if isinstance(content, InnerBatch) else self.write_form
         self.check_write(*form, send.transaction_id)
-        route = self.route(send.topic)
+        route = self.send_route(send.topic)
         broker = self.broker_of(route, send.broker)
         address = route.address(broker)
         born = int(time.time() * 1000)
-        fields = {"a": PRODUCER_GROUP, "b": send.topic, "c": "TBW102", "d": 4, "e": send.queue_id, "g": born,
+        fields = {"a": PRODUCER_GROUP, "b": send.topic, "c": AUTO_CREATE_TOPIC, "d": NEW_TOPIC_QUEUES,
+                  "e": send.queue_id, "g": born,
                   "h": 0, "j": 0, "k": "false", "n": broker}
         if isinstance(content, Message):
             unique_key = (content.properties or {}).get("UNIQ_KEY") or self.unique_keys.next()
@@ -739,14 +772,15 @@ class RemotingTransport(Transport):
         broker that sheds load (SYSTEM_BUSY: the request waited too long in its queue and was
         not run) is asked again, as RocketMQ's producers do."""
         broker, queue_id = queue
-        route = self.route(topic)
+        route = self.send_route(topic)
         address = route.address(self.broker_of(route, broker))
         self._as_producer(address, group)
         unique_key = self.unique_keys.next()
         own = {**properties, PROPERTY_CHECK_IMMUNITY_SECONDS: str(check_immunity_s)} if check_immunity_s else properties
         text = _properties_text({**own, "UNIQ_KEY": unique_key, "WAIT": "true",
                                  PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group})
-        fields = {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": SysFlag.TRANSACTION_PREPARED,
+        fields = {"a": group, "b": topic, "c": AUTO_CREATE_TOPIC, "d": NEW_TOPIC_QUEUES, "e": queue_id,
+                  "f": SysFlag.TRANSACTION_PREPARED,
                   "g": int(time.time() * 1000), "h": 0, "i": text, "j": 0, "k": "false", "m": "false", "n": broker}
         half: Future = Future()
 

@@ -297,6 +297,13 @@ class Transport(ABC):
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueOffsets]]: ...
 
     @abstractmethod
+    def new_topic(self, name: str) -> TopicInfo | None:
+        """How a first send reaches topic ``name``, which does not exist, where the broker makes
+        topics on a first send (RocketMQ's autoCreateTopicEnable, whose brokers serve the topic
+        TBW102, standing for the topics they make): the queues such a topic gets; None where it
+        makes none."""
+
+    @abstractmethod
     def offsets(self, topics: list[str], unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
         """Min / max offsets of every queue of ``topics`` (of every topic when empty). With
         ``unreachable``, a broker that cannot be reached is added to it and its queues left out

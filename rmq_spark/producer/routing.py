@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_spark.client.transport import Transport
-from rmq_spark.errors import ConfigError, QueueNotFoundError
+from rmq_spark.errors import ConfigError, QueueNotFoundError, TopicNotFoundError
 from rmq_spark.structs import Message, TopicInfo
 
 QUEUE_SELECTORS = ("hash", "round_robin")
@@ -89,9 +89,16 @@ class Router:
         return self.route(name).info
 
     def route(self, name: str) -> Route:
+        """The topic's route; for a topic that does not exist, the queues a first send creates it
+        with where the broker makes topics so (``Transport.new_topic``), else TopicNotFoundError."""
         route = self._routes.get(name)
         if route is None:
-            info, _queues = self._transport.describe_topic(name)
+            try:
+                info, _queues = self._transport.describe_topic(name)
+            except TopicNotFoundError:
+                info = self._transport.new_topic(name)
+                if info is None:
+                    raise
             with self._lock:
                 route = self._routes[name] = Route.of(info)
         return route

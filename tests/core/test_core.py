@@ -30,7 +30,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "broker_sim"
 
 @pytest.fixture
 def core(tmp_path):
-    opened = BrokerCore.open(tmp_path / "data", CoreOptions(StoreConfig(segment_bytes=4 << 20)))
+    opened = BrokerCore.open(tmp_path / "data", CoreOptions(StoreConfig(segment_bytes=4 << 20),
+                                                            auto_create_topics=None))  # topics created first
     yield opened
     opened.close(5.0)
 

@@ -64,7 +64,7 @@ def test_offsets_of_many_topics_and_by_time(admin, endpoint, topic_name):
 
 def test_offsets_follow_the_brokers_pages(tmp_path):
     """The broker answers 16,384 queues at most at a time: 20,002 queues come in two pages."""
-    with broker_sim.embedded(tmp_path / "data") as endpoint, Admin(endpoint) as admin:
+    with broker_sim.embedded(tmp_path / "data", auto_create_topics=None) as endpoint, Admin(endpoint) as admin:
         for name, queues in (("w1", 10_000), ("w2", 10_000), ("x", 2)):
             admin.create_topic(name, queues)
         with Producer(endpoint) as producer:

@@ -10,8 +10,9 @@ CONFIG = StoreConfig(segment_bytes=16 << 20, simple_cq_units_per_file=64, batch_
 
 @pytest.fixture
 def broker(tmp_path):
-    """A real Broker on 127.0.0.1 and a free port, stopped at the end."""
-    broker = Broker(tmp_path / "data", "127.0.0.1", 0, CONFIG)
+    """A real Broker on 127.0.0.1 and a free port, stopped at the end; it creates no topic on a
+    first send (tests/sdk/test_auto_create_topics.py has that)."""
+    broker = Broker(tmp_path / "data", "127.0.0.1", 0, CONFIG, auto_create_topics=None)
     broker.start()
     yield broker
     broker.stop(grace=1.0)

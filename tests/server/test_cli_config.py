@@ -154,7 +154,8 @@ def test_the_apache_rocketmq_broker_conf_of_the_compose_file_ports_with_warnings
     assert (args.cluster_name, args.broker_name, args.namesrv, args.flush) == (
         "DefaultCluster", "broker-a", ("rocketmq-namesrv:9876",), "async")
     warned = re.findall(r"line \d+: (\w+) has no effect here", capsys.readouterr().err)
-    assert warned == ["brokerIP1", "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "timerWheelEnable"]
+    assert warned == ["brokerIP1", "autoCreateSubscriptionGroup", "timerWheelEnable"]
+    assert args.auto_create_topics == "false"  # autoCreateTopicEnable=false, as that broker runs
 
 
 def test_help_shows_sizes_as_written_and_the_first_flags_first():

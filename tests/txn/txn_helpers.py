@@ -38,7 +38,7 @@ class FakeClock:
 
 def start_broker(data_dir: Path, clock=None, config: TransactionConfig = TXN_CONFIG) -> Broker:
     broker = Broker(data_dir, "127.0.0.1", 0, STORE_CONFIG, transaction_config=config,
-                    transaction_clock_ms=clock or FakeClock())
+                    transaction_clock_ms=clock or FakeClock(), auto_create_topics=None)  # topics created first
     broker.start()
     return broker
 

@@ -123,31 +123,32 @@ class MessagingServicer(pb_grpc.MessagingServicer):
 
     @translated
     async def Send(self, request, context):
-        return await self._run_append(self._send, request, peer_host(context.peer()), caller())
+        return await self._run_append(self._send, request, peer_host(context.peer()), caller(), client_of(context))
 
     @translated
     async def SendMany(self, request, context):
-        return await self._run_append(self._send_many, request, peer_host(context.peer()), caller())
+        return await self._run_append(self._send_many, request, peer_host(context.peer()), caller(),
+                                      client_of(context))
 
     async def _run_append(self, append, *args):
         if self._core.appends_wait_for_flush:
             return await asyncio.get_running_loop().run_in_executor(None, append, *args)
         return append(*args)
 
-    def _send_many(self, request, born_host: bytes, owner: str | None) -> pb.SendManyResponse:
+    def _send_many(self, request, born_host: bytes, owner: str | None, client: str) -> pb.SendManyResponse:
         outcomes = []
         for send in request.sends:
             try:
-                outcomes.append(pb.SendOutcome(response=self._send(send, born_host, owner)))
+                outcomes.append(pb.SendOutcome(response=self._send(send, born_host, owner, client)))
             except Exception as err:  # each send has its own outcome; faults are logged there
                 error = from_exception(err)
                 outcomes.append(pb.SendOutcome(reason=error.reason.value, error=error.message))
         return pb.SendManyResponse(outcomes=outcomes)
 
-    def _send(self, request, born_host: bytes, owner: str | None) -> pb.SendResponse:
+    def _send(self, request, born_host: bytes, owner: str | None, client: str) -> pb.SendResponse:
         outcome = self._core.send(SendRequest(request.topic, request.queue_id, _content(request),
                                               request.born_timestamp_ms, born_host, request.producer_id,
-                                              request.sequence, request.transaction_id, owner=owner))
+                                              request.sequence, request.transaction_id, owner=owner, client=client))
         ids = outcome.message_ids
         batch_id = ids.record_id if isinstance(ids, InnerBatchIds) else ""
         return pb.SendResponse(queue_id=outcome.queue_id, base_offset=outcome.base_offset, count=outcome.count,

@@ -123,7 +123,13 @@ class BrokerRequests:
 
     def _send(self, request: RemotingCommand, connection: Connection, fields: Fields, batch: bool) -> RemotingCommand:
         topic = fields.text("topic")
-        config = self.core.topic(topic)
+        client = client_key(connection.client, request.account)
+        # A topic that does not exist is created where the broker creates topics on a first send and
+        # the client says so as RocketMQ's do, naming TBW102 (its defaultTopic) and the queues it asks.
+        new_topic_queues = fields.integer("defaultTopicQueueNums", 0) \
+            if fields.text("defaultTopic", "") == fmt.AUTO_CREATE_TOPIC else -1
+        config = self.core.sending_topic(topic, client, new_topic_queues) if new_topic_queues >= 0 \
+            else self.core.topic(topic)
         queue_id = fields.integer("queueId")
         if queue_id < 0:  # RocketMQ: any queue
             queue_id = fields.integer("bornTimestamp", 0) % config.queue_count
@@ -147,7 +153,7 @@ class BrokerRequests:
             content = SingleSend(request.body, properties, tags, keys, fields.integer("flag", 0), sys_flag)
         send = SendRequest(topic, queue_id, content, fields.integer("bornTimestamp", 0), born_host(connection),
                            transaction_id=transaction_id, reconsume_times=fields.integer("reconsumeTimes", 0),
-                           owner=request.account)
+                           owner=request.account, client=client, new_topic_queues=max(new_topic_queues, 0))
         outcome = self.core.send(send)
         if transaction_id:  # offsets come at the commit: the id only has to be one a client can decode
             self.checks.opened(transaction_id, fields.text("producerGroup", ""), topic,
