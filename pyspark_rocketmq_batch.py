@@ -44,6 +44,14 @@ _PACKAGE = "rocketmq-batch-spark"
 _OUR_ERROR = re.compile(r"(?:rmq_spark|rmq_wire)\.errors\.\w+: (.+)")
 # ... and the sentence of the stand-in for a connector that cannot be imported (unavailable_source).
 _UNAVAILABLE = re.compile(r"ImportError: (rocketmq-batch cannot be loaded .+)")
+# Spark lets a Python sink take append and complete mode (its write builder can truncate, and has
+# no update-as-append): an update-mode query fails at its start in Spark's own words, before the
+# sink is asked; an uncaught one is led by this.
+UPDATE_MODE = "rocketmq-batch does not support Update mode"
+UPDATE_MODE_HINT = (f"{_FORMAT}: Spark lets a Python sink take append and complete mode, not update: write an "
+                    f"update-mode query with foreachBatch, each micro-batch exactly once by "
+                    f"df.write.format('{_FORMAT}').option('sinkId', NAME).option('batchId', batch_id) "
+                    "(docs/spark-writes.md#aggregations-update-and-complete-mode)")
 
 
 def __getattr__(name: str):
@@ -115,6 +123,8 @@ def lead_sentence(error: BaseException) -> str | None:
     unavailable = _UNAVAILABLE.findall(text)
     if unavailable:
         return unavailable[-1].strip()
+    if UPDATE_MODE in text:
+        return UPDATE_MODE_HINT
     return missing_format_hint(text)
 
 
@@ -168,11 +178,38 @@ def _excepthook(kind, value, traceback) -> None:
     hint = lead_sentence(value)
     if hint:
         print(hint, file=sys.stderr, flush=True)
-    sys.__excepthook__(kind, value, traceback)
+    condensed = _condensed(kind, value, traceback) if hint else None
+    if condensed is None:
+        sys.__excepthook__(kind, value, traceback)
+    else:
+        sys.stderr.write(condensed)
 
 
 def _thread_excepthook(args) -> None:
     hint = lead_sentence(args.exc_value) if args.exc_value is not None else None
     if hint:
         print(hint, file=sys.stderr, flush=True)
-    threading.__excepthook__(args)
+    condensed = _condensed(args.exc_type, args.exc_value, args.exc_traceback) if hint else None
+    if condensed is None:
+        threading.__excepthook__(args)
+    else:
+        name = args.thread.name if args.thread is not None else "?"
+        sys.stderr.write(f"Exception in thread {name}:\n{condensed}")
+
+
+def _condensed(kind, value, traceback) -> str | None:
+    """An error of ours that Spark wrapped, as the user's own frames and Spark's first words: the
+    sentence, printed first, is not repeated in the worker's traceback Spark puts in its message
+    (None for anything else, printed whole)."""
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - a hint must never hide the error itself
+        return None
+    if not _OUR_ERROR.search(text) and not _UNAVAILABLE.search(text):
+        return None
+    import traceback as tracebacks
+
+    head = text.split(": Traceback (most recent call last)", 1)[0].splitlines()[0].strip()
+    frames = "".join(tracebacks.format_tb(traceback))
+    return (f"Traceback (most recent call last):\n{frames}{kind.__module__}.{kind.__qualname__}: {head}: "
+            f"(the {_FORMAT} sentence above; Spark's whole message is the exception's str())\n")

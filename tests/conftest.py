@@ -32,9 +32,10 @@ os.environ.setdefault(JVM_OPTIONS_VARIABLE, QUICK_JVM)
 # The fixtures that make a test need Spark or a JVM peer (`make test-quick` leaves it out); a
 # test marked ``peers`` (tests/peers/) runs a real peer too.
 SPARK_FIXTURES = {"spark", "spark_in_a_process"}
-JVM_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "kafka", "require_java_peers"}
+JVM_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "rocketmq_auto_create", "kafka",
+                "require_java_peers"}
 # started once per session (per xdist worker)
-SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "kafka"}
+SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "rocketmq_auto_create", "kafka"}
 # A parametrized target fixture whose parameter is "rocketmq" or "rocketmq4" asks for a real broker by name.
 REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unhashable (a list)
 # The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
@@ -169,6 +170,18 @@ def rocketmq():
 
 
 @pytest.fixture(scope="session")
+def rocketmq_auto_create():
+    """The real RocketMQ 5 (5.5.0) with its own default autoCreateTopicEnable=true (the session's
+    ``rocketmq`` runs with false, as production clusters often do): its brokers make a topic on a
+    first send."""
+    require_peers("rocketmq", "clients")
+    from peers.rocketmq import RocketMQCluster
+
+    with RocketMQCluster(heap_mb=384, broker_settings={"autoCreateTopicEnable": "true"}) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def rocketmq4():
     """The real RocketMQ 4 (4.9.7): a name server and a broker, no proxy."""
     require_peers("rocketmq4", "clients")
@@ -229,6 +242,15 @@ def target(request):
 
         return RocketMQTarget(request.getfixturevalue(request.param))
     return request.getfixturevalue("broker_sim_remoting" if request.param == "broker_sim" else request.param)
+
+
+@pytest.fixture(scope="session")
+def built_package(tmp_path_factory):
+    """The package as a release makes it, `python -m build`: (the wheel, the sdist). Its tests
+    share an xdist group (``package``), so that it is built once."""
+    import installs
+
+    return installs.build(tmp_path_factory.mktemp("dist"))
 
 
 def _spark_kafka_jars() -> list:

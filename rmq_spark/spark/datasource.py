@@ -153,7 +153,9 @@ class RocketMQBatchDataSource(DataSource):
     column is refused. A missing body, a column of another
     type, or an unknown topic fails before a row is written. Rows go to the producer as Arrow
     columns (PySpark's Arrow writers), are grouped by (topic, queue, tag) and cut into batches
-    encoded once. Writes append: overwrite modes are refused.
+    encoded once. Writes append: ``mode('overwrite')`` is refused; a stream's complete mode
+    appends each micro-batch's whole result, as Spark's Kafka sink does (update mode Spark
+    gives Python sinks not at all: ``foreachBatch`` with sinkId and batchId).
 
     endpoint, nameServer : str
         One of the two, as for reads. Through nameServer the rows are RocketMQ's own messages
@@ -191,10 +193,12 @@ class RocketMQBatchDataSource(DataSource):
         ``exactlyOnce`` (default): every task attempt prepares its rows under a transaction of
         its own; the driver's commit makes exactly the returned ones visible and records (sink
         id, batch id) in the same step, so a failed task, an aborted job or a micro-batch
-        replayed after a restart writes nothing twice; ``df.write`` is all or nothing.
+        replayed after a restart writes nothing twice; ``df.write`` is all or nothing, and
+        with sinkId (and batchId) the same write run again stores nothing twice.
         ``atLeastOnce``: rows are visible as they are sent, and a retried task or a replayed
-        micro-batch writes them again. Through nameServer atLeastOnce is the default and the
-        only one: asking for exactlyOnce fails at ``load()``, saying why.
+        micro-batch writes them again. Through nameServer atLeastOnce is the default;
+        exactlyOnce rides on RocketMQ's transactional messages, its decisions kept under
+        checkpointLocation (a df.write needs sinkId and checkpointLocation for it).
     accessKey, secretKey : str
         As for reads; the account needs PUB on the topics written.
     schema : str
@@ -205,6 +209,18 @@ class RocketMQBatchDataSource(DataSource):
         message ids are made from). Default: ``spark-<query id>``, the query id Spark keeps
         in the checkpoint and gives every task of the query, wherever the checkpoint is set
         (``.option("checkpointLocation", ...)`` or ``spark.sql.streaming.checkpointLocation``).
+        ``df.write``: the name its commit is recorded under with batchId, so that the same
+        write run again (a job rerun, or a micro-batch foreachBatch runs again after a restart)
+        stores nothing twice; the same on every run.
+    batchId : int
+        ``df.write`` with sinkId: the write's number under its sink, 0 by default; inside
+        ``foreachBatch`` its ``batch_id``, which makes an update- or complete-mode aggregation
+        exactly once (Spark gives a stream's micro-batches their ids itself).
+    checkpointLocation : str
+        Streams: Spark's checkpoint (exactlyOnce through nameServer keeps its decisions beside
+        it). ``df.write`` exactlyOnce through nameServer: a directory on the job's file system
+        where the write's decision is kept, so that a rerun finishes or rolls back what a dead
+        driver left.
     """
 
     def __init__(self, options):

@@ -454,7 +454,8 @@ def _name(given: dict, name: str) -> str | None:
 
 SINK_OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes",
-    "compression", "codec", "deliveryGuarantee", "sinkId", "accessKey", "secretKey", "schema", *TLS_OPTION_NAMES,
+    "compression", "codec", "deliveryGuarantee", "sinkId", "batchId", "accessKey", "secretKey", "schema",
+    *TLS_OPTION_NAMES,
 )
 # Set by Spark on streaming writes (checkpointLocation from .option(...), queryName from .queryName(...)).
 SPARK_WRITE_OPTIONS = ("checkpointLocation", "queryName")
@@ -480,17 +481,30 @@ class SinkOptions:
     checkpoint_location: str | None
     query_name: str | None
     schema: str = "rocketmq"  # "kafka": the rows have Spark's Kafka sink's columns (kafka.py)
+    batch_id: int | None = None  # df.write: the write's number under sinkId (foreachBatch's batch id)
 
     def check_batch_write(self) -> None:
         """What a batch write (``df.write``) does not accept."""
-        if self.sink_id is not None:
-            raise ConfigError("option sinkId applies to streaming writes (writeStream) only: a batch write commits "
-                              "all its rows at once, in one step; drop sinkId")
-        if self.exactly_once and self.address.native:
-            raise ConfigError("deliveryGuarantee=exactlyOnce through nameServer is for writeStream, whose checkpoint "
-                              "lets a restarted query finish a commit that RocketMQ's transactional messages make "
-                              "one message at a time; a df.write through nameServer is at least once: drop the "
-                              "option (each message carries a UNIQ_KEY, the same when the write is repeated)")
+        if self.exactly_once and self.address.native and (self.sink_id is None or self.checkpoint_location is None):
+            raise ConfigError("deliveryGuarantee=exactlyOnce through nameServer commits RocketMQ's transactional "
+                              "messages one at a time, so a df.write keeps its decision where a rerun finds it: set "
+                              ".option('checkpointLocation', DIR) and .option('sinkId', NAME), the same on a rerun "
+                              "(in foreachBatch also .option('batchId', batch_id)); or drop the option for at least "
+                              "once (each message carries a UNIQ_KEY, the same when the write is repeated)")
+
+    def check_stream_write(self) -> None:
+        """What a streaming write (``df.writeStream``) does not accept."""
+        if self.batch_id is not None:
+            raise ConfigError("option batchId numbers a df.write (inside foreachBatch: its batch_id); a stream's "
+                              "micro-batches are numbered by Spark: drop batchId")
+
+    @property
+    def write_batch_id(self) -> int | None:
+        """What a df.write is recorded as under its sinkId: batchId, 0 when only sinkId is given
+        (None without a sinkId). Streams have Spark's micro-batch ids instead."""
+        if self.batch_id is not None:
+            return self.batch_id
+        return 0 if self.sink_id is not None else None
 
 
 def parse_sink_options(options) -> SinkOptions:
@@ -528,6 +542,7 @@ def parse_sink_options(options) -> SinkOptions:
         checkpoint_location=given.get("checkpointLocation"),
         query_name=given.get("queryName"),
         schema=_schema(given),
+        batch_id=_whole(given, "batchId", "the write's batch id, foreachBatch's batch_id", minimum=0),
     )
     refused = transport.refused_write_settings(opts.codec, opts.compression)
     if refused:
@@ -541,6 +556,9 @@ def parse_sink_options(options) -> SinkOptions:
     if opts.sink_id is not None and not opts.exactly_once and not address.native:
         raise ConfigError("option sinkId names the commits of deliveryGuarantee=exactlyOnce; drop it, or drop "
                           "deliveryGuarantee=atLeastOnce")
+    if opts.batch_id is not None and opts.sink_id is None:
+        raise ConfigError("option batchId numbers a write of a sink: set sinkId too, a name that stays the same on "
+                          "every run (.option('sinkId', 'orders-agg').option('batchId', batch_id))")
     return opts
 
 

@@ -140,20 +140,25 @@ def _string_map(data_type) -> bool:
 
 
 def check_topic(options: SinkOptions) -> None:
-    """The topic option names a topic of the broker (rows with a topic column are checked as
-    they are sent: a task fails on the first unknown one, and nothing of the batch is
-    committed)."""
+    """The topic option names a topic of the broker, or one its first send creates (RocketMQ's
+    autoCreateTopicEnable). Rows with a topic column are checked as they are sent: a task fails
+    on the first one that neither exists nor can be created, and nothing of the batch is
+    committed."""
     if options.topic is None:
         return
     with Admin(**options.address.sdk()) as admin:
         try:
             admin.describe_topic(options.topic)
         except TopicNotFoundError:
+            if admin.new_topic(options.topic) is not None:
+                return
             how = (f"rmq-admin --endpoint {options.address.endpoint} topic create {options.topic} --queues N --type "
                    "BatchCQ" if not options.address.native else
                    f"mqadmin updateTopic -n {options.address.name_server} -c <cluster> -t {options.topic}")
-            raise ConfigError(f"topic {options.topic!r} does not exist on {options.address.describe()}: create it "
-                              f"first ({how})") from None
+            makes = "whose brokers create" if options.address.native else "which creates"
+            raise ConfigError(f"topic {options.topic!r} does not exist on {options.address.describe()}, {makes} no "
+                              f"topic on a first send (autoCreateTopicEnable=false): create it first ({how})"
+                              ) from None
 
 
 # Spark gives every task of a streaming query its id (the one kept in the checkpoint's metadata).
@@ -222,11 +227,12 @@ class SinkCommitMessage(WriterCommitMessage):
 
 
 def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.RecordBatch],
-                    transaction_prefix: str) -> SinkCommitMessage:
-    """Send a task's rows; with exactlyOnce, prepared under a new transaction of this attempt;
-    through name servers, each row with the message id of its place (``_ids_name``)."""
-    transaction_id = new_transaction_id(_attempt_prefix(transaction_prefix)) if options.exactly_once else None
-    ids_name = _ids_name(transaction_prefix) if options.address.native else None
+                    transaction_prefix: str, batch: int | None) -> SinkCommitMessage:
+    """Send a task's rows of ``batch`` (a micro-batch, a numbered df.write, or None); with
+    exactlyOnce, prepared under a new transaction of this attempt; through name servers, each
+    row with the message id of its place (``_ids_name``)."""
+    transaction_id = new_transaction_id(_attempt_prefix(transaction_prefix, batch)) if options.exactly_once else None
+    ids_name = _ids_name(transaction_prefix, batch) if options.address.native else None
     producer = Producer(**options.address.sdk(), transaction_id=transaction_id, codec=options.codec,
                         compression=options.compression, queue_selector=plan.queue_selector,
                         batch_max_bytes=options.batch_max_bytes, batch_max_delay_ms=options.batch_max_delay_ms,
@@ -300,13 +306,13 @@ def _read_ahead(batches: Iterator[pa.RecordBatch], depth: int = 2) -> Iterator[p
         reader.join()
 
 
-def _ids_name(sink: str) -> str:
+def _ids_name(sink: str, batch: int | None) -> str:
     """What names a task's rows, the same for every attempt of it and every replay of its
-    micro-batch: ``<sink>.b<batch>.p<partition>`` (a row's id adds its place in the task)."""
+    batch: ``<sink>.b<batch>.p<partition>`` (a row's id adds its place in the task)."""
     context = TaskContext.get()
     if context is None:
         return sink
-    return f"{sink}{_batch_part()}.p{context.partitionId()}"
+    return f"{sink}{_batch_part(batch)}.p{context.partitionId()}"
 
 
 def _micro_batch() -> int | None:
@@ -316,18 +322,17 @@ def _micro_batch() -> int | None:
     return int(batch) if batch else None
 
 
-def _attempt_prefix(prefix: str) -> str:
+def _attempt_prefix(prefix: str, batch: int | None) -> str:
     """``<sink>.b<batch>.p<partition>.a<attempt>``: who prepared a transaction, for people
     reading the broker's transaction list (uniqueness comes from the random part after it)."""
     context = TaskContext.get()
     if context is None:  # called outside a Spark task (tests driving the writer directly)
         return prefix
-    return f"{prefix}{_batch_part()}.p{context.partitionId()}.a{context.attemptNumber()}"
+    return f"{prefix}{_batch_part(batch)}.p{context.partitionId()}.a{context.attemptNumber()}"
 
 
-def _batch_part() -> str:
-    """``.b<batch>`` in a streaming write task, empty in a batch write."""
-    batch = _micro_batch()
+def _batch_part(batch: int | None) -> str:
+    """``.b<batch>`` of a micro-batch or a numbered df.write, empty for another write."""
     return "" if batch is None else f".b{batch}"
 
 
@@ -369,24 +374,53 @@ def roll_back(options: SinkOptions, messages, what: str) -> None:
 
 class RocketMQBatchWriter(DataSourceArrowWriter):
     """``df.write``: every task prepares its rows (exactlyOnce), and ``commit`` makes all of
-    them visible in one step, or ``abort`` none."""
+    them visible in one step, or ``abort`` none. With sinkId (and batchId, default 0) the commit
+    is recorded under (sink id, batch id) as a stream's micro-batch is, so the same write run
+    again (a job rerun, or a micro-batch foreachBatch runs again after a restart) stores nothing
+    twice; through name servers the decision is kept under checkpointLocation
+    (``sink_rocketmq``), where a rerun finishes what a dead driver left."""
 
     def __init__(self, options: SinkOptions, plan: WritePlan):
         self.options = options
         self.plan = plan
-        # Through name servers the rows' ids are named by this write (the same in every task attempt).
-        self.name = f"{_NO_SINK_ID}-write-{uuid.uuid4().hex}" if options.address.native else _NO_SINK_ID
+        # Names the rows' ids (through name servers) and transactions: the sink, else this write.
+        self.name = options.sink_id or (f"{_NO_SINK_ID}-write-{uuid.uuid4().hex}" if options.address.native
+                                        else _NO_SINK_ID)
+
+    @property
+    def _decides(self) -> bool:
+        """Exactly once through name servers: RocketMQ's transactional messages and a decision."""
+        return self.options.exactly_once and self.options.address.native
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_partition(self.options, self.plan, iterator, self.name)
+        if self._decides:
+            halves, group = sink_rocketmq.prepare(self.options, self.plan, _read_ahead(iterator), self.name,
+                                                  _decisions(self.options, streaming=False),
+                                                  self.options.write_batch_id)
+            return SinkCommitMessage(len(halves), sink_id=self.name, halves=tuple(halves), group=group)
+        return write_partition(self.options, self.plan, iterator, self.name, self.options.write_batch_id)
 
     def commit(self, messages) -> None:
+        if self._decides:
+            sink_rocketmq.commit(self.options, _decisions(self.options, streaming=False), messages,
+                                 self.options.write_batch_id, log)
+            return
         transactions = prepared_transactions(messages)
-        if transactions:
+        if self.options.sink_id is not None and self.options.exactly_once:  # recorded, even with no rows
+            with Transactions(**self.options.address.sdk()) as txns:
+                result = txns.commit(transactions, sink_id=self.options.sink_id, batch_id=self.options.write_batch_id)
+            if result.sink_batch_replayed:
+                log.warning("rocketmq-batch: batch %d of sink %s was committed before (the same write run again); "
+                            "its rows were not written again", self.options.write_batch_id, self.options.sink_id)
+        elif transactions:
             with Transactions(**self.options.address.sdk()) as txns:
                 txns.commit(transactions)
 
     def abort(self, messages) -> None:
+        if self._decides:
+            sink_rocketmq.abort(self.options, _decisions(self.options, streaming=False), messages,
+                                self.options.write_batch_id)
+            return
         roll_back(self.options, messages, "an aborted write")
 
 
@@ -416,7 +450,8 @@ class RocketMQBatchStreamWriter(compat.StreamWriter):
             return SinkCommitMessage(len(halves), sink_id=sink_id, halves=tuple(halves), group=group)
         name = sink_id if sink_id is not None and (self.options.exactly_once or self.options.address.native) \
             else self.run_name
-        return dataclasses.replace(write_partition(self.options, self.plan, iterator, name), sink_id=sink_id)
+        return dataclasses.replace(write_partition(self.options, self.plan, iterator, name, _micro_batch()),
+                                   sink_id=sink_id)
 
     def commit(self, messages, batchId: int) -> None:
         if not self.options.exactly_once:  # atLeastOnce: every row is visible once sent
@@ -440,25 +475,29 @@ class RocketMQBatchStreamWriter(compat.StreamWriter):
         roll_back(self.options, messages, f"micro-batch {batchId}")
 
 
-def _decisions(options: SinkOptions) -> Path:
-    """Where a stream written exactly once through name servers keeps its decisions: beside its
-    checkpoint, which must be named and local."""
+def _decisions(options: SinkOptions, streaming: bool = True) -> Path:
+    """Where a write exactly once through name servers keeps its decisions: beside a stream's
+    checkpoint, or for a df.write under checkpointLocation in a directory of its sink; named and
+    local."""
     if options.checkpoint_location is None:
         raise ConfigError("deliveryGuarantee=exactlyOnce through nameServer keeps each micro-batch's decision beside "
                           "the query's checkpoint: set .option('checkpointLocation', ...) on the writeStream")
-    return sink_rocketmq.decisions_dir(_local_path(options.checkpoint_location))
+    return sink_rocketmq.decisions_dir(_local_path(options.checkpoint_location),
+                                       None if streaming else options.sink_id)
 
 
 def make_writer(options: SinkOptions, schema: StructType, overwrite: bool, streaming: bool):
     """The writer of ``df.write`` or ``df.writeStream``, after every check that can be made
-    before a row is written."""
-    if overwrite:
-        raise ConfigError("rocketmq-batch appends to topics and cannot overwrite them: use mode('append') for "
-                          "df.write, outputMode('append') or 'update' for writeStream")
+    before a row is written. A stream's ``overwrite`` is complete mode: each micro-batch's whole
+    result is appended, as Spark's Kafka sink does."""
+    if overwrite and not streaming:
+        raise ConfigError("rocketmq-batch appends to topics, which cannot be overwritten: use mode('append')")
     if not streaming:
         options.check_batch_write()
-    elif options.exactly_once and options.address.native:
-        _decisions(options)
+    else:
+        options.check_stream_write()
+    if options.exactly_once and options.address.native:
+        _decisions(options, streaming)
     plan = plan_write(schema, options)
     check_topic(options)
     return RocketMQBatchStreamWriter(options, plan, schema) if streaming else RocketMQBatchWriter(options, plan)

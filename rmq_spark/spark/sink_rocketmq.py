@@ -75,9 +75,12 @@ def producer_group(sink_id: str) -> str:
     return "rocketmq-batch-" + re.sub(r"[^A-Za-z0-9_%|-]", "_", sink_id)[:230]
 
 
-def decisions_dir(checkpoint: Path) -> Path:
-    """Where the decisions of a query's micro-batches are kept: beside its checkpoint."""
-    return checkpoint.joinpath(*DECISIONS_DIR)
+def decisions_dir(location: Path, sink_id: str | None = None) -> Path:
+    """Where decisions are kept: a query's beside its checkpoint; a df.write's under its
+    checkpointLocation in a directory of its sink, so that the writes of several sinks (in one
+    foreachBatch) may share a location."""
+    directory = location.joinpath(*DECISIONS_DIR)
+    return directory if sink_id is None else directory / f"sink-{sink_id}"
 
 
 def _transport(options):

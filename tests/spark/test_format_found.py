@@ -66,7 +66,6 @@ def test_a_script_run_by_the_venvs_python_unactivated_finds_the_format(tmp_path,
     assert "rows 3" in result.stdout
 
 
-@pytest.mark.compat
 def test_workers_without_the_package_are_named_in_the_first_line(tmp_path, spark_in_a_process):
     lacking = _python_lacking_the_package()
     result = _run_job(tmp_path, PYSPARK_PYTHON=lacking)
@@ -76,16 +75,17 @@ def test_workers_without_the_package_are_named_in_the_first_line(tmp_path, spark
     assert f"set PYSPARK_PYTHON={sys.executable}" in ours[0]
 
 
-@pytest.mark.compat
 def test_an_uncaught_error_of_ours_leads_with_its_sentence(tmp_path, spark_in_a_process):
-    """Spark puts a data source's error after its own words and the worker's traceback."""
+    """Spark puts a data source's error after its own words and the worker's traceback: it is
+    printed first, once, and Spark's words after the user's frames."""
     result = _run_job(tmp_path, _JOB.replace('.option("topic", "first-hour")',
                                              '.option("topic", "first-hour").option("maxPartitions", "abc")'))
     assert result.returncode != 0
     ours = [line for line in result.stderr.splitlines() if not _spark_banner(line)]
-    assert ours and ours[0] == ("rocketmq-batch: option maxPartitions='abc': expected a positive number of partitions "
-                                "(a whole number >= 1)"), "\n".join(ours[:5])
-    assert "PYTHON_DATA_SOURCE_ERROR" in result.stderr  # Spark's own error follows, whole
+    sentence = "option maxPartitions='abc': expected a positive number of partitions (a whole number >= 1)"
+    assert ours and ours[0] == f"rocketmq-batch: {sentence}", "\n".join(ours[:5])
+    assert result.stderr.count(sentence) == 1, result.stderr  # once, first: not again in Spark's worker traceback
+    assert "[PYTHON_DATA_SOURCE_ERROR]" in ours[-1] and "sentence above" in ours[-1]  # Spark's own first words
 
 
 def _spark_banner(line: str) -> bool:

@@ -327,6 +327,37 @@ def test_a_spark_driver_killed_mid_query_and_restarted_writes_each_row_once(spar
     read_once(target, topic, rows(0, 1500))
 
 
+_BATCH_WRITER = textwrap.dedent("""
+    import sys
+    from pyspark.sql import SparkSession
+
+    name_server, topic, sink_id, location = sys.argv[1:]
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    rows = spark.range(0, 1500, 1, 3).selectExpr("cast(format_string('row-%05d', id) as binary) as body")
+    (rows.write.format("rocketmq-batch").option("nameServer", name_server).option("topic", topic)
+     .option("deliveryGuarantee", "exactlyOnce").option("sinkId", sink_id).option("batchId", 7)
+     .option("checkpointLocation", location).mode("append").save())
+""")
+
+
+@ONE_BROKER_EACH
+def test_a_batch_write_exactly_once_whose_driver_is_killed_is_finished_by_a_rerun(target, tmp_path):
+    """A df.write with sinkId, batchId and checkpointLocation: its driver is SIGKILLed as it
+    decides (where the kill lands varies: deciding, committing); the same write run again
+    finishes the decision, and each row is in the topic once."""
+    topic = topic_of(target, "eo-batch")
+    arguments = [sys.executable, "-c", _BATCH_WRITER, target.namesrv, topic, f"nightly-{topic}", str(tmp_path / "d")]
+    decided = tmp_path.joinpath("d", *sink_rocketmq.DECISIONS_DIR, f"sink-nightly-{topic}", "7.arrow")
+    killed_when(subprocess.Popen(arguments, start_new_session=True, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE), decided, "deciding", 180)
+    assert held(target, topic) < 1500, "the driver was to die before the end of the write"
+    print("killed with the write", "committed" if decided.with_suffix(".done").exists() else "decided, unfinished",
+          f"({held(target, topic)} rows visible)")
+    rerun = subprocess.run(arguments, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    read_once(target, topic, rows(0, 1500))
+
+
 _RETRYING_DRIVER = textwrap.dedent("""
     import sys
     from pyspark.sql import SparkSession

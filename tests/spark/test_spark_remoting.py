@@ -220,9 +220,11 @@ def test_many_small_writer_tasks_spread_over_every_queue_of_every_broker(spark, 
     assert len(used) >= 4, held_by  # 20 random starts over 8 queues: fewer than 4 used about once in 10^7 runs
 
 
-def test_exactly_once_df_write_through_name_servers_is_refused_at_load(spark, broker_sim_remoting):
+def test_exactly_once_df_write_through_name_servers_without_a_decision_directory_is_refused_at_load(
+        spark, broker_sim_remoting):
     df = spark.range(1).selectExpr("cast(id as string) as body")
-    with pytest.raises(Exception, match="exactlyOnce through nameServer is for writeStream"):
+    with pytest.raises(Exception, match="exactlyOnce through nameServer commits RocketMQ's transactional messages "
+                                        "one at a time.*set .option\\('checkpointLocation'"):
         (df.write.format("rocketmq-batch").mode("append").option("nameServer", broker_sim_remoting.namesrv)
          .option("topic", "any").option("deliveryGuarantee", "exactlyOnce").save())
     with pytest.raises(Exception, match="codec='lz4'|compression='lz4'"):
@@ -376,3 +378,26 @@ def queue_pull_consumer(client, group: str):
             return f"{mq.topic}@{mq.brokerName}@{mq.queueId}"
 
     return QueuePullConsumer(group)
+
+
+def test_a_write_to_a_missing_topic_of_a_cluster_that_makes_topics_makes_it(spark, rocketmq, rocketmq_auto_create):
+    """RocketMQ's own autoCreateTopicEnable is honoured: the writer sends a new topic's first rows by
+    TBW102's route and the broker makes the topic (with the 4 queues RocketMQ's producers ask); a
+    cluster that makes none refuses the write before a row is written, in one sentence."""
+    topic = f"made-on-write-{int(time.time() * 1000)}"
+    rows = spark.range(0, 40, 1, 2).selectExpr("cast(concat('row-', id) as binary) as body")
+    making = rocketmq_auto_create.namesrv_addr
+    rows.write.format("rocketmq-batch").mode("append").option("nameServer", making).option("topic", topic).save()
+    info, _queues = Admin(name_server=making).describe_topic(topic)
+    assert info.queue_count == 4
+    back = spark.read.format("rocketmq-batch").option("nameServer", making).option("topic", topic).load()
+    assert sorted(bytes(r.body) for r in back.collect()) == sorted(b"row-%d" % i for i in range(40))
+    with Producer(name_server=making) as producer:  # the SDK's own sends alike
+        producer.send(Message(f"{topic}-sdk", b"x"))
+    assert Admin(name_server=making).describe_topic(f"{topic}-sdk")[0].queue_count == 4
+    strict = rocketmq.namesrv_addr
+    with pytest.raises(Exception) as refused:
+        rows.write.format("rocketmq-batch").mode("append").option("nameServer", strict).option("topic", topic).save()
+    sentence = (f"topic '{topic}' does not exist on the name servers {strict}, whose brokers create no topic on a "
+                "first send (autoCreateTopicEnable=false): create it first (mqadmin updateTopic")
+    assert str(refused.value).count(sentence) == 1, str(refused.value)[-3000:]

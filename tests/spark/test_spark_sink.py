@@ -10,6 +10,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+import broker_sim
+import pyspark_rocketmq_batch
 from broker_sim.broker import Broker
 from rmq_spark import Admin, ConfigError, Transactions
 from rmq_spark.spark import RocketMQBatchDataSource
@@ -293,7 +295,6 @@ def test_bad_columns_fail_before_anything_is_written(spark, endpoint, topic_name
 
 
 @pytest.mark.parametrize("options, words", [
-    ({"topic": "no-such-topic"}, ["topic 'no-such-topic' does not exist", "topic create"]),
     ({}, ["name the topic to write to"]),
     ({"topic": "{topic}", "queueSelector": "column"}, ["queueSelector=column", "no"]),
     ({"topic": "{topic}", "compression": "gzip"}, ["compression='gzip'", "none, lz4, zstd"]),
@@ -302,7 +303,8 @@ def test_bad_columns_fail_before_anything_is_written(spark, endpoint, topic_name
     ({"topic": "{topic}", "batchMaxBytes": "1m", "totalBatchMaxBytes": "512k"}, ["totalBatchMaxBytes=524288 is below"]),
     ({"topic": "{topic}", "startingOffsets": "earliest"}, ["startingOffsets is an option of reads"]),
     ({"topic": "{topic}", "partitoin": "1"}, ["unknown option 'partitoin' for the rocketmq-batch sink"]),
-    ({"topic": "{topic}", "sinkId": "s1"}, ["sinkId applies to streaming writes"]),
+    ({"topic": "{topic}", "batchId": "3"}, ["batchId numbers a write of a sink: set sinkId too"]),
+    ({"topic": "{topic}", "sinkId": "s1", "batchId": "-1"}, ["batchId='-1'", "a whole number"]),
     ({"topic": "{topic}", "sinkId": "bad id!"}, ["sinkId='bad id!'"]),
     ({"topic": "{topic}", "endpoint": "nowhere"}, ["option endpoint"]),
 ])
@@ -318,16 +320,32 @@ def test_bad_options_fail_before_anything_is_written(spark, endpoint, topic_name
     assert visible(endpoint, topic_name) == 0
 
 
-def test_overwrite_and_unknown_topics_in_a_column_write_nothing(spark, endpoint, topic_name):
+def test_overwrite_and_topics_in_a_column_that_cannot_be_written_write_nothing(spark, endpoint, topic_name):
     Admin(endpoint).create_topic(topic_name, 2, "BatchCQ")
-    with pytest.raises(Exception, match="cannot overwrite"):
+    with pytest.raises(Exception, match="cannot be overwritten: use mode\\('append'\\)"):
         rows_df(spark, 10).write.format("rocketmq-batch").mode("overwrite").option("endpoint", endpoint) \
             .option("topic", topic_name).save()
-    df = spark.range(0, 100, 1, 2).selectExpr(
-        "cast(id as string) as body", f"if(id < 90, '{topic_name}', 'no-such-topic') as topic")
-    with pytest.raises(Exception, match="no-such-topic"):
+    df = spark.range(0, 100, 1, 2).selectExpr(  # a name no topic may have: no send creates it
+        "cast(id as string) as body", f"if(id < 90, '{topic_name}', 'no such topic') as topic")
+    with pytest.raises(Exception, match="no such topic"):
         write(df, endpoint)
     assert visible(endpoint, topic_name) == 0  # the rows of the good topic were rolled back too
+
+
+def test_a_write_to_a_topic_that_does_not_exist_creates_it_where_the_broker_allows(spark, endpoint, topic_name,
+                                                                                    tmp_path):
+    write(rows_df(spark, 30), endpoint, topic=topic_name)  # the broker's default: RocketMQ's autoCreateTopicEnable
+    info, _queues = Admin(endpoint).describe_topic(topic_name)
+    assert (info.queue_count, info.queue_type.value) == (8, "BatchCQ")
+    assert bodies_of(read_back(spark, endpoint, topic_name, 30)) == sorted(f"row-{i}".encode() for i in range(30))
+    with broker_sim.embedded(tmp_path / "strict", auto_create_topics=None) as strict:
+        with pytest.raises(Exception) as refused:
+            write(rows_df(spark, 10), strict, topic=topic_name)
+        sentence = (f"topic '{topic_name}' does not exist on the broker {strict}, which creates no topic on a "
+                    "first send (autoCreateTopicEnable=false): create it first (rmq-admin --endpoint")
+        text = str(refused.value)
+        assert sentence in text and text.count(sentence) == 1, text[-3000:]
+        assert pyspark_rocketmq_batch.lead_sentence(refused.value).startswith(f"rocketmq-batch: {sentence}")
 
 
 def test_a_stream_checkpointed_through_the_session_commits_under_its_query_id(spark, endpoint, topic_name,
@@ -403,6 +421,11 @@ def test_a_write_through_name_servers_is_checked_by_its_transport_at_load():
             f"RocketMQ's brokers and clients read: drop the option (or set {name}={needed})")
     with pytest.raises(ConfigError, match="^option codec='arrow'"):  # exactly once or not
         parse_sink_options({**ns, "deliveryGuarantee": "exactlyOnce", "codec": "arrow"})
-    with pytest.raises(ConfigError, match="^deliveryGuarantee=exactlyOnce through nameServer is for writeStream"):
+    with pytest.raises(ConfigError, match="^deliveryGuarantee=exactlyOnce through nameServer commits RocketMQ's "
+                                          "transactional messages one at a time.*checkpointLocation.*sinkId"):
         parse_sink_options({**ns, "deliveryGuarantee": "exactlyOnce"}).check_batch_write()
+    parse_sink_options({**ns, "deliveryGuarantee": "exactlyOnce", "sinkId": "s", "checkpointLocation": "/d"}) \
+        .check_batch_write()  # a decision a rerun finds
+    with pytest.raises(ConfigError, match="^option batchId numbers a df.write"):
+        parse_sink_options({"endpoint": "h:1", "sinkId": "s", "batchId": "3"}).check_stream_write()
     assert parse_sink_options({**ns, "codec": "rmq", "compression": "NONE"}).codec == "rmq"
