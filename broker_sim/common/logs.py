@@ -1,6 +1,9 @@
 """The broker's log lines: their two formats, and the rate of the ones that may repeat.
 
-``formatter("text")`` is the sentence a line (``TEXT_FORMAT``: time, level, logger, message);
+``formatter("text")`` (``TextFormatter``) is the sentence a line (``TEXT_FORMAT``: time, level,
+logger, message), every character of the message that could end the line or steer a terminal
+escaped (``escape``: a client's name, topic or transaction id cannot forge a line or clear the
+screen of whoever tails the log), and a traceback's lines indented under it;
 ``formatter("json")`` (``JsonFormatter``) one JSON object a line, for machines: ``time`` (ISO-8601,
 UTC, milliseconds), ``level``, ``logger``, ``message``, the fields a call gives with ``extra=``
 (its subject: ``topic``, ``group``, ``client``, ``account``...) and ``exception``. A line about
@@ -34,8 +37,43 @@ def formatter(kind: str) -> logging.Formatter:
     if kind == "json":
         return JsonFormatter()
     if kind == "text":
-        return logging.Formatter(TEXT_FORMAT)
+        return TextFormatter(TEXT_FORMAT)
     raise ValueError(f"log format {kind!r}: use {' or '.join(LOG_FORMATS)}")
+
+
+# Control characters (C0, DEL, C1) and Unicode's line and paragraph separators: what ends a line
+# or steers a terminal (ESC starts ANSI sequences), as backslash escapes.
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES = {code: _NAMED.get(chr(code), f"\\x{code:02x}") for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029", ord("\\"): "\\\\"})
+
+
+def escape(text: str) -> str:
+    """``text`` on one line, nothing in it a terminal acts on: control characters, DEL, C1 and
+    Unicode's line separators as backslash escapes (a backslash doubled, so that nothing reads
+    as an escape that was not one)."""
+    return text.translate(_ESCAPES)
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT`` with the message escaped (``escape``): the one place every string of a
+    line passes through, whoever sent it; a traceback or stack follows indented, each of its
+    lines with its control characters escaped too, so that no line but a record's first starts
+    at the margin."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = escape(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + escape(line) for line in text.splitlines())
 
 
 # What every LogRecord holds: the fields of a line beyond them came with its call's extra=.
@@ -135,10 +173,12 @@ class ThrottledLog:
     def warning(self, message: str, *args, key: Hashable = None, extra: dict | None = None) -> bool:
         return self.log(logging.WARNING, message, *args, key=key, extra=extra)
 
-    def error(self, message: str, *args, key: Hashable = None, extra: dict | None = None) -> bool:
-        return self.log(logging.ERROR, message, *args, key=key, extra=extra)
+    def error(self, message: str, *args, key: Hashable = None, extra: dict | None = None,
+              exc_info: bool = False) -> bool:
+        return self.log(logging.ERROR, message, *args, key=key, extra=extra, exc_info=exc_info)
 
-    def log(self, level: int, message: str, *args, key: Hashable = None, extra: dict | None = None) -> bool:
+    def log(self, level: int, message: str, *args, key: Hashable = None, extra: dict | None = None,
+            exc_info: bool = False) -> bool:
         """Write the line unless its window's burst is spent (then it is counted); whether it
         was written. A line its logger would not write is neither written nor counted."""
         if not self._log.isEnabledFor(level):
@@ -162,7 +202,7 @@ class ThrottledLog:
         for count in counts:
             self._say(*count)
         if written:
-            self._log.log(level, message, *args, extra=extra)
+            self._log.log(level, message, *args, extra=extra, exc_info=exc_info)
         return written
 
     def roll(self) -> bool:

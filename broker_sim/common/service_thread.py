@@ -13,10 +13,14 @@ remoting server's connection sweep is one.
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import logging
+import sys
 import threading
 from typing import Awaitable, Callable
+
+from broker_sim.common.logs import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,8 @@ class _ServiceLoop:
         self.interval_s = interval_s
         self.task = task or name
         self.retry_s = interval_s if retry_s is None else retry_s
+        # A loop that fails at every run (a full disk) says so 5 times per 10 s, then with a count.
+        self._failures = ThrottledLog(log)
         if run_once is not None:
             self.run_once = run_once
 
@@ -36,9 +42,23 @@ class _ServiceLoop:
         raise NotImplementedError(f"give {type(self).__name__} a run_once callable, or override run_once")
 
     def _failed(self) -> float:
-        """Log the exception being handled; the wait before the next run."""
-        log.exception("%s failed; retrying in %.1f s", self.task, self.retry_s)
+        """Log the exception being handled (a full disk in a sentence, anything else with its
+        traceback), at a bounded rate; the wait before the next run."""
+        error = sys.exc_info()[1]
+        if _out_of_space(error):
+            self._failures.error("%s failed: the disk is full (%s); retrying in %.1f s: free space on it", self.task,
+                                 error, self.retry_s, key=self.task)
+        else:
+            self._failures.error("%s failed; retrying in %.1f s", self.task, self.retry_s, key=self.task,
+                                 exc_info=True)
         return self.retry_s
+
+
+def _out_of_space(error: BaseException | None) -> bool:
+    """A write refused for want of space: the OS's ENOSPC or EDQUOT, or RocksDB's status."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return error is not None and "No space left on device" in str(error)
 
 
 class ServiceThread(_ServiceLoop):

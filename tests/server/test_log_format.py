@@ -99,3 +99,48 @@ def test_a_wrong_log_format_is_refused_in_one_line(tmp_path):
     with pytest.raises(SystemExit) as exited:
         arguments(parser(), ["--log-format", "xml"])
     assert exited.value.code == 2
+
+
+def test_no_input_can_forge_a_text_line_or_steer_a_terminal(tmp_path, processes):
+    """Issue 44: a oneway END_TRANSACTION's transactionId holding a newline and ANSI escapes was
+    written raw: a forged ERROR line, and an escape that clears the terminal of whoever tails
+    the log. Every string of a line is escaped in one place, the text formatter."""
+    from peers.process import free_port
+    from rmq_wire.remoting import RemotingConnection, RequestCode
+
+    port = free_port()
+    process = BrokerProcess(tmp_path, tmp_path / "data", "--remoting-port", str(port))
+    processes.append(process)
+    process.wait_listening()
+    forged = "x\n2026-12-02 00:00:00,000 ERROR broker_sim.core: INJECTED disk failed\x1b[2J\x1b]0;owned\x07\u2028y"
+    with RemotingConnection(f"127.0.0.1:{port}") as connection:
+        connection.oneway(RequestCode.END_TRANSACTION, {"transactionId": forged, "msgId": forged,
+                                                        "commitOrRollback": "8", "producerGroup": "g",
+                                                        "tranStateTableOffset": "0", "commitLogOffset": "0",
+                                                        "fromTransactionCheck": "false"})
+        connection.invoke(RequestCode.GET_BROKER_CLUSTER_INFO, {})  # the oneway was served before this
+    assert process.stop() == 0
+    text = process.stderr()
+    lines = text.splitlines()
+    assert all(TEXT_LINE.fullmatch(line) for line in lines), lines
+    assert not any("INJECTED" in line.split(": ", 1)[0] for line in lines)
+    assert "\x1b" not in text and "\x07" not in text and "\u2028" not in text
+    assert any("x\\n2026-12-02 00:00:00,000 ERROR broker_sim.core: INJECTED disk failed\\x1b[2J\\x1b]0;owned\\x07"
+               "\\u2028y" in line for line in lines), lines
+
+
+def test_a_traceback_follows_its_line_indented_with_its_characters_escaped():
+    import logging
+
+    from broker_sim.common.logs import formatter
+
+    record = logging.LogRecord("broker_sim.x", logging.ERROR, "", 0, "failed %s", ("a\rb",), None)
+    try:
+        raise ValueError("bad\n2026-01-01 00:00:00,000 ERROR forged\x1b[31m")
+    except ValueError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    first, *rest = formatter("text").format(record).splitlines()
+    assert first.endswith("ERROR broker_sim.x: failed a\\rb")
+    assert rest and all(line.startswith("    ") for line in rest) and "\x1b" not in "".join(rest)
