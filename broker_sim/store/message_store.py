@@ -32,6 +32,7 @@ from broker_sim.store.paths import StorePaths
 from broker_sim.store.producer_state import ProducerState
 from broker_sim.store.reads import Reads
 from broker_sim.store.recovery import RecoveryReport, recover
+from broker_sim.store.state_marks import StateMarks
 from broker_sim.store.status import CreateStatus
 from broker_sim.store.topics import QueueType, TopicConfig, TopicTable, topic_name_problem, unknown_topic
 
@@ -60,6 +61,7 @@ class MessageStore(Appends, Reads):
         raise_open_file_limit()
         self._lock_fd = _lock_data_dir(self.paths)
         try:
+            StateMarks.begin(self.paths)  # a new directory is marked before anything is stored in it
             self._open()
         except BaseException:
             for part in ("dispatcher", "queues", "commitlog"):

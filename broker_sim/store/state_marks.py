@@ -12,10 +12,13 @@ file and what to do, state that is missing while marked here, or a database whos
 below its mark (it lost writes). A database ahead of its mark is fine (a crash between the two
 writes).
 
-A data directory without ``state.json`` (new, or written by a broker before this file
-existed) has nothing to check: the marks start from what this start opens. With
-``accept_loss`` (``--accept-state-loss``) nothing is refused: what was lost is logged, and the
-marks start again from what is there.
+A new data directory has no ``state.json``: the marks start from what this start opens. One
+without it beside stored data (a commitlog, offsets, pop or transaction state) lost it, and with
+it every check above, so that deleting it with the offsets would bring acknowledged messages
+back unnoticed: refused like the other lost state. A ``state.json`` that is not what this broker
+writes (not JSON, other types, a directory) is refused with a sentence. With ``accept_loss``
+(``--accept-state-loss``) nothing is refused: what was lost is logged, and the marks start again
+from what is there.
 """
 
 from __future__ import annotations
@@ -49,16 +52,47 @@ class StateMarks:
         self.accept_loss = accept_loss
         self._lock = threading.Lock()
         self._unsaved = False
+        self._marks: dict[str, int] = {}
+        self._counts: dict[str, int] = {}
         try:
             saved = json.loads(self.path.read_bytes())
-            self._marks: dict[str, int] = saved["generations"]
-            self._counts: dict[str, int] = saved.get("counts", {})
         except FileNotFoundError:
-            self._marks, self._counts = {}, {}
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise StateLossError(f"{self.path} is damaged ({err}): it records which state files this data "
-                                 "directory has, to tell lost state from a new broker; delete it to check nothing "
-                                 "at this start (the marks are written again)") from err
+            stored = _stored_state(paths)
+            self._unsaved = True  # written at the first save, from what this start opens
+            if stored:
+                self.lost(self.path, f"is missing beside stored data ({', '.join(stored)})",
+                          "no check of the consumer offsets and the pop and transaction state: a lost one would "
+                          "go unnoticed (acknowledged messages delivered again)",
+                          "the marks start again from what is there")
+            return
+        except (OSError, ValueError) as err:  # a directory in its place, unreadable, not JSON
+            self._damaged(getattr(err, "strerror", None) or str(err))
+            return
+        problem = _marks_problem(saved)
+        if problem:
+            self._damaged(problem)
+            return
+        self._marks, self._counts = dict(saved["generations"]), dict(saved.get("counts", {}))
+
+    @staticmethod
+    def begin(paths: StorePaths) -> None:
+        """Mark a new data directory (no ``state.json``, nothing stored) before anything is
+        written in it, so that a first start that fails halfway leaves a directory the next one
+        trusts (the message store calls it as it opens)."""
+        if not paths.state_marks.exists() and not _stored_state(paths):
+            write_atomically(paths.state_marks, json.dumps({"generations": {}, "counts": {}}).encode())
+
+    def _damaged(self, why: str) -> None:
+        if self.path.is_dir():  # nothing to accept: the file cannot be written there either
+            raise StateLossError(f"{self.path} is a directory: the broker keeps a file of that name there, recording "
+                                 "which state files this data directory has; move the directory away")
+        if not self.accept_loss:
+            raise StateLossError(f"{self.path} is damaged ({why}): it records which state files this data directory "
+                                 "has, to tell lost state from a new broker. Restore it from a backup, or start with "
+                                 f"{ACCEPT_FLAG} to check nothing at this start (the marks are written again)")
+        log.error("%s is damaged (%s): accepted by %s: nothing is checked at this start; the marks are written "
+                  "again", self.path, why, ACCEPT_FLAG)
+        self._unsaved = True
 
     def generation(self, path: Path) -> int:
         """The generation marked for the state file ``path`` (0: never marked)."""
@@ -109,3 +143,27 @@ class StateMarks:
 
     def _name(self, path: Path) -> str:
         return Path(path).relative_to(self.root).as_posix()
+
+
+def _marks_problem(saved) -> str | None:
+    """What is wrong with a state.json's content, or None: {"generations": {file: int}, "counts":
+    {file: int}}."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("generations"), dict):
+        return 'not {"generations": {...}}'
+    for key in ("generations", "counts"):
+        table = saved.get(key, {})
+        if not isinstance(table, dict) or not all(isinstance(k, str) and type(v) is int for k, v in table.items()):
+            return f"its {key} are not file names with whole numbers"
+    return None
+
+
+def _stored_state(paths: StorePaths) -> list[str]:
+    """What of ``paths`` holds stored data: a commitlog segment, the consumer offsets, pop's or
+    the transactions' state."""
+    found = []
+    if any(paths.commitlog.glob("[0-9]*")) if paths.commitlog.is_dir() else False:
+        found.append("commitlog")
+    for path in (paths.consumer_offsets, paths.pop, paths.txn):
+        if path.exists():
+            found.append(Path(path).relative_to(paths.root).as_posix())
+    return found

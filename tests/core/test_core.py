@@ -20,7 +20,7 @@ from broker_sim.core import (
     SendRequest,
     SingleSend,
 )
-from broker_sim.store import Compression, DataDirInUseError, QueueType, StoreConfig, decode_record
+from broker_sim.store import Compression, DataDirInUseError, MessageStore, QueueType, StoreConfig, decode_record
 from broker_sim.store.paths import StorePaths
 from rmq_wire import record as fmt
 from rmq_wire.codec import encode_messages
@@ -142,6 +142,7 @@ def test_a_closed_core_refuses_calls_and_frees_its_data_dir(tmp_path):
 
 
 def test_a_failed_open_closes_what_it_opened(tmp_path):
+    MessageStore(tmp_path).close()  # a data directory the broker made
     txn = StorePaths(tmp_path).txn
     txn.write_text("a file where the transaction service wants its directory")
     with pytest.raises(OSError):

@@ -145,3 +145,58 @@ def test_a_sink_batch_outlives_its_lost_state_so_a_replay_stores_nothing_twice(t
         assert broker.core.store.max_offset(TOPIC, 0) == 3  # acked, in flight, exactly once: no second copy
     finally:
         broker.stop(grace=1.0)
+
+
+def test_a_state_json_deleted_beside_stored_data_is_refused_then_accepted(tmp_path, caplog):
+    """Issue 44: deleting state.json turned the lost-state checks off without a line; deleted with
+    consumerOffset.json too, acknowledged pops came back, silently."""
+    data = tmp_path / "data"
+    use(data)
+    paths = StorePaths(data)
+    paths.state_marks.unlink()
+    paths.consumer_offsets.unlink()
+    with pytest.raises(StateLossError) as refused:
+        start(data)
+    assert f"{paths.state_marks} is missing beside stored data (commitlog, config/consumerOffset.json" not in \
+        str(refused.value)  # the offsets file is gone too: the commitlog, pop's and the transactions' state stay
+    assert f"{paths.state_marks} is missing beside stored data (commitlog, pop, txn)" in str(refused.value)
+    assert "--accept-state-loss" in str(refused.value)
+    with caplog.at_level(logging.ERROR):
+        start(data, accept_state_loss=True).stop(grace=1.0)
+    assert "accepted by --accept-state-loss" in caplog.text
+    start(data).stop(grace=1.0)  # the marks are written again
+
+
+def test_a_first_start_that_fails_halfway_leaves_a_directory_the_next_start_trusts(tmp_path):
+    """A new data directory is marked before anything is stored in it: a first start that fails
+    after the store and a database were made is not taken for lost state."""
+    data = tmp_path / "data"
+    groups = StorePaths(data).subscription_groups  # read after the databases are made
+    groups.mkdir(parents=True)
+    with pytest.raises(OSError):
+        start(data)
+    assert StorePaths(data).txn.exists() and StorePaths(data).pop.exists()
+    groups.rmdir()
+    start(data).stop(grace=1.0)
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"generations": []}', 'not {"generations": {...}}'),
+    ('{"generations": {"pop/state": "3"}}', "its generations are not file names with whole numbers"),
+    ("[1, 2]", 'not {"generations": {...}}'),
+    ("not json", "is damaged"),
+    (None, "is a directory"),
+])
+def test_a_malformed_state_json_stops_the_start_with_a_sentence_and_exit_2(tmp_path, content, words):
+    data = tmp_path / "data"
+    use(data)
+    marks = StorePaths(data).state_marks
+    marks.unlink()
+    if content is None:
+        marks.mkdir()
+    else:
+        marks.write_text(content)
+    done = subprocess.run([sys.executable, "-m", "broker_sim.cli", "--port", "0", "--data-dir", str(data)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "rmq-broker-sim: error:" in done.stderr and words in done.stderr, done.stderr
