@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
-import prometheus_client
 from google.protobuf.message import DecodeError
 
 from broker_sim.acl import Guard
@@ -34,6 +33,7 @@ from broker_sim.doors.contract.txn_servicer import TransactionsServicer
 from broker_sim.doors.grpc_acl import DEMANDS, GrpcAdmission
 from broker_sim.doors.grpc_common import MalformedRequest, timed
 from broker_sim.doors.grpc_limits import CallsInFlight, max_streams_per_connection
+from broker_sim.doors.metrics_http import METRICS_AUTH, MetricsServer
 from broker_sim.doors.remoting import RemotingDoor, RemotingOptions
 from broker_sim.doors.rocketmq_v2 import MessagingService, V2Options
 from broker_sim.doors.rocketmq_v2.acl import DEMANDS as V2_DEMANDS
@@ -93,8 +93,11 @@ class Broker:
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
                  v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None,
                  tls: TlsOptions | None = None, accept_state_loss: bool = False, metrics_port: int | None = None,
-                 auto_create_topics: AutoCreateTopics | None = AUTO_CREATE_TOPICS):
+                 auto_create_topics: AutoCreateTopics | None = AUTO_CREATE_TOPICS, metrics_host: str | None = None,
+                 metrics_auth: str = "none"):
         self.data_dir = Path(data_dir)
+        self.metrics_host = metrics_host
+        self.metrics_auth = _checked_metrics_auth(metrics_auth, tls, acl)
         self.auto_create_topics = auto_create_topics
         self.metrics_port = metrics_port
         self.metrics = BrokerMetrics() if metrics_port is not None else NO_METRICS
@@ -140,7 +143,7 @@ class Broker:
         """Where Prometheus scrapes the broker's metrics, once they are served."""
         if self._metrics_server is None:
             return None
-        return f"{'https' if self.tls is not None else 'http'}://{_host_part(self.host)}:{self.metrics_port}/metrics"
+        return f"{'https' if self.tls is not None else 'http'}://{self.metrics_host}:{self.metrics_port}/metrics"
 
     def start(self) -> int:
         with self._lock:
@@ -200,16 +203,24 @@ class Broker:
                            limits=self.limits, accept_state_loss=self.accept_state_loss, metrics=self.metrics,
                            auto_create_topics=self.auto_create_topics)
 
-    def _serve_metrics(self):
-        """Prometheus' endpoint (prometheus_client's HTTP server, a thread of its own), its port taken."""
-        tls = {} if self.tls is None else {"certfile": str(self.tls.cert_file), "keyfile": str(self.tls.key_file)}
+    def _serve_metrics(self) -> MetricsServer:
+        """The metrics port (doors/metrics_http.py: bounded, timed out), its port taken, served by a
+        thread of its own."""
+        host = self.metrics_host if self.metrics_host is not None else _host_part(self.host)
+        context = self.tls.ssl_context() if self.tls is not None else None
+        admins = None
+        if self.metrics_auth == "admin":
+            guard = self.acl
+            admins = lambda: {a.access_key: a.secret_key for a in guard.config.accounts.values() if a.admin}  # noqa: E731
         try:
-            server, _thread = prometheus_client.start_http_server(self.metrics_port, _host_part(self.host).strip("[]"),
-                                                                  self.metrics.registry, **tls)
+            server = MetricsServer((host.strip("[]"), self.metrics_port), self.metrics.registry, ssl_context=context,
+                                   admins=admins)
         except OSError as err:
-            raise BindError(f"cannot serve metrics on {_host_part(self.host)}:{self.metrics_port}: "
-                            f"{err.strerror or err}; choose another --metrics-port (0: any free port)") from err
+            raise BindError(f"cannot serve metrics on {host}:{self.metrics_port}: {err.strerror or err}; choose "
+                            "another --metrics-port (0: any free port) or --metrics-host") from err
         self.metrics_port = server.server_port
+        self.metrics_host = host
+        threading.Thread(target=server.serve_forever, name="rmq-metrics-http", daemon=True).start()
         return server
 
     def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
@@ -345,6 +356,21 @@ def _service_handler(pb_module, name: str, servicer, admission: GrpcAdmission | 
 _HANDLER_MAKERS = {(False, False): grpc.unary_unary_rpc_method_handler,
                    (False, True): grpc.unary_stream_rpc_method_handler,
                    (True, True): grpc.stream_stream_rpc_method_handler}
+
+
+def _checked_metrics_auth(auth: str, tls: TlsOptions | None, acl: Guard | None) -> str:
+    """``--metrics-auth``, refused with a sentence where the broker lacks what it asks for."""
+    if auth not in METRICS_AUTH:
+        raise ValueError(f"--metrics-auth {auth!r}: use one of {', '.join(METRICS_AUTH)}")
+    if auth == "tls-client" and (tls is None or not tls.mutual):
+        raise ValueError("--metrics-auth tls-client asks scrapes for a client certificate signed by --tls-client-ca: "
+                         "give --tls-cert, --tls-key and --tls-client-ca")
+    if auth == "admin" and acl is None:
+        raise ValueError("--metrics-auth admin asks scrapes for an admin account's credentials: give --acl-file")
+    if auth == "admin" and tls is None:  # Basic credentials over plain HTTP hand the admin's key to any listener
+        raise ValueError("--metrics-auth admin sends an admin account's secret key with every scrape: give --tls-cert "
+                         "and --tls-key, so that it travels encrypted")
+    return auth
 
 
 def _stop_http(server) -> None:

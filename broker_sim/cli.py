@@ -88,6 +88,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 0")
+    return value
+
+
 def name_servers(text: str) -> tuple:
     addresses = tuple(a.strip() for a in text.split(";") if a.strip())
     for address in addresses:
@@ -128,6 +138,13 @@ _LIMIT_HELP = {
                                   "closed",
     "max_parked_pulls": "long-polling pulls waiting for messages at once, per door; past it a pull is answered at once "
                         "(SYSTEM_BUSY on remoting)",
+    "max_sinks_per_account": "sink ids (a Spark sink's exactly-once commits) one account owns; past it a new sink's "
+                             "first commit is refused",
+    "max_groups_per_client": "consumer groups one client brings into being (committing offsets, popping); past it a "
+                             "new group is refused",
+    "max_ranges_per_read": "offset ranges one ReadRanges call may name",
+    "max_read_bytes_per_call": "stored bytes one ReadRanges call returns at most, whatever it asks (its reader asks "
+                               "again for the rest)",
 }
 # Shorter names some limits are also known by.
 _LIMIT_ALIASES = {"memory_budget_bytes": ("--memory-budget",)}
@@ -152,8 +169,23 @@ def _add_limit_flags(p: argparse.ArgumentParser) -> None:
 
 
 def limits_of(args: argparse.Namespace) -> ClientLimits:
-    """The limits the flags give; ValueError saying which is wrong."""
-    return ClientLimits(**{field.name: getattr(args, field.name) for field in dataclasses.fields(ClientLimits)})
+    """The limits the flags give; ValueError saying which is wrong (a memory budget given above
+    this machine's memory among them)."""
+    limits = ClientLimits(**{field.name: getattr(args, field.name) for field in dataclasses.fields(ClientLimits)})
+    memory = _machine_memory_bytes()
+    given = limits.memory_budget_bytes != ClientLimits.memory_budget_bytes  # the default fits small machines too
+    if memory and given and limits.memory_budget_bytes > memory:
+        raise ValueError(f"--memory-budget {format_size(limits.memory_budget_bytes)} is more than this machine's "
+                         f"memory ({format_size(memory)}): the budget bounds what the broker holds for clients before "
+                         "it cuts the greediest off; give less than the machine has")
+    return limits
+
+
+def _machine_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not known here
+        return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -199,9 +231,15 @@ def parser() -> argparse.ArgumentParser:
                             "off)")
     start.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
                        help="serve the broker's metrics in Prometheus' text format at http://HOST:PORT/metrics "
-                            "(HTTPS with --tls-cert), named as RocketMQ 5 names them; docs/metrics.md lists them "
-                            "(0: any free port, printed at start; default: off, nothing is counted) "
-                            "[broker.conf: metricsPromExporterPort]")
+                            "(HTTPS with --tls-cert), named as RocketMQ 5 names them; docs/operations.md lists "
+                            "them (0: any free port, printed at start; default: off, nothing is counted)")
+    start.add_argument("--metrics-host", default=None, metavar="HOST",
+                       help="the address the metrics port listens on, to keep it on a private interface (default: "
+                            "--host's)")
+    start.add_argument("--metrics-auth", choices=["none", "tls-client", "admin"], default="none",
+                       help="what a scrape must show: tls-client, a client certificate signed by --tls-client-ca "
+                            "(HTTPS); admin, an admin account's access key and secret key of --acl-file as HTTP Basic "
+                            "credentials (default: none)")
 
     store = p.add_argument_group("storage")
     store.add_argument("--flush", choices=["async", "sync"], default="async",
@@ -258,7 +296,7 @@ def parser() -> argparse.ArgumentParser:
                             "and group, admin accounts. Every request on every port must then be signed by an "
                             "account; the file is read again when it changes (default: off, anyone who reaches the "
                             "ports may do anything) [broker.conf: aclEnable=true with acl-file=FILE]")
-    trust.add_argument("--acl-clock-skew-s", type=int, default=MAX_CLOCK_SKEW_S, metavar="SECONDS",
+    trust.add_argument("--acl-clock-skew-s", type=non_negative_int, default=MAX_CLOCK_SKEW_S, metavar="SECONDS",
                        help="a gRPC call's signed date may be this far from the broker's clock: older ones are "
                             f"refused as replays (default: {MAX_CLOCK_SKEW_S})")
     trust.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
@@ -367,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     from broker_sim.broker import BindError, Broker  # after the arguments are checked: grpc takes a moment to import
 
     data_dir = args.data_dir.resolve()
+    if data_dir.exists() and not data_dir.is_dir():
+        p.error(f"--data-dir {args.data_dir}: that is a file, not a directory: name the broker's data directory "
+                "(it is made when it does not exist)")
     remoting = None
     if args.remoting_port is not None:
         from broker_sim.doors.remoting import RemotingOptions
@@ -376,9 +417,13 @@ def main(argv: list[str] | None = None) -> int:
                                    transaction_check_max=args.transaction_check_max)
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
-    broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config, remoting=remoting,
-                    limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss,
-                    metrics_port=args.metrics_port, auto_create_topics=_auto_create_topics(args))
+    try:
+        broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config,
+                        remoting=remoting, limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss,
+                        metrics_port=args.metrics_port, auto_create_topics=_auto_create_topics(args),
+                        metrics_host=args.metrics_host, metrics_auth=args.metrics_auth)
+    except ValueError as err:
+        p.error(str(err))
     try:
         broker.start()
     except Exception as err:  # a sentence for what the user can fix (a full disk, lost state); others raise

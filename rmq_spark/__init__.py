@@ -29,7 +29,7 @@ _HOMES = {
     **{name: "structs" for name in (
         "BrokerStats", "CommitResult", "CorruptedRecord", "Credentials", "GroupInfo", "GroupOffset", "Message",
         "OffsetRange", "PreparedTransaction", "QueueOffsets", "QueueType", "ReceivedMessage", "SendResult",
-        "SinkBatchStatus", "TopicInfo", "TransactionInfo",
+        "SinkBatchStatus", "SinkInfo", "TopicInfo", "TransactionInfo",
         "TransactionOutcome", "TransactionState", "is_system_topic")},
     **{name: "errors" for name in (
         "AuthenticationError", "BrokerError", "BrokerUnavailableError", "BufferFullError", "ClosedError",

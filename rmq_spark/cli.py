@@ -11,6 +11,7 @@ tables for people or --json; a failure exits non-zero (2: a mistake in the comma
     rmq-admin message peek orders [--queue 0 --offset 10 --count 5]
     rmq-admin broker stats | broker corrupted
     rmq-admin transaction list [ID ...] | transaction rollback ID ... | transaction sink SINK BATCH
+    rmq-admin sink list | sink release SINK                  # exactly-once writers' sink ids (an admin's)
     RMQ_SECRET_KEY=... rmq-admin --access-key ops topic list            # a broker with ACLs
     rmq-admin --tls [--tls-ca CA.pem] [--tls-cert CLIENT.pem --tls-key CLIENT-KEY.pem] ...   # a TLS broker
 """
@@ -189,6 +190,15 @@ def parser() -> argparse.ArgumentParser:
     sink.add_argument("sink_id")
     sink.add_argument("batch_id", type=int)
     sink.set_defaults(run=_sink_batch)
+
+    sinks = commands.add_parser("sink", help="sink ids of exactly-once writers (an admin's)").add_subparsers(
+        dest="verb", required=True, metavar="COMMAND")
+    sinks.add_parser("list", help="every sink: its owner, latest batch, batches remembered",
+                     parents=[after]).set_defaults(run=_sinks)
+    release = sinks.add_parser("release", help="forget who owns a sink, so that the account granted it may commit "
+                                               "under it (its batches stay)", parents=[after])
+    release.add_argument("sink_id")
+    release.set_defaults(run=_release_sink)
     return parser
 
 
@@ -373,6 +383,19 @@ def _sink_batch(admin: Admin, args):
         status = txns.sink_batch(args.sink_id, args.batch_id)
     row = {**dataclasses.asdict(status), "transaction_ids": " ".join(status.transaction_ids)}
     return [row], ["sink_id", "batch_id", "committed", "transaction_ids", "committed_ms", "latest_batch_id"]
+
+
+def _sinks(admin: Admin, args):
+    with Transactions(args.endpoint, args.transport) as txns:
+        rows = [dataclasses.asdict(sink) for sink in txns.sinks()]
+    return rows, ["sink_id", "owner", "latest_batch_id", "batches_kept", "committed_ms"]
+
+
+def _release_sink(admin: Admin, args):
+    with Transactions(args.endpoint, args.transport) as txns:
+        owner = txns.release_sink(args.sink_id)
+    return [{"sink_id": args.sink_id, "released": owner is not None, "owner": owner or ""}], [
+        "sink_id", "released", "owner"]
 
 
 def _txn_row(item) -> dict:

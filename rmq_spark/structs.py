@@ -226,6 +226,18 @@ class CommitResult:
 
 
 @dataclass(frozen=True)
+class SinkInfo:
+    """A sink of the broker's: the account that owns it ("" none), its highest committed batch
+    id, how many of its latest committed batches it remembers, and when the latest was committed."""
+
+    sink_id: str
+    owner: str
+    latest_batch_id: int
+    batches_kept: int
+    committed_ms: int
+
+
+@dataclass(frozen=True)
 class SinkBatchStatus:
     """Whether a sink's batch was committed, and the sink's highest committed batch id
     (-1: none)."""

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 _IGNORED = ("globalWhiteRemoteAddresses", "whiteRemoteAddress")
 _ACCOUNT_KEYS = {"accessKey", "secretKey", "admin", "defaultTopicPerm", "defaultGroupPerm", "topicPerms",
-                 "groupPerms", "whiteRemoteAddress"}
+                 "groupPerms", "whiteRemoteAddress", "defaultSinkPerm", "sinkPerms"}
 _KEY = re.compile(r"^[A-Za-z0-9_.@:+=-]{1,128}$")
 MIN_SECRET_CHARS = 6  # RocketMQ's PlainPermissionManager refuses shorter keys
 
@@ -62,12 +62,25 @@ class Account:
     default_group_perm: Perm = Perm.DENY
     topic_perms: dict = field(default_factory=dict)  # name -> Perm
     group_perms: dict = field(default_factory=dict)
+    # Sink ids (a Spark sink's exactly-once commits), as Kafka's transactional ids: PUB commits
+    # under one, SUB looks its batches up. None: the default, PUB|SUB where the account may
+    # publish to some topic (what it may write), DENY where it may publish nowhere.
+    default_sink_perm: Perm | None = None
+    sink_perms: dict = field(default_factory=dict)
 
     def topic_perm(self, name: str) -> Perm:
         return self.topic_perms.get(name, self.default_topic_perm)
 
     def group_perm(self, name: str) -> Perm:
         return self.group_perms.get(name, self.default_group_perm)
+
+    def sink_perm(self, name: str) -> Perm:
+        if name in self.sink_perms:
+            return self.sink_perms[name]
+        if self.default_sink_perm is not None:
+            return self.default_sink_perm
+        writes = self.default_topic_perm & Perm.PUB or any(p & Perm.PUB for p in self.topic_perms.values())
+        return Perm.PUB | Perm.SUB if writes else Perm.DENY
 
 
 @dataclass(frozen=True)
@@ -80,8 +93,10 @@ class AclConfig:
         return next((a for a in self.accounts.values() if a.admin), None)
 
 
-def load(path: Path) -> AclConfig:
-    """The ACL file at ``path``; AclConfigError naming the file and what is wrong."""
+def load(path: Path, allow_empty: bool = False) -> AclConfig:
+    """The ACL file at ``path``; AclConfigError naming the file and what is wrong (an empty
+    ``accounts:`` among them, unless ``allow_empty``: a file read again that revokes every
+    account)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
@@ -91,12 +106,12 @@ def load(path: Path) -> AclConfig:
     except yaml.YAMLError as err:
         raise AclConfigError(f"the ACL file {path} is not valid YAML: {err}") from None
     try:
-        return parse(document)
+        return parse(document, allow_empty)
     except AclConfigError as err:
         raise AclConfigError(f"the ACL file {path}: {err}") from None
 
 
-def parse(document) -> AclConfig:
+def parse(document, allow_empty: bool = False) -> AclConfig:
     if not isinstance(document, dict) or not isinstance(document.get("accounts"), list):
         raise AclConfigError("it needs a list 'accounts:' of accounts, each with accessKey and secretKey")
     if document.get("globalWhiteRemoteAddresses"):
@@ -107,7 +122,7 @@ def parse(document) -> AclConfig:
         if account.access_key in accounts:
             raise AclConfigError(f"accessKey {account.access_key!r} is given twice: each account needs its own")
         accounts[account.access_key] = account
-    if not accounts:
+    if not accounts and not allow_empty:
         raise AclConfigError("it lists no account: add at least one, or start the broker without --acl-file")
     return AclConfig(accounts)
 
@@ -136,7 +151,9 @@ def _account(entry, index: int) -> Account:
                    _perm(entry.get("defaultTopicPerm", "DENY"), f"{where}: defaultTopicPerm"),
                    _perm(entry.get("defaultGroupPerm", "DENY"), f"{where}: defaultGroupPerm"),
                    _perms(entry.get("topicPerms"), f"{where}: topicPerms"),
-                   _perms(entry.get("groupPerms"), f"{where}: groupPerms"))
+                   _perms(entry.get("groupPerms"), f"{where}: groupPerms"),
+                   _perm(entry["defaultSinkPerm"], f"{where}: defaultSinkPerm") if "defaultSinkPerm" in entry else None,
+                   _perms(entry.get("sinkPerms"), f"{where}: sinkPerms"))
 
 
 def _perm(text, where: str) -> Perm:

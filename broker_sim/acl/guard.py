@@ -5,7 +5,8 @@ Each door says what a request needs as ``Demand``s (doors/remoting/acl.py, doors
 doors/rocketmq_v2/acl.py) and asks the guard; a refusal is a BrokerError (UNAUTHENTICATED or
 PERMISSION_DENIED) that each door answers in its protocol, so nothing of the request happens.
 The ACL file is read again when it changes (looked at no more than once a second); a file that
-no longer parses leaves the accounts as they were, with an error in the log. Each door logs its
+no longer parses leaves the accounts as they were, with an error in the log, and one whose
+``accounts:`` is emptied revokes them all (every request is refused until accounts come back). Each door logs its
 refusals with ``Guard.log_refusal`` (a warning with the account and client, at a bounded rate).
 """
 
@@ -42,7 +43,7 @@ class Demand:
     ``label`` is how a refusal names the topic or group when its name is not the caller's to
     learn (say, "the topic of the message at commitlog offset 4096")."""
 
-    kind: str  # "topic", "group" or "admin"
+    kind: str  # "topic", "group", "sink" or "admin"
     name: str
     perm: Perm = Perm.DENY
     label: str = ""
@@ -61,6 +62,11 @@ class Demand:
     @staticmethod
     def group(name: str) -> "Demand":
         return Demand("group", name, Perm.SUB)
+
+    @staticmethod
+    def sink(name: str, perm: Perm) -> "Demand":
+        """A sink id's demand: PUB to commit under it, SUB to look its batches up."""
+        return Demand("sink", name, perm)
 
     @staticmethod
     def admin(action: str) -> "Demand":
@@ -103,9 +109,13 @@ class Guard:
                 return
             self._stamp = stamp
             try:
-                self._config = load(self.path)
+                self._config = load(self.path, allow_empty=True)
             except AclConfigError as err:
                 log.error("ACL file changed but cannot be used; the accounts stay as they were: %s", err)
+                return
+            if not self._config.accounts:
+                log.warning("ACL file %s read again: it lists no account, so every request is refused until one "
+                            "is added", self.path)
                 return
             log.info("ACL file %s read again: %d accounts", self.path, len(self._config.accounts))
 
@@ -183,6 +193,8 @@ class Guard:
                               "account (admin: true in the ACL file)")
             if demand.kind == "topic":
                 held, listing = account.topic_perm(demand.name), "topicPerms"
+            elif demand.kind == "sink":
+                held, listing = account.sink_perm(demand.name), "sinkPerms"
             else:
                 held, listing = account.group_perm(demand.name), "groupPerms"
             if not held & demand.perm:

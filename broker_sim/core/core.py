@@ -26,7 +26,7 @@ from typing import Callable
 from broker_sim.core import sends
 from broker_sim.core.errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid, refused
 from broker_sim.core.groups import GroupTable, LiveConsumers
-from broker_sim.core.limits import ClientLimits, MemoryBudget, TopicQuota
+from broker_sim.core.limits import ClientLimits, GroupQuota, MemoryBudget, TopicQuota
 from broker_sim.core.metrics import NO_METRICS, NoMetrics, gauge
 from broker_sim.core.reads import OffsetRange, RangeCursor, ReadBudget
 from broker_sim.pop import PopConfig, PopService, ReviveService
@@ -180,6 +180,7 @@ class BrokerCore:
         self.metrics = metrics
         self.limits = limits or ClientLimits()
         self.quota = TopicQuota(self.limits, store)
+        self.group_quota = GroupQuota(self.limits)
         self.memory = MemoryBudget.of(self.limits)  # what every door buffers for clients
         self.groups = groups
         self.consumers = LiveConsumers()  # told by the doors (heartbeats) and by pops
@@ -213,6 +214,7 @@ class BrokerCore:
             # completes commits a crash interrupted
             transactions = TransactionService(store, store.paths, options.transactions,
                                               now_ms=options.transaction_clock_ms, marks=marks)
+            transactions.max_sinks_per_owner = options.limits.max_sinks_per_account
             opened.callback(transactions.close)
             pop_config = options.pop or PopConfig(sync_writes=options.store.flush_mode is FlushMode.SYNC)
             pop = PopService.open(data_dir, store, offsets, pop_config, marks, now_ms=options.pop_now_ms)
@@ -293,6 +295,7 @@ class BrokerCore:
             deleted = self.store.delete_topic(name)
             if deleted:
                 self.quota.forget(name)
+                self.metrics.forget_topic(name)
                 self.offsets.remove_topic(name)
                 self.pop_service.forget_topic(name)
             return deleted
@@ -495,9 +498,11 @@ class BrokerCore:
 
     # --- group offsets ---------------------------------------------------------------------
 
-    def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> None:
-        """Store the group's next offsets to consume, (topic, queue id, offset) each."""
+    def commit_offsets(self, group: str, entries: list[tuple[str, int, int]], quota_client: str = "") -> None:
+        """Store the group's next offsets to consume, (topic, queue id, offset) each;
+        ``quota_client`` (limits.client_key): who commits, charged for a group this makes."""
         _check_group(group)
+        self.group_quota.admit(quota_client, group, self._group_exists)
         with self.gate:
             for topic, queue_id, offset in entries:
                 config = self.topic(topic)
@@ -532,6 +537,9 @@ class BrokerCore:
                 names = self._known_groups()
         return [(name, self.consumers.of(name)) for name in names]
 
+    def _group_exists(self, group: str) -> bool:
+        return bool(self.offsets.query(group)) or self.groups.orderly(group) or self.pop_service.has_group(group)
+
     def _known_groups(self) -> list[str]:
         """Every group known: with offsets, settings or live consumers."""
         return sorted(set(self.offsets.groups()) | self.groups.names() | set(self.consumers.groups()))
@@ -545,10 +553,13 @@ class BrokerCore:
     # --- pop -------------------------------------------------------------------------------
 
     def pop(self, group: str, topic: str, queue_id: int, max_messages: int, invisible_time_ms: int,
-            poll_time_ms: int, tag_filter: str, orderly: bool, consume: Callable, client: str = ""):
+            poll_time_ms: int, tag_filter: str, orderly: bool, consume: Callable, client: str = "",
+            quota_client: str = ""):
         """Pop (PopService.pop) and call ``consume(result)`` while its records are valid; its
-        result. ``client`` (who pops, as the door knows it) is a live consumer of the group now."""
+        result. ``client`` (who pops, as the door knows it) is a live consumer of the group now;
+        ``quota_client`` (limits.client_key) is charged for a group this makes."""
         tags = parse_tag_filter(tag_filter)
+        self.group_quota.admit(quota_client, group, self._group_exists)
         self.consumers.seen(group, client or "(pop)")
         with self.gate:
             result = self.pop_service.pop(group, topic, queue_id, max_messages, invisible_time_ms, poll_time_ms,
@@ -669,13 +680,24 @@ class BrokerCore:
     # --- transactions ----------------------------------------------------------------------
 
     def commit_transactions(self, refs: list[tuple[str, int]], sink: tuple[str, int] | None,
-                            owner: str | None = None) -> EndResult:
+                            owner: str | None = None, sink_named: bool = False) -> EndResult:
         """Commit (transaction id, messages sent under it: 0 not to check)s, recording the sink
         batch (sink id, batch id) with them when given. ``owner``: with ACLs, the caller's access
-        key, which must be the one that opened each transaction."""
+        key, which must be the one that opened each transaction, and own the sink unless the ACL
+        file grants it the sink by name (``sink_named``)."""
         _check_message_counts(refs)
         with self.gate:
-            return self.transactions.commit(refs, sink, owner)
+            return self.transactions.commit(refs, sink, owner, sink_named)
+
+    def sinks(self) -> list[tuple[str, str, int, int, int]]:
+        """Every sink: (sink id, owner, latest batch id, batches kept, when its latest was committed)."""
+        with self.gate:
+            return self.transactions.sinks()
+
+    def release_sink(self, sink_id: str) -> str | None:
+        """Forget who owns the sink (its batches stay); the owner it had, None if none."""
+        with self.gate:
+            return self.transactions.release_sink(sink_id)
 
     def rollback_transactions(self, refs: list[tuple[str, int]], owner: str | None = None) -> EndResult:
         """Roll back transactions, (id, messages sent under it) each as a commit names them."""
@@ -698,11 +720,12 @@ class BrokerCore:
                                   store_timestamp=record.born_timestamp, store_host=self.store.config.store_host_bytes,
                                   reconsume_times=record.reconsume_times)
 
-    def sink_batch(self, sink_id: str, batch_id: int, owner: str | None = None):
+    def sink_batch(self, sink_id: str, batch_id: int, owner: str | None = None, sink_named: bool = False):
         """The sink batch's record (None: not committed) and the sink's latest batch id;
-        ``owner``: with ACLs, the caller's access key, which must own the sink."""
+        ``owner``: with ACLs, the caller's access key, which must own the sink unless granted it
+        by name."""
         with self.gate:
-            return self.transactions.sink_batch(sink_id, batch_id, owner)
+            return self.transactions.sink_batch(sink_id, batch_id, None if sink_named else owner)
 
     def transaction_infos(self, ids: list[str], owner: str | None = None) -> list:
         """(transaction or None, its expiry in ms) per id (none given: every one known); with

@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from broker_sim.store import CreateStatus, creation_problem, echo
 
 log = logging.getLogger(__name__)
 
+MAX_LIMIT = 1 << 62  # any count or size past it is no limit but a typing error
 
 @dataclass(frozen=True)
 class ClientLimits:
@@ -83,6 +85,18 @@ class ClientLimits:
         Long-polling pulls waiting for messages at once, all clients and doors' holds each
         (10000): a pull past it is answered at once (SYSTEM_BUSY on remoting, its client waits
         and pulls again). Woken pulls are answered a batch at a time.
+    max_sinks_per_account : int
+        Sink ids (a Spark sink's exactly-once commits) one account owns (1000); each keeps its
+        latest 1000 committed batches. Past it a new sink's first commit is refused.
+    max_groups_per_client : int
+        Consumer groups one client (its account, or its address without ACLs) brings into being
+        by committing offsets or popping (10000); past it a new group is refused.
+    max_ranges_per_read : int
+        Offset ranges one ReadRanges call may name (16384, as many as the SDK's readers ask at
+        once); more are refused, saying so.
+    max_read_bytes_per_call : int
+        Stored bytes one ReadRanges call returns at most (256 MiB), whatever budget it asks for:
+        its reader asks again for the rest.
     """
 
     max_connections_per_ip: int = 512
@@ -102,18 +116,27 @@ class ClientLimits:
     idle_connection_timeout_s: float = 120.0
     unfinished_frame_timeout_s: float = 30.0
     max_parked_pulls: int = 10_000
+    max_sinks_per_account: int = 1_000
+    max_groups_per_client: int = 10_000
+    max_ranges_per_read: int = 16_384
+    max_read_bytes_per_call: int = 256 << 20
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if not value > 0:
-                raise ValueError(f"{field.name}={value!r}: give a positive number "
+            if not (value > 0 and math.isfinite(value)) or (isinstance(value, int) and value > MAX_LIMIT):
+                raise ValueError(f"{field.name}={value!r}: give a positive number, at most {MAX_LIMIT:,} "
                                  f"(--{field.name.replace('_', '-')})")
-        if not self.write_buffer_low_bytes <= self.write_buffer_high_bytes <= self.max_buffered_bytes_per_connection:
-            raise ValueError(f"write buffer marks low {self.write_buffer_low_bytes} <= high "
-                             f"{self.write_buffer_high_bytes} <= max_buffered_bytes_per_connection "
-                             f"{self.max_buffered_bytes_per_connection} do not hold: raise "
-                             "--max-buffered-bytes-per-connection")
+        if self.write_buffer_low_bytes > self.write_buffer_high_bytes:
+            raise ValueError(f"--write-buffer-low-bytes {self.write_buffer_low_bytes} is above "
+                             f"--write-buffer-high-bytes {self.write_buffer_high_bytes}: the broker reads again below "
+                             "the low mark once it stopped above the high one; lower --write-buffer-low-bytes or raise "
+                             "--write-buffer-high-bytes")
+        if self.write_buffer_high_bytes > self.max_buffered_bytes_per_connection:
+            raise ValueError(f"--write-buffer-high-bytes {self.write_buffer_high_bytes} is above "
+                             f"--max-buffered-bytes-per-connection {self.max_buffered_bytes_per_connection}: a "
+                             "connection would be closed before the broker stopped reading it; lower "
+                             "--write-buffer-high-bytes or raise --max-buffered-bytes-per-connection")
         if self.memory_budget_per_client_bytes > self.memory_budget_bytes:
             raise ValueError(f"memory_budget_per_client_bytes {self.memory_budget_per_client_bytes} is over "
                              f"memory_budget_bytes {self.memory_budget_bytes}: a client's share is part of the "
@@ -400,3 +423,35 @@ class TopicQuota:
 
 def _limit(sentence: str) -> BrokerError:
     return refused(Reason.LIMIT_EXCEEDED, sentence)
+
+
+class GroupQuota:
+    """Consumer groups a client brings into being (committing offsets, popping), at most
+    ``max_groups_per_client`` each, counted since the broker started: a group that exists
+    already (``known``) is anyone's to use."""
+
+    def __init__(self, limits: ClientLimits):
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._made: dict[str, set[str]] = {}  # client -> the groups it made
+        self.refusal_log = ThrottledLog(log)
+
+    def admit(self, client: str, group: str, known: Callable[[str], bool]) -> None:
+        """LIMIT_EXCEEDED when ``client`` would make one group more than its limit."""
+        if not client:
+            return
+        with self._lock:
+            made = self._made.get(client)
+            if made is not None and group in made:
+                return
+            if known(group):
+                return
+            made = self._made.setdefault(client, set())
+            if len(made) >= self.limits.max_groups_per_client:
+                error = _limit(f"{client} made {len(made)} consumer groups, its limit (--max-groups-per-client): "
+                               f"group {echo(group)} is refused; use a group of yours, or raise the limit")
+                self.refusal_log.warning("consumer group refused: %s", error.message, key=client,
+                                         extra={"group": group, "client": client})
+                raise error
+            made.add(group)
+

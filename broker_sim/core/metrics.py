@@ -77,6 +77,9 @@ class NoMetrics:
     def watch(self, gauges: Callable[[], Iterable[Metric]]) -> None:
         pass
 
+    def forget_topic(self, topic: str) -> None:
+        pass
+
 
 NO_METRICS = NoMetrics()
 
@@ -129,6 +132,13 @@ class BrokerMetrics(NoMetrics):
     def watch(self, gauges: Callable[[], Iterable[Metric]]) -> None:
         """Serve the families ``gauges()`` makes, made anew at each scrape."""
         self.registry.register(_Gauges(gauges))
+
+    def forget_topic(self, topic: str) -> None:
+        """The topic was deleted: its series go with it (the counts of one made again start anew)."""
+        with self._lock:
+            self._in.pop(topic, None)
+            for key in [key for key in self._out if key[0] == topic]:
+                del self._out[key]
 
     def _counted(self) -> list[Metric]:
         with self._lock:

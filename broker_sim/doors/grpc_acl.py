@@ -22,11 +22,18 @@ from broker_sim.doors.grpc_common import RefusedRequest, peer_remote
 from rmq_wire import record as fmt
 
 _CALLER = contextvars.ContextVar("rmq_caller", default=None)
+_NAMED_SINKS = contextvars.ContextVar("rmq_named_sinks", default=frozenset())
 
 
 def caller() -> str | None:
     """The access key of the call being served (None without ACLs)."""
     return _CALLER.get()
+
+
+def named_sinks() -> frozenset:
+    """The sink ids the ACL file names for the caller (its sinkPerms): granted by name, they are
+    its whatever account committed under them first."""
+    return _NAMED_SINKS.get()
 
 
 class GrpcAdmission:
@@ -56,18 +63,18 @@ class GrpcAdmission:
                     self.guard.authorize(account, demands(request))
             except Exception as err:
                 self._log_refusal(err, name, context)
-                return RefusedRequest(from_exception(err)), ""
-            return request, account.access_key
+                return RefusedRequest(from_exception(err)), None
+            return request, account
 
         if inspect.iscoroutinefunction(handler):
             @functools.wraps(handler)
             async def unary_async(request, context):
-                request, key = admitted(request, context)
-                token = _CALLER.set(key)
+                request, account = admitted(request, context)
+                tokens = _as_caller(account)
                 try:
                     return await handler(request, context)
                 finally:
-                    _CALLER.reset(token)
+                    _reset(tokens)
             return unary_async
         if inspect.isasyncgenfunction(handler):
             @functools.wraps(handler)
@@ -83,12 +90,12 @@ class GrpcAdmission:
 
         @functools.wraps(handler)
         def unary(request, context):
-            request, key = admitted(request, context)
-            token = _CALLER.set(key)
+            request, account = admitted(request, context)
+            tokens = _as_caller(account)
             try:
                 return handler(request, context)
             finally:
-                _CALLER.reset(token)
+                _reset(tokens)
         return unary
 
     def _guarded_stream_in(self, name: str, handler: Callable) -> Callable:
@@ -115,6 +122,16 @@ class GrpcAdmission:
 
 async def _one(item):
     yield item
+
+
+def _as_caller(account) -> tuple:
+    return (_CALLER.set(account.access_key if account is not None else ""),
+            _NAMED_SINKS.set(frozenset(account.sink_perms) if account is not None else frozenset()))
+
+
+def _reset(tokens: tuple) -> None:
+    _CALLER.reset(tokens[0])
+    _NAMED_SINKS.reset(tokens[1])
 
 
 def account_only(_request) -> list:
@@ -152,9 +169,12 @@ DEMANDS = {
     # Topic names, queue counts and types: no more than the name server's open lookups tell.
     "ListTopics": account_only,
     # A transaction is its owner's: the core refuses another account's (and lists it as unknown).
-    "EndTransaction": account_only,
+    "EndTransaction": lambda r: [Demand.sink(r.sink_batch.sink_id, Perm.PUB)] if r.HasField("sink_batch") else [],
     "ListTransactions": account_only,
-    # Whether a Spark sink's batch was committed: a sink is the account's that first committed under
-    # it (the transaction service refuses another's), as sink ids are not the ACL file's to name.
-    "GetSinkBatch": account_only,
+    # Sink ids are resources of their own, as Kafka's transactional ids (sinkPerms, defaultSinkPerm):
+    # PUB commits under one, SUB looks it up; without a grant by name, a sink is the account's that
+    # first committed under it (the transaction service refuses another's).
+    "GetSinkBatch": lambda r: [Demand.sink(r.sink_id, Perm.PUB | Perm.SUB)],
+    "ListSinks": lambda _r: [Demand.admin("list the sinks")],
+    "ReleaseSink": lambda _r: [Demand.admin("release a sink")],
 }

@@ -742,6 +742,10 @@ class PopService:
             raise InvalidPopRequest(f"consumer group {echo(group)} may only use letters, digits, '%', '|', '+', "
                                     "'_' and '-', 1 to 255 of them")
 
+    def has_group(self, group: str) -> bool:
+        """Whether the group popped on this broker."""
+        return group in self._groups
+
     def _check_known_group(self, group: str) -> None:
         self._check_group(group)
         if group not in self._groups:

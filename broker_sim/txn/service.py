@@ -138,6 +138,7 @@ class TransactionService:
         self.store = store
         self.config = config or TransactionConfig()
         self.now_ms = now_ms
+        self.max_sinks_per_owner = 1_000  # ClientLimits.max_sinks_per_account, set by the core
         self._lock = threading.Lock()  # the open transactions
         self._end_lock = threading.Lock()  # one commit, rollback or sweep at a time
         self.state = StateStore(paths.txn_state, marks)
@@ -245,9 +246,10 @@ class TransactionService:
     # --- commit and rollback -------------------------------------------------------------
 
     def commit(self, transactions: list[tuple[str, int]], sink: tuple[str, int] | None = None,
-               owner: str | None = None) -> EndResult:
+               owner: str | None = None, sink_named: bool = False) -> EndResult:
         """Commit ``(transaction id, messages expected or 0)`` in this order, and record the
-        sink batch ``(sink id, batch id)`` in the same step; all ``owner``'s (see ``prepare``)."""
+        sink batch ``(sink id, batch id)`` in the same step; all ``owner``'s (see ``prepare``).
+        ``sink_named``: the ACL file grants ``owner`` the sink by name, whoever owns it."""
         ids = self._check_ids([t for t, _ in transactions])
         if sink is not None:
             check_id(sink[0], "sink id")
@@ -260,8 +262,10 @@ class TransactionService:
             with self._lock:
                 txns = self._known(ids)
                 _check_owner(txns, owner)
-                if sink is not None:
+                if sink is not None and not sink_named:
                     self._check_sink_owner(sink[0], owner)
+                if sink is not None:
+                    self._check_sink_quota(sink[0], owner)
                 recorded = self.state.sink_record(*sink) if sink is not None else None
                 if recorded is not None:
                     return self._replay(txns, recorded)
@@ -330,6 +334,27 @@ class TransactionService:
             raise refused(Reason.INVALID_ARGUMENT, f"batch id {batch_id!r}: give the sink's batch id, 0 or more")
         self._check_sink_owner(sink_id, owner)
         return self.state.sink_record(sink_id, batch_id), self.state.latest_sink_batch(sink_id)
+
+    def _check_sink_quota(self, sink_id: str, owner: str | None) -> None:
+        """LIMIT_EXCEEDED when ``owner`` would own more sinks than ``max_sinks_per_owner``."""
+        if not owner or self.state.sink_owner(sink_id):
+            return
+        owned = self.state.sinks_owned(owner)
+        if owned >= self.max_sinks_per_owner:
+            raise refused(Reason.LIMIT_EXCEEDED, f"account {owner!r} owns {owned} sinks, the broker's limit "
+                                                 "(--max-sinks-per-account): reuse a sink id of yours, or ask an "
+                                                 "admin to release old ones (rmq-admin sink release) or raise it")
+
+    def sinks(self) -> list[tuple[str, str, int, int, int]]:
+        """Every sink: (sink id, owner, latest batch id, batches kept, when its latest was committed)."""
+        with self._lock:
+            return self.state.sinks()
+
+    def release_sink(self, sink_id: str) -> str | None:
+        """Forget who owns the sink (its batches stay); the owner it had, None if none."""
+        check_id(sink_id, "sink id")
+        with self._lock:
+            return self.state.release_sink(sink_id)
 
     def _check_sink_owner(self, sink_id: str, owner: str | None) -> None:
         """FORBIDDEN unless the sink is ``owner``'s: a sink belongs to the account that first

@@ -206,12 +206,38 @@ class StateStore:
         return None if value is None else value.decode()
 
     def _put_sink(self, writes: WriteBatch, sink: SinkRecord) -> None:
-        """The sink batch, and its owner when the sink has none yet (the first committer)."""
+        """The sink batch, and its owner when the sink has none yet (the first committer); the
+        sink's oldest batches past the SINK_BATCHES_KEPT latest go (no replay reaches back so far)."""
         writes.put(_sink_key(sink.sink_id, sink.batch_id), json.dumps(
             {"transactions": list(sink.transaction_ids), "committed_ms": sink.committed_ms,
              "owner": sink.owner}).encode())
         if not self.sink_owner(sink.sink_id):
             writes.put(b"K" + sink.sink_id.encode(), sink.owner.encode())
+        kept = [key for key, _ in self._prefixed(b"S" + sink.sink_id.encode() + b"\0")]
+        for key in kept[:max(0, len(kept) + 1 - SINK_BATCHES_KEPT)]:
+            writes.delete(key)
+
+    def sinks(self) -> list[tuple[str, str, int, int, int]]:
+        """Every sink: (sink id, owner, latest batch id, batches kept, when its latest was committed)."""
+        out: dict[str, list] = {}
+        for key, value in self._prefixed(b"S"):
+            sink_id, _, raw = key[1:].partition(b"\0")
+            entry = out.setdefault(sink_id.decode(), [-1, 0, 0])
+            entry[0] = max(entry[0], _BATCH_ID.unpack(raw)[0])
+            entry[1] += 1
+            entry[2] = max(entry[2], json.loads(value)["committed_ms"])
+        return [(sink_id, self.sink_owner(sink_id) or "", *entry) for sink_id, entry in sorted(out.items())]
+
+    def sinks_owned(self, owner: str) -> int:
+        """How many sinks ``owner`` owns."""
+        return sum(1 for _, value in self._prefixed(b"K") if value.decode() == owner)
+
+    def release_sink(self, sink_id: str) -> str | None:
+        """Forget the sink's owner; the owner it had (None: it had none)."""
+        owner = self.sink_owner(sink_id)
+        if owner:
+            self.db.put(b"K" + sink_id.encode(), b"", self._synced)
+        return owner or None
 
     def pending_sinks(self) -> list[SinkRecord]:
         """Sink batches decided whose record may not be in the commitlog (a crash)."""
@@ -272,6 +298,11 @@ def pack_stamp(producer: tuple[str, int], queue_id: int, messages: int) -> bytes
 def _pack(txn: Transaction) -> bytes:
     return _TXN.pack(txn.state, txn.created_ms, txn.last_ms, txn.ended_ms, txn.decision_position, txn.decision_rank,
                      txn.batch_count, txn.message_count, txn.expired) + txn.owner.encode()
+
+
+# A sink's committed batches remembered, the latest ones: Spark replays the last micro-batch of a
+# restarted query (it keeps 100 in its checkpoint), a rerun its own batch id.
+SINK_BATCHES_KEPT = 1000
 
 
 def _sink_key(sink_id: str, batch_id: int) -> bytes:

@@ -43,6 +43,7 @@ from rmq_spark.structs import (
     QueueOffsets,
     QueueType,
     SinkBatchStatus,
+    SinkInfo,
     TopicInfo,
     TransactionInfo,
     TransactionOutcome,
@@ -102,6 +103,7 @@ class GrpcTransport(Transport):
         self._caller_pool: ThreadPoolExecutor | None = None
         self._callers_lock = threading.Lock()
         self._closed = False
+        self._answered = False  # a call was answered: a later failure is not TLS's
         self._pop_call = self.channel.unary_unary(  # as the stub's, but the records are not copied
             f"/{pop_pb2.DESCRIPTOR.services_by_name['Pop'].full_name}/Pop",
             request_serializer=pop_pb2.PopRequest.SerializeToString, response_deserializer=_parse_pop)
@@ -268,6 +270,14 @@ class GrpcTransport(Transport):
         return SinkBatchStatus(sink_id, batch_id, r.committed, tuple(r.transaction_ids), r.committed_ms,
                                r.latest_batch_id)
 
+    def list_sinks(self) -> list[SinkInfo]:
+        response = self._call(self._txn.ListSinks, txn_pb2.ListSinksRequest())
+        return [SinkInfo(s.sink_id, s.owner, s.latest_batch_id, s.batches_kept, s.committed_ms) for s in response.sinks]
+
+    def release_sink(self, sink_id: str) -> str | None:
+        response = self._call(self._txn.ReleaseSink, txn_pb2.ReleaseSinkRequest(sink_id=sink_id))
+        return response.owner if response.released else None
+
     def list_transactions(self, transaction_ids: list[str]) -> list[TransactionInfo]:
         response = self._call(self._txn.ListTransactions, txn_pb2.ListTransactionsRequest(ids=transaction_ids))
         return [TransactionInfo(t.id, _TXN_STATES[t.state], t.batch_count, t.message_count, t.created_ms,
@@ -290,7 +300,9 @@ class GrpcTransport(Transport):
         attempts = 1 + (self.config.retries if retry else 0)
         for attempt in range(attempts):
             try:
-                return method(request, timeout=self._timeout_s(timeout_ms), metadata=self._signed())
+                answer = method(request, timeout=self._timeout_s(timeout_ms), metadata=self._signed())
+                self._answered = True
+                return answer
             except grpc.RpcError as err:
                 error = self._error(err)
                 if not error.retriable or attempt + 1 == attempts:
@@ -309,8 +321,10 @@ class GrpcTransport(Transport):
         for key, value in (err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else ():
             if key == "rmq-reason":
                 reason = value
-        if code == grpc.StatusCode.UNAVAILABLE and reason is None:
-            tls_problem = tls_mismatch(self.endpoint, self.config)  # TLS on one side only: retries cannot help
+        if code == grpc.StatusCode.UNAVAILABLE and reason is None and not self._answered:
+            # TLS on one side only (asked once, before the broker ever answered us: after, TLS cannot
+            # be why, and the probe's handshake would have a plain broker log a TLS client)
+            tls_problem = tls_mismatch(self.endpoint, self.config)
             if tls_problem is not None:
                 return ConfigError(f"{tls_problem} ({details})")
             details = f"broker at {self.endpoint} is unavailable: {details}"

@@ -77,6 +77,7 @@ from rmq_spark.structs import (
     QueueOffsets,
     QueueType,
     SinkBatchStatus,
+    SinkInfo,
     TopicInfo,
     TransactionInfo,
     is_system_topic,
@@ -143,6 +144,7 @@ class RemotingTransport(Transport):
         self._sleep = sleep
         self._tls = ssl_context(config) if config.tls else None
         self._connections: dict[str, RemotingConnection] = {}
+        self._spoken: set[str] = set()  # addresses that answered once: a later failure is not TLS's
         self._lock = threading.Lock()
         self._heartbeats: dict[tuple[str, str], float] = {}  # (broker address, group) -> when
         self._check_answers: dict[str, Callable[[dict], bool | None]] = {}  # producer group -> its answers
@@ -161,6 +163,8 @@ class RemotingTransport(Transport):
             connection = self._connections.get(address)
         if connection is not None and not connection.closed:
             return connection
+        if connection is not None and connection.answered:
+            self._spoken.add(address)
         try:  # a connection is made or refused quickly; the config's timeout is for answers
             connection = RemotingConnection(address, timeout_s=min(self.config.timeout_ms / 1000, _CONNECT_S),
                                             credentials=self.config.credentials, tls=self._tls)
@@ -208,7 +212,13 @@ class RemotingTransport(Transport):
 
     def _unavailable(self, address: str, failure: str) -> RmqError:
         """BrokerUnavailableError saying ``failure``; or a ConfigError when TLS, on one side only,
-        is why (tls.py asks the broker with one more connection): trying again would not help."""
+        is why (tls.py asks the broker with one more connection, never after the address answered
+        us once: TLS cannot be why then, and the probe's handshake would have the broker log a
+        TLS client at a plain port): trying again would not help."""
+        connection = self._connections.get(address)
+        if address in self._spoken or (connection is not None and connection.answered):
+            self._spoken.add(address)
+            return BrokerUnavailableError(failure)
         mismatch = tls_mismatch(address, self.config)
         if mismatch is not None:
             return ConfigError(f"{mismatch} ({failure})")
@@ -955,6 +965,12 @@ class RemotingTransport(Transport):
         raise ConfigError(TRANSACTIONS_REFUSED)
 
     def list_transactions(self, transaction_ids: list[str]) -> list[TransactionInfo]:
+        raise ConfigError(TRANSACTIONS_REFUSED)
+
+    def list_sinks(self) -> list[SinkInfo]:
+        raise ConfigError(TRANSACTIONS_REFUSED)
+
+    def release_sink(self, sink_id: str) -> str | None:
         raise ConfigError(TRANSACTIONS_REFUSED)
 
     def close(self) -> None:

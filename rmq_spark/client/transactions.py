@@ -31,7 +31,7 @@ import uuid
 from rmq_spark.client.connect import connect
 from rmq_spark.client.transport import TransportConfig
 from rmq_spark.errors import ConfigError
-from rmq_spark.structs import CommitResult, PreparedTransaction, SinkBatchStatus, TransactionInfo
+from rmq_spark.structs import CommitResult, PreparedTransaction, SinkBatchStatus, SinkInfo, TransactionInfo
 from rmq_wire.types import TRANSACTION_ID_PATTERN, TRANSACTION_ID_RULE
 
 _UUID_CHARS = 33  # "." and 32 hex digits
@@ -119,6 +119,15 @@ class Transactions:
         for ids it does not know)."""
         ids = [check_id(i) for i in (transaction_ids or [])]
         return self._transport.list_transactions(ids)
+
+    def sinks(self) -> list[SinkInfo]:
+        """Every sink of the broker: its owner, latest batch, batches remembered (an admin's call)."""
+        return self._transport.list_sinks()
+
+    def release_sink(self, sink_id: str) -> str | None:
+        """Forget who owns a sink, so that the account granted it may commit under it (an admin's
+        call; its committed batches stay, so replays are still recognised); the owner it had."""
+        return self._transport.release_sink(check_id(sink_id, "sink id"))
 
     def close(self) -> None:
         self._transport.close()

@@ -41,6 +41,7 @@ from rmq_spark.structs import (
     QueueOffsets,
     QueueType,
     SinkBatchStatus,
+    SinkInfo,
     TopicInfo,
     TransactionInfo,
 )
@@ -368,6 +369,13 @@ class Transport(ABC):
 
     @abstractmethod
     def list_transactions(self, transaction_ids: list[str]) -> list[TransactionInfo]: ...
+
+    @abstractmethod
+    def list_sinks(self) -> list[SinkInfo]: ...
+
+    @abstractmethod
+    def release_sink(self, sink_id: str) -> str | None:
+        """Forget who owns the sink; the owner it had (None: none)."""
 
     @abstractmethod
     def close(self) -> None: ...

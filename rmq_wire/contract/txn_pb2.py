@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brmq_wire/contract/txn.proto\x12\x15rmq_spark.protocol.v1\"3\n\x0eTransactionRef\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\".\n\tSinkBatch\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x03\"\xc4\x01\n\x15\x45ndTransactionRequest\x12\x38\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32(.rmq_spark.protocol.v1.TransactionAction\x12;\n\x0ctransactions\x18\x02 \x03(\x0b\x32%.rmq_spark.protocol.v1.TransactionRef\x12\x34\n\nsink_batch\x18\x03 \x01(\x0b\x32 .rmq_spark.protocol.v1.SinkBatch\"\x95\x01\n\x12TransactionOutcome\x12\n\n\x02id\x18\x01 \x01(\t\x12\x36\n\x05state\x18\x02 \x01(\x0e\x32\'.rmq_spark.protocol.v1.TransactionState\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x08\x12\x13\n\x0b\x62\x61tch_count\x18\x04 \x01(\x03\x12\x15\n\rmessage_count\x18\x05 \x01(\x03\"\x9a\x01\n\x16\x45ndTransactionResponse\x12?\n\x0ctransactions\x18\x01 \x03(\x0b\x32).rmq_spark.protocol.v1.TransactionOutcome\x12\x1b\n\x13sink_batch_replayed\x18\x02 \x01(\x08\x12\"\n\x1asink_batch_transaction_ids\x18\x03 \x03(\t\"8\n\x13GetSinkBatchRequest\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x03\"q\n\x14GetSinkBatchResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x17\n\x0ftransaction_ids\x18\x02 \x03(\t\x12\x14\n\x0c\x63ommitted_ms\x18\x03 \x01(\x03\x12\x17\n\x0flatest_batch_id\x18\x04 \x01(\x03\"&\n\x17ListTransactionsRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"\xe6\x01\n\x0fTransactionInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x36\n\x05state\x18\x02 \x01(\x0e\x32\'.rmq_spark.protocol.v1.TransactionState\x12\x13\n\x0b\x62\x61tch_count\x18\x03 \x01(\x03\x12\x15\n\rmessage_count\x18\x04 \x01(\x03\x12\x12\n\ncreated_ms\x18\x05 \x01(\x03\x12\x18\n\x10last_prepared_ms\x18\x06 \x01(\x03\x12\x12\n\nexpires_ms\x18\x07 \x01(\x03\x12\x10\n\x08\x65nded_ms\x18\x08 \x01(\x03\x12\x0f\n\x07\x65xpired\x18\t \x01(\x08\"X\n\x18ListTransactionsResponse\x12<\n\x0ctransactions\x18\x01 \x03(\x0b\x32&.rmq_spark.protocol.v1.TransactionInfo*Y\n\x11TransactionAction\x12\"\n\x1eTRANSACTION_ACTION_UNSPECIFIED\x10\x00\x12\x0e\n\nTXN_COMMIT\x10\x01\x12\x10\n\x0cTXN_ROLLBACK\x10\x02*\x7f\n\x10TransactionState\x12!\n\x1dTRANSACTION_STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08TXN_OPEN\x10\x01\x12\x12\n\x0eTXN_COMMITTING\x10\x02\x12\x11\n\rTXN_COMMITTED\x10\x03\x12\x13\n\x0fTXN_ROLLED_BACK\x10\x04\x32\xdb\x02\n\x0cTransactions\x12m\n\x0e\x45ndTransaction\x12,.rmq_spark.protocol.v1.EndTransactionRequest\x1a-.rmq_spark.protocol.v1.EndTransactionResponse\x12g\n\x0cGetSinkBatch\x12*.rmq_spark.protocol.v1.GetSinkBatchRequest\x1a+.rmq_spark.protocol.v1.GetSinkBatchResponse\x12s\n\x10ListTransactions\x12..rmq_spark.protocol.v1.ListTransactionsRequest\x1a/.rmq_spark.protocol.v1.ListTransactionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brmq_wire/contract/txn.proto\x12\x15rmq_spark.protocol.v1\"3\n\x0eTransactionRef\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\".\n\tSinkBatch\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x03\"\xc4\x01\n\x15\x45ndTransactionRequest\x12\x38\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32(.rmq_spark.protocol.v1.TransactionAction\x12;\n\x0ctransactions\x18\x02 \x03(\x0b\x32%.rmq_spark.protocol.v1.TransactionRef\x12\x34\n\nsink_batch\x18\x03 \x01(\x0b\x32 .rmq_spark.protocol.v1.SinkBatch\"\x95\x01\n\x12TransactionOutcome\x12\n\n\x02id\x18\x01 \x01(\t\x12\x36\n\x05state\x18\x02 \x01(\x0e\x32\'.rmq_spark.protocol.v1.TransactionState\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x08\x12\x13\n\x0b\x62\x61tch_count\x18\x04 \x01(\x03\x12\x15\n\rmessage_count\x18\x05 \x01(\x03\"\x9a\x01\n\x16\x45ndTransactionResponse\x12?\n\x0ctransactions\x18\x01 \x03(\x0b\x32).rmq_spark.protocol.v1.TransactionOutcome\x12\x1b\n\x13sink_batch_replayed\x18\x02 \x01(\x08\x12\"\n\x1asink_batch_transaction_ids\x18\x03 \x03(\t\"8\n\x13GetSinkBatchRequest\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x03\"q\n\x14GetSinkBatchResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x17\n\x0ftransaction_ids\x18\x02 \x03(\t\x12\x14\n\x0c\x63ommitted_ms\x18\x03 \x01(\x03\x12\x17\n\x0flatest_batch_id\x18\x04 \x01(\x03\"&\n\x17ListTransactionsRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"\xe6\x01\n\x0fTransactionInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x36\n\x05state\x18\x02 \x01(\x0e\x32\'.rmq_spark.protocol.v1.TransactionState\x12\x13\n\x0b\x62\x61tch_count\x18\x03 \x01(\x03\x12\x15\n\rmessage_count\x18\x04 \x01(\x03\x12\x12\n\ncreated_ms\x18\x05 \x01(\x03\x12\x18\n\x10last_prepared_ms\x18\x06 \x01(\x03\x12\x12\n\nexpires_ms\x18\x07 \x01(\x03\x12\x10\n\x08\x65nded_ms\x18\x08 \x01(\x03\x12\x0f\n\x07\x65xpired\x18\t \x01(\x08\"X\n\x18ListTransactionsResponse\x12<\n\x0ctransactions\x18\x01 \x03(\x0b\x32&.rmq_spark.protocol.v1.TransactionInfo\"o\n\x08SinkInfo\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x17\n\x0flatest_batch_id\x18\x03 \x01(\x03\x12\x14\n\x0c\x62\x61tches_kept\x18\x04 \x01(\x03\x12\x14\n\x0c\x63ommitted_ms\x18\x05 \x01(\x03\"\x12\n\x10ListSinksRequest\"C\n\x11ListSinksResponse\x12.\n\x05sinks\x18\x01 \x03(\x0b\x32\x1f.rmq_spark.protocol.v1.SinkInfo\"%\n\x12ReleaseSinkRequest\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\"6\n\x13ReleaseSinkResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\r\n\x05owner\x18\x02 \x01(\t*Y\n\x11TransactionAction\x12\"\n\x1eTRANSACTION_ACTION_UNSPECIFIED\x10\x00\x12\x0e\n\nTXN_COMMIT\x10\x01\x12\x10\n\x0cTXN_ROLLBACK\x10\x02*\x7f\n\x10TransactionState\x12!\n\x1dTRANSACTION_STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08TXN_OPEN\x10\x01\x12\x12\n\x0eTXN_COMMITTING\x10\x02\x12\x11\n\rTXN_COMMITTED\x10\x03\x12\x13\n\x0fTXN_ROLLED_BACK\x10\x04\x32\xa1\x04\n\x0cTransactions\x12m\n\x0e\x45ndTransaction\x12,.rmq_spark.protocol.v1.EndTransactionRequest\x1a-.rmq_spark.protocol.v1.EndTransactionResponse\x12g\n\x0cGetSinkBatch\x12*.rmq_spark.protocol.v1.GetSinkBatchRequest\x1a+.rmq_spark.protocol.v1.GetSinkBatchResponse\x12s\n\x10ListTransactions\x12..rmq_spark.protocol.v1.ListTransactionsRequest\x1a/.rmq_spark.protocol.v1.ListTransactionsResponse\x12^\n\tListSinks\x12\'.rmq_spark.protocol.v1.ListSinksRequest\x1a(.rmq_spark.protocol.v1.ListSinksResponse\x12\x64\n\x0bReleaseSink\x12).rmq_spark.protocol.v1.ReleaseSinkRequest\x1a*.rmq_spark.protocol.v1.ReleaseSinkResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rmq_wire.contract.txn_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TRANSACTIONACTION']._serialized_start=1199
-  _globals['_TRANSACTIONACTION']._serialized_end=1288
-  _globals['_TRANSACTIONSTATE']._serialized_start=1290
-  _globals['_TRANSACTIONSTATE']._serialized_end=1417
+  _globals['_TRANSACTIONACTION']._serialized_start=1496
+  _globals['_TRANSACTIONACTION']._serialized_end=1585
+  _globals['_TRANSACTIONSTATE']._serialized_start=1587
+  _globals['_TRANSACTIONSTATE']._serialized_end=1714
   _globals['_TRANSACTIONREF']._serialized_start=54
   _globals['_TRANSACTIONREF']._serialized_end=105
   _globals['_SINKBATCH']._serialized_start=107
@@ -55,6 +55,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRANSACTIONINFO']._serialized_end=1107
   _globals['_LISTTRANSACTIONSRESPONSE']._serialized_start=1109
   _globals['_LISTTRANSACTIONSRESPONSE']._serialized_end=1197
-  _globals['_TRANSACTIONS']._serialized_start=1420
-  _globals['_TRANSACTIONS']._serialized_end=1767
+  _globals['_SINKINFO']._serialized_start=1199
+  _globals['_SINKINFO']._serialized_end=1310
+  _globals['_LISTSINKSREQUEST']._serialized_start=1312
+  _globals['_LISTSINKSREQUEST']._serialized_end=1330
+  _globals['_LISTSINKSRESPONSE']._serialized_start=1332
+  _globals['_LISTSINKSRESPONSE']._serialized_end=1399
+  _globals['_RELEASESINKREQUEST']._serialized_start=1401
+  _globals['_RELEASESINKREQUEST']._serialized_end=1438
+  _globals['_RELEASESINKRESPONSE']._serialized_start=1440
+  _globals['_RELEASESINKRESPONSE']._serialized_end=1494
+  _globals['_TRANSACTIONS']._serialized_start=1717
+  _globals['_TRANSACTIONS']._serialized_end=2262
 # @@protoc_insertion_point(module_scope)

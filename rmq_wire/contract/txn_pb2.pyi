@@ -132,3 +132,41 @@ class ListTransactionsResponse(_message.Message):
     TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     transactions: _containers.RepeatedCompositeFieldContainer[TransactionInfo]
     def __init__(self, transactions: _Optional[_Iterable[_Union[TransactionInfo, _Mapping]]] = ...) -> None: ...
+
+class SinkInfo(_message.Message):
+    __slots__ = ("sink_id", "owner", "latest_batch_id", "batches_kept", "committed_ms")
+    SINK_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    LATEST_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_KEPT_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    sink_id: str
+    owner: str
+    latest_batch_id: int
+    batches_kept: int
+    committed_ms: int
+    def __init__(self, sink_id: _Optional[str] = ..., owner: _Optional[str] = ..., latest_batch_id: _Optional[int] = ..., batches_kept: _Optional[int] = ..., committed_ms: _Optional[int] = ...) -> None: ...
+
+class ListSinksRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSinksResponse(_message.Message):
+    __slots__ = ("sinks",)
+    SINKS_FIELD_NUMBER: _ClassVar[int]
+    sinks: _containers.RepeatedCompositeFieldContainer[SinkInfo]
+    def __init__(self, sinks: _Optional[_Iterable[_Union[SinkInfo, _Mapping]]] = ...) -> None: ...
+
+class ReleaseSinkRequest(_message.Message):
+    __slots__ = ("sink_id",)
+    SINK_ID_FIELD_NUMBER: _ClassVar[int]
+    sink_id: str
+    def __init__(self, sink_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseSinkResponse(_message.Message):
+    __slots__ = ("released", "owner")
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    owner: str
+    def __init__(self, released: bool = ..., owner: _Optional[str] = ...) -> None: ...

@@ -49,6 +49,16 @@ class TransactionsStub(object):
                 request_serializer=rmq__wire_dot_contract_dot_txn__pb2.ListTransactionsRequest.SerializeToString,
                 response_deserializer=rmq__wire_dot_contract_dot_txn__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
+        self.ListSinks = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Transactions/ListSinks',
+                request_serializer=rmq__wire_dot_contract_dot_txn__pb2.ListSinksRequest.SerializeToString,
+                response_deserializer=rmq__wire_dot_contract_dot_txn__pb2.ListSinksResponse.FromString,
+                _registered_method=True)
+        self.ReleaseSink = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Transactions/ReleaseSink',
+                request_serializer=rmq__wire_dot_contract_dot_txn__pb2.ReleaseSinkRequest.SerializeToString,
+                response_deserializer=rmq__wire_dot_contract_dot_txn__pb2.ReleaseSinkResponse.FromString,
+                _registered_method=True)
 
 
 class TransactionsServicer(object):
@@ -72,6 +82,18 @@ class TransactionsServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSinks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseSink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TransactionsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +111,16 @@ def add_TransactionsServicer_to_server(servicer, server):
                     servicer.ListTransactions,
                     request_deserializer=rmq__wire_dot_contract_dot_txn__pb2.ListTransactionsRequest.FromString,
                     response_serializer=rmq__wire_dot_contract_dot_txn__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'ListSinks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSinks,
+                    request_deserializer=rmq__wire_dot_contract_dot_txn__pb2.ListSinksRequest.FromString,
+                    response_serializer=rmq__wire_dot_contract_dot_txn__pb2.ListSinksResponse.SerializeToString,
+            ),
+            'ReleaseSink': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseSink,
+                    request_deserializer=rmq__wire_dot_contract_dot_txn__pb2.ReleaseSinkRequest.FromString,
+                    response_serializer=rmq__wire_dot_contract_dot_txn__pb2.ReleaseSinkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +204,60 @@ class Transactions(object):
             '/rmq_spark.protocol.v1.Transactions/ListTransactions',
             rmq__wire_dot_contract_dot_txn__pb2.ListTransactionsRequest.SerializeToString,
             rmq__wire_dot_contract_dot_txn__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSinks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Transactions/ListSinks',
+            rmq__wire_dot_contract_dot_txn__pb2.ListSinksRequest.SerializeToString,
+            rmq__wire_dot_contract_dot_txn__pb2.ListSinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseSink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Transactions/ReleaseSink',
+            rmq__wire_dot_contract_dot_txn__pb2.ReleaseSinkRequest.SerializeToString,
+            rmq__wire_dot_contract_dot_txn__pb2.ReleaseSinkResponse.FromString,
             options,
             channel_credentials,
             insecure,

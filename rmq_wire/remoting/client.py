@@ -59,6 +59,7 @@ class RemotingConnection:
         self._closed = False
         self._ended: Exception | None = None  # why the reader stopped: what a later request is told
         self.on_request = None  # called with requests the server sends (transaction checks)
+        self.answered = False  # a response came: the server speaks our protocol (TLS or not, as we do)
         self._reader = threading.Thread(target=self._read, name=f"remoting-{address}", daemon=True)
         self._reader.start()
 
@@ -177,6 +178,7 @@ class RemotingConnection:
             if self.on_request is not None:
                 self.on_request(command)
             return
+        self.answered = True
         with self._lock:
             future = self._pending.pop(command.opaque, None)
         if future is not None and future.set_running_or_notify_cancel():  # not given up on (cancelled)

@@ -25,9 +25,13 @@ accounts:
     secretKey: stranger-secret
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY
+  - accessKey: etl
+    secretKey: etl-secret
+    defaultTopicPerm: DENY
+    sinkPerms: [orders-etl=PUB|SUB]
 """
 SECRETS = {"writer": "writer-secret", "writer2": "writer2-secret", "reader": "reader-secret", "ops": "ops-secret",
-           "stranger": "stranger-secret"}  # stranger: an account granted nothing
+           "stranger": "stranger-secret", "etl": "etl-secret"}  # stranger: an account granted nothing
 
 
 def config(access_key: str, secret_key: str | None = None) -> TransportConfig:

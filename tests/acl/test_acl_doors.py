@@ -11,11 +11,12 @@ import uuid
 import grpc
 import pytest
 
-from acl_helpers import config
+from acl_helpers import ACL_FILE, config
 from rmq_spark import (
     Admin,
     AuthenticationError,
     Credentials,
+    LimitExceededError,
     Message,
     OffsetRange,
     PermissionDeniedError,
@@ -141,19 +142,24 @@ def test_a_transaction_belongs_to_the_account_that_opened_it(acl_broker):
     assert stored(acl_broker) == before + 1
 
 
-def test_a_sink_belongs_to_the_account_that_first_committed_under_it(acl_broker):
-    """Issue 29: an account without any permission committed (sink, batch) of another's sink
-    first; the owner's is_committed then said True and her real commit was taken for a replay
-    (nothing of it visible)."""
+def test_sink_ids_are_the_acls_to_grant_and_their_first_committers_to_own(acl_broker):
+    """Issue 29: an account granted nothing committed (sink, batch) of another's sink first; issue
+    44: it may not use a sink id at all now (sink ids are granted as Kafka's transactional ids
+    are), an account that may write owns the sinks it commits under first, a grant by name wins
+    over that, and an admin lists sinks and releases one."""
     sink = f"alice-sink-{uuid.uuid4().hex[:8]}"
     before = stored(acl_broker)
+    with Transactions(acl_broker.endpoint, config("stranger")) as stranger:  # may write nowhere: no sink
+        with pytest.raises(PermissionDeniedError, match=f"may not publish to sink '{sink}': grant it PUB in the "
+                                                        "ACL file's sinkPerms"):
+            stranger.commit([], sink_id=sink, batch_id=0)
+        with pytest.raises(PermissionDeniedError, match=f"may not use sink '{sink}'"):
+            stranger.is_committed(sink, 0)
     with Transactions(acl_broker.endpoint, config("writer")) as owner:
         owner.commit([], sink_id=sink, batch_id=0)  # the sink is writer's from here on
-    with Transactions(acl_broker.endpoint, config("stranger")) as other:
+    with Transactions(acl_broker.endpoint, config("writer2")) as other:  # may write too, but the sink is taken
         with pytest.raises(PermissionDeniedError, match=f"sink '{sink}' belongs to another account"):
             other.commit([], sink_id=sink, batch_id=1)
-        with pytest.raises(PermissionDeniedError, match="belongs to another account"):
-            other.is_committed(sink, 0)
         with pytest.raises(PermissionDeniedError, match="belongs to another account"):
             other.sink_batch(sink, 1)
     txn = new_transaction_id()
@@ -165,9 +171,60 @@ def test_a_sink_belongs_to_the_account_that_first_committed_under_it(acl_broker)
         result = owner.commit([prepared], sink_id=sink, batch_id=1)
         assert not result.sink_batch_replayed
         assert owner.sink_batch(sink, 1).transaction_ids == (txn,)
+        owner.commit([], sink_id="orders-etl", batch_id=0)  # writer takes the sink etl is granted by name...
     assert stored(acl_broker) == before + 1
-    with Transactions(acl_broker.endpoint, config("stranger")) as other:  # a sink of its own: its own business
-        other.commit([], sink_id=f"stranger-sink-{uuid.uuid4().hex[:8]}", batch_id=0)
+    with Transactions(acl_broker.endpoint, config("etl")) as etl:  # ...which is etl's all the same
+        etl.commit([], sink_id="orders-etl", batch_id=1)
+        assert etl.sink_batch("orders-etl", 0).committed
+        with pytest.raises(PermissionDeniedError, match="may not publish to sink 'another-sink'"):
+            etl.commit([], sink_id="another-sink", batch_id=0)
+    with Transactions(acl_broker.endpoint, config("writer")) as owner:
+        with pytest.raises(PermissionDeniedError, match="may not list the sinks: that needs an admin account"):
+            owner.sinks()
+    with Transactions(acl_broker.endpoint, config("ops")) as admin:
+        listed = {s.sink_id: s for s in admin.sinks()}
+        assert (listed[sink].owner, listed[sink].latest_batch_id, listed[sink].batches_kept) == ("writer", 1, 2)
+        assert admin.release_sink(sink) == "writer"
+        assert admin.release_sink(sink) is None  # released already
+    with Transactions(acl_broker.endpoint, config("writer2")) as other:  # released: the next committer owns it
+        other.commit([], sink_id=sink, batch_id=2)
+        assert other.sink_batch(sink, 1).committed  # its batches stayed: replays are still recognised
+    with Transactions(acl_broker.endpoint, config("ops")) as admin:
+        assert {s.sink_id: s.owner for s in admin.sinks()}[sink] == "writer2"
+
+
+def test_sinks_and_groups_per_account_are_bounded_and_a_sink_keeps_its_latest_batches(tmp_path, monkeypatch):
+    from broker_sim.acl import Guard
+    from broker_sim.broker import Broker
+    from broker_sim.core.limits import ClientLimits
+    from broker_sim.txn import state
+
+    monkeypatch.setattr(state, "SINK_BATCHES_KEPT", 5)
+    (tmp_path / "acl.yml").write_text(ACL_FILE)
+    limits = ClientLimits(max_sinks_per_account=2, max_groups_per_client=2)
+    with Broker(tmp_path / "data", "127.0.0.1", 0, acl=Guard(tmp_path / "acl.yml"), limits=limits) as broker:
+        with Transactions(broker.endpoint, config("writer")) as writer:
+            for batch in range(8):
+                writer.commit([], sink_id="w1", batch_id=batch)
+            writer.commit([], sink_id="w2", batch_id=0)
+            with pytest.raises(LimitExceededError, match="account 'writer' owns 2 sinks, the broker's limit "
+                                                         "\\(--max-sinks-per-account\\)"):
+                writer.commit([], sink_id="w3", batch_id=0)
+            assert writer.sink_batch("w1", 7).committed and not writer.sink_batch("w1", 2).committed
+        with Transactions(broker.endpoint, config("ops")) as admin:
+            assert {s.sink_id: s.batches_kept for s in admin.sinks()} == {"w1": 5, "w2": 1}
+            Admin(broker.endpoint, config("ops")).create_topic("orders", 1, "BatchCQ")
+        with Admin(broker.endpoint, config("reader")) as reader:  # SUB on orders and on its two groups
+            for group in ("billing", "rocketmq-batch-reader"):
+                reader.commit_group_offsets(group, {("orders", "", 0): 0})
+        with Admin(broker.endpoint, config("ops")) as admin:  # an admin's groups count as well
+            admin.commit_group_offsets("g1", {("orders", "", 0): 0})
+            admin.commit_group_offsets("g2", {("orders", "", 0): 0})
+            admin.commit_group_offsets("g1", {("orders", "", 0): 0})  # a group it made: no count
+            with pytest.raises(LimitExceededError, match="made 2 consumer groups, its limit "
+                                                         "\\(--max-groups-per-client\\)"):
+                admin.commit_group_offsets("g3", {("orders", "", 0): 0})
+            admin.commit_group_offsets("billing", {("orders", "", 0): 0})  # another's group: it exists
 
 
 def test_the_v2_door_answers_with_rocketmqs_codes(acl_broker):

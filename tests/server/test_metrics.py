@@ -1,6 +1,7 @@
 """The broker's metrics (``--metrics-port``), scraped from a broker process while a producer, a
 range reader and a pop consumer use it, checked against what they did; the names are those
-``broker_sim.core.metrics.METRICS`` lists (and docs/metrics.md)."""
+``broker_sim.core.metrics.METRICS`` lists (and docs/operations.md); made-up request codes and
+deleted topics leave no series; the port is bounded (its TLS and credentials: tests/tls/test_tls_metrics.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +21,7 @@ from broker_sim.core.metrics import METRIC_NAMES
 from broker_sim.testing import die_with_parent, stop_process, wait_listening
 from rmq_spark import Admin, Message, OffsetRange, PopConsumer, Producer, RangeReader
 from rmq_spark.errors import TopicNotFoundError
+from rmq_wire.remoting import RemotingConnection, ResponseCode
 
 BODY = b"m" * 100
 
@@ -194,3 +197,60 @@ def test_a_metrics_port_in_use_stops_the_start_with_a_sentence(tmp_path):
                               preexec_fn=die_with_parent)
     assert done.returncode == 2, done.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr and "choose another --metrics-port" in done.stderr
+
+
+def test_made_up_request_codes_are_one_series_and_a_deleted_topics_series_go_with_it(broker):
+    """Issue 44: 2,000 requests with made-up codes made 24,060 series (a code past 32 bits a label
+    of its own); a deleted topic's series stayed for good."""
+    endpoint, name_server, url = broker
+    with RemotingConnection(name_server) as connection:
+        for code in (77_777, 88_888, 2**40, 5):
+            assert connection.invoke(code, {}).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    samples = scrape(url)
+    codes = {dict(labels).get("request_code") for (name, labels) in samples if name.startswith("rocketmq_rpc_latency")}
+    assert "unknown" in codes and not {"77777", "88888", str(2**40)} & codes
+    with Admin(endpoint) as admin, Producer(endpoint) as producer:
+        admin.create_topic("going", 1, "BatchCQ")
+        producer.send(Message("going", BODY, queue_id=0))
+        assert value(scrape(url), "rocketmq_messages_in_total", topic="going") == 1
+        admin.delete_topic("going")
+    assert not [key for key in scrape(url) if ("topic", "going") in key[1]]
+
+
+def test_the_metrics_port_serves_a_few_at_once_each_for_a_while(tmp_path):
+    """Issue 44: 2,000 half-sent requests held 2,023 threads; four scrapers in a loop slowed
+    every client. Now: a few connections served at once (the rest closed at once), a request
+    finished within the timeout or dropped."""
+    from prometheus_client import CollectorRegistry, Counter
+
+    from broker_sim.doors.metrics_http import MetricsServer
+
+    registry = CollectorRegistry()
+    Counter("made", "pages made", registry=registry).inc()
+    server = MetricsServer(("127.0.0.1", 0), registry, max_connections=4, timeout_s=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threads = threading.active_count()
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        stalled = []
+        for _ in range(50):  # each sends half a request and waits
+            connection = socket.create_connection(("127.0.0.1", server.server_port))
+            connection.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            stalled.append(connection)
+        assert threading.active_count() <= threads + 4  # no thread for those past the limit
+        deadline = time.monotonic() + 10
+        while True:  # the four served are dropped after the timeout; then a scrape is served
+            try:
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    assert b"made_total 1.0" in answer.read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "no scrape was served after the stalled requests' timeout"
+                time.sleep(0.2)
+        for connection in stalled:
+            connection.settimeout(5)
+            assert connection.recv(1) == b"", "a stalled request was kept open"
+            connection.close()
+    finally:
+        server.shutdown()
+        server.server_close()

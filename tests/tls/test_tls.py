@@ -19,6 +19,7 @@ from broker_sim.doors.tls import TlsOptions
 from rmq_spark import (
     Admin,
     AuthenticationError,
+    BrokerUnavailableError,
     ConfigError,
     Credentials,
     OffsetRange,
@@ -160,3 +161,23 @@ def test_tls_and_acls_together(tmp_path, certs, tls_config, door):
         assert send_and_read(door(b), signed) == [f"m-{i}".encode() for i in range(20)]
         with pytest.raises(AuthenticationError if door is grpc_door else PermissionDeniedError):
             send_and_read(door(b), tls_config)
+
+
+def test_a_plain_client_that_spoke_with_a_broker_before_does_not_probe_it_with_tls(tmp_path, caplog):
+    """Issue 44: after a broker restart, the SDK's check of whether TLS failed its connection
+    (tls.py) handshook with the plain broker, which logged a TLS client at its plain port."""
+    from peers.process import free_port
+
+    port = free_port()
+    admin = Admin(name_server=f"127.0.0.1:{port}", transport=TransportConfig(retries=0, timeout_ms=3_000))
+    with Broker(tmp_path / "data", "127.0.0.1", 0, remoting=RemotingOptions(port)):
+        admin.list_topics()  # it answered: a plain broker for a plain client
+    with caplog.at_level(logging.WARNING, logger="broker_sim.doors.remoting.server"), \
+            Broker(tmp_path / "data", "127.0.0.1", 0, remoting=RemotingOptions(port)):
+        try:
+            admin.list_topics()  # on the connection the restart broke, or a new one
+        except BrokerUnavailableError:
+            pass
+        admin.list_topics()
+    admin.close()
+    assert "TLS handshake" not in caplog.text

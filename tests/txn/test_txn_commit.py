@@ -234,3 +234,21 @@ def test_rmq_admin_lists_rolls_back_and_answers_for_sink_batches(broker, topic, 
     assert json.loads(capsys.readouterr().out)[0]["committed"] is False
     assert main(["--endpoint", broker.endpoint, "transaction", "rollback", "nobody"]) == 1
     assert "unknown transaction id 'nobody'" in capsys.readouterr().err
+
+
+def test_rmq_admin_lists_sinks_and_releases_one(broker, topic, capsys):
+    import json
+
+    from rmq_spark.cli import main
+
+    with Producer(broker.endpoint, transaction_id="listed-writer") as writer:
+        send_table(writer, topic, 0, table_of(bodies(1)))
+    with Transactions(broker.endpoint) as txns:
+        txns.commit(["listed-writer"], sink_id="listed-sink", batch_id=3)
+    assert main(["--endpoint", broker.endpoint, "--json", "sink", "list"]) == 0
+    listed = {row["sink_id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert listed["listed-sink"]["latest_batch_id"] == 3 and listed["listed-sink"]["batches_kept"] == 1
+    assert main(["--endpoint", broker.endpoint, "--json", "sink", "release", "listed-sink"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"sink_id": "listed-sink", "released": False, "owner": ""}]
+    assert main(["--endpoint", broker.endpoint, "--json", "transaction", "sink", "listed-sink", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["committed"] is True  # its batches stay

@@ -7,6 +7,7 @@ import asyncio
 from broker_sim.core import AckStatus, BrokerCore
 from broker_sim.doors.contract.serialized import with_bytes_field
 from broker_sim.doors.grpc_common import translated
+from broker_sim.doors.grpc_limits import client_of
 from rmq_wire.contract import pop_pb2 as pb
 from rmq_wire.contract import pop_pb2_grpc as pb_grpc
 
@@ -25,12 +26,13 @@ class PopServicer(pb_grpc.PopServicer):
 
     @translated
     async def Pop(self, request, context):
+        quota_client = client_of(context)
         if not self._core.pop_waits_for_disk and not self._core.reads_may_wait():
-            found, answer = self._pop(request, 0, context.peer())
+            found, answer = self._pop(request, 0, context.peer(), quota_client)
             if found or not request.poll_time_ms:
                 return answer
-        _found, answer = await asyncio.get_running_loop().run_in_executor(None, self._pop, request,
-                                                                          request.poll_time_ms, context.peer())
+        _found, answer = await asyncio.get_running_loop().run_in_executor(
+            None, self._pop, request, request.poll_time_ms, context.peer(), quota_client)
         return answer
 
     @translated
@@ -39,8 +41,9 @@ class PopServicer(pb_grpc.PopServicer):
             return await asyncio.get_running_loop().run_in_executor(None, self._ack, request)
         return self._ack(request)
 
-    def _pop(self, request, poll_time_ms: int, peer: str) -> tuple[bool, bytes]:
-        """Whether the pop found deliveries, and its answer; ``peer``: who pops."""
+    def _pop(self, request, poll_time_ms: int, peer: str, quota_client: str = "") -> tuple[bool, bytes]:
+        """Whether the pop found deliveries, and its answer; ``peer``: who pops; ``quota_client``:
+        who is charged for a group this makes (limits.client_key)."""
         def answer(result):  # its records are views of the store: copied into the answer here
             found = result.deliveries
             checkpoints = [d.checkpoint for d in found]
@@ -55,7 +58,7 @@ class PopServicer(pb_grpc.PopServicer):
 
         return self._core.pop(request.group, request.topic, request.queue_id, request.max_messages,
                               request.invisible_time_ms, poll_time_ms, request.tag_filter, request.orderly, answer,
-                              client=peer)
+                              client=peer, quota_client=quota_client)
 
     def _ack(self, request):
         failures = self._core.ack(request.group, list(request.receipt_handles))

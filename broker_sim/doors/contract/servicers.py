@@ -97,7 +97,8 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     @translated
     def CommitOffsets(self, request, context):
-        self._core.commit_offsets(request.group, [(e.topic, e.queue_id, e.offset) for e in request.offsets])
+        self._core.commit_offsets(request.group, [(e.topic, e.queue_id, e.offset) for e in request.offsets],
+                                  client_of(context))
         return pb.CommitOffsetsResponse()
 
     @translated
@@ -160,6 +161,10 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         if request.max_bytes < 0:
             raise bad_range(f"max_bytes {request.max_bytes} is negative: give a byte budget, or 0 for the "
                             f"broker's default of {DEFAULT_READ_BUDGET >> 20} MiB")
+        limits = self._core.limits
+        if len(request.ranges) > limits.max_ranges_per_read:
+            raise bad_range(f"the call names {len(request.ranges)} ranges, the broker's limit is "
+                            f"{limits.max_ranges_per_read} (--max-ranges-per-read): read them in several calls")
         ranges = [OffsetRange(r.topic, r.queue_id, r.start_offset, r.end_offset or None) for r in request.ranges]
         loop = asyncio.get_running_loop()
         ended = self._ended[context] = loop.create_future()  # the broker's memory budget cut this stream
@@ -171,7 +176,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         # sent counts twice (ours, and gRPC's copy while it is written), the start of the next
         # one once. A step is reserved at its most before it runs.
         memory = self._core.memory.holding(client_of(context), "a ReadRanges stream", cut)
-        cursors = self._core.open_ranges(ranges, request.tag_filter, request.max_bytes or DEFAULT_READ_BUDGET)
+        # At most the broker's bound, whatever the call asks: its reader asks again for the rest.
+        budget = min(request.max_bytes or DEFAULT_READ_BUDGET, limits.max_read_bytes_per_call)
+        cursors = self._core.open_ranges(ranges, request.tag_filter, budget)
         position = _Position(cursors)
         try:
             while not position.finished:  # steps in the broker's thread pool: the loop never waits for the disk

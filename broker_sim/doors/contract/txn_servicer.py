@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from broker_sim.core import BrokerCore, TxnState
 from broker_sim.doors.contract.servicers import enum_name
-from broker_sim.doors.grpc_acl import caller
+from broker_sim.doors.grpc_acl import caller, named_sinks
 from broker_sim.doors.grpc_common import invalid, translated
 from rmq_wire.contract import txn_pb2 as pb
 from rmq_wire.contract import txn_pb2_grpc as pb_grpc
@@ -24,7 +24,7 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
         has_sink = request.HasField("sink_batch")
         if request.action == pb.TXN_COMMIT:
             sink = (request.sink_batch.sink_id, request.sink_batch.batch_id) if has_sink else None
-            result = self._core.commit_transactions(refs, sink, caller())
+            result = self._core.commit_transactions(refs, sink, caller(), has_sink and sink[0] in named_sinks())
         elif request.action == pb.TXN_ROLLBACK:
             if has_sink:
                 raise invalid("a rollback records no sink batch: leave sink_batch unset")
@@ -42,7 +42,8 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
 
     @translated
     def GetSinkBatch(self, request, context):
-        record, latest = self._core.sink_batch(request.sink_id, request.batch_id, caller())
+        record, latest = self._core.sink_batch(request.sink_id, request.batch_id, caller(),
+                                               request.sink_id in named_sinks())
         if record is None:
             return pb.GetSinkBatchResponse(committed=False, latest_batch_id=latest)
         return pb.GetSinkBatchResponse(committed=True, transaction_ids=record.transaction_ids,
@@ -62,3 +63,14 @@ class TransactionsServicer(pb_grpc.TransactionsServicer):
                 created_ms=txn.created_ms, last_prepared_ms=txn.last_ms, expires_ms=expires_ms,
                 ended_ms=txn.ended_ms, expired=txn.expired))
         return pb.ListTransactionsResponse(transactions=infos)
+
+    @translated
+    def ListSinks(self, request, context):
+        return pb.ListSinksResponse(sinks=[
+            pb.SinkInfo(sink_id=sink_id, owner=owner, latest_batch_id=latest, batches_kept=kept, committed_ms=when)
+            for sink_id, owner, latest, kept, when in self._core.sinks()])
+
+    @translated
+    def ReleaseSink(self, request, context):
+        owner = self._core.release_sink(request.sink_id)
+        return pb.ReleaseSinkResponse(released=owner is not None, owner=owner or "")

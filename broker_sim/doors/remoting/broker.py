@@ -286,7 +286,8 @@ class BrokerRequests:
         fields = Fields(request)
         config, queue_id = self._queue(fields)
         offset = fields.integer("commitOffset")
-        self.core.commit_offsets(fields.text("consumerGroup"), [(config.name, queue_id, offset)])
+        self.core.commit_offsets(fields.text("consumerGroup"), [(config.name, queue_id, offset)],
+                                 client_key(_connection.client, request.account))
         return request.response(ResponseCode.SUCCESS)
 
     # --- clients ---------------------------------------------------------------------------

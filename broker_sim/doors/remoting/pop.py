@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from broker_sim.core import BrokerCore, BrokerError, Reason, parse_tag_filter, refused, retry_topic
+from broker_sim.core.limits import client_key
 from broker_sim.doors.remoting import bodies
 from broker_sim.doors.remoting.fields import Fields
 from rmq_wire.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -53,7 +54,8 @@ class PopRequests:
             return request.response(ResponseCode.SUCCESS, ext_fields=header, body=result.records)
 
         return self.core.pop(group, topic, fields.integer("queueId"), fields.integer("maxMsgNums"), invisible,
-                             fields.integer("pollTime"), expression, orderly, answer, client=connection.remote)
+                             fields.integer("pollTime"), expression, orderly, answer, client=connection.remote,
+                             quota_client=client_key(connection.client, request.account))
 
     @staticmethod
     def _pop_header(result, invisible_ms: int, orderly: bool) -> dict:

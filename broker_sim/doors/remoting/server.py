@@ -514,13 +514,14 @@ _RESPONSE_NAMES: dict[int, str] = {}
 
 
 def _code_name(names: dict[int, str], codes, code: int) -> str:
-    """``code``'s name in lower case (its number when it has none), remembered."""
+    """``code``'s name in lower case, remembered; ``unknown`` for a code RocketMQ has no name for
+    (not remembered: made-up codes must not grow the metrics' series nor this table)."""
     name = names.get(code)
     if name is None:
         try:
             name = codes(code).name.lower()
         except ValueError:
-            name = str(code)
+            return "unknown"
         names[code] = name
     return name
 
