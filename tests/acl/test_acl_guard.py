@@ -61,3 +61,19 @@ def test_a_query_by_unique_key_is_signed_as_rocketmq_checks_it(tmp_path):
     assert guard.remoting_account(new, None, version=signing.V4_9_3 + 1).access_key == "ops"
     with pytest.raises(BrokerError):
         guard.remoting_account(new, None)
+
+
+def test_an_acl_file_emptied_while_the_broker_runs_revokes_every_account(tmp_path, caplog):
+    """Issue 44: an ACL file emptied to ``accounts: []`` kept the old accounts."""
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts:\n  - {accessKey: ops, secretKey: ops-secret, admin: true}\n")
+    guard = Guard(acl_file, clock_s=lambda: NOW_S, reload_check_s=0)
+    credentials = Credentials("ops", "ops-secret")
+    assert guard.grpc_account(signing.grpc_metadata(credentials, NOW_S)).access_key == "ops"
+    acl_file.write_text("accounts: []\n")
+    with pytest.raises(BrokerError, match="ops") as refused:
+        guard.grpc_account(signing.grpc_metadata(credentials, NOW_S))
+    assert refused.value.reason is Reason.UNAUTHENTICATED
+    assert "it lists no account, so every request is refused until one is added" in caplog.text
+    acl_file.write_text("accounts:\n  - {accessKey: ops, secretKey: ops-secret, admin: true}\n")
+    assert guard.grpc_account(signing.grpc_metadata(credentials, NOW_S)).access_key == "ops"

@@ -118,3 +118,37 @@ def test_refusals_of_handlers_still_reach_the_client_through_the_limit(broker):
         wait_until(lambda: broker.calls_in_flight.calls == {}, "the refused call leaves the count")
     finally:
         client.close()
+
+
+def test_a_read_names_so_many_ranges_and_returns_so_many_bytes_at_most(tmp_path):
+    """Issue 44: one ReadRanges of 50,000 ranges streamed 1 GiB with no bound per call. Now the
+    ranges of a call are bounded (refused past it, saying so), and so are its bytes, whatever
+    budget it asks: the rest is left for the reader's next call."""
+    from rmq_spark import Admin, Message, Producer
+
+    limits = ClientLimits(max_ranges_per_read=8, max_read_bytes_per_call=64 << 10)
+    with Broker(tmp_path / "data", limits=limits) as broker:
+        with Admin(broker.endpoint) as admin, Producer(broker.endpoint) as producer:
+            admin.create_topic("wide", 1, "SimpleCQ")
+            producer.send_batch([Message("wide", b"x" * 1024, queue_id=0) for _ in range(256)])
+        assert broker.core.store.wait_dispatched(10.0)
+        client = Client(broker.endpoint)
+        try:
+            def read(count: int, max_bytes: int):
+                ranges = [pb.ReadRange(topic="wide", queue_id=0, start_offset=i, end_offset=i + 1)
+                          for i in range(count)]
+                return list(client.messaging.ReadRanges(pb.ReadRangesRequest(ranges=ranges, max_bytes=max_bytes),
+                                                        timeout=TIMEOUT_S))
+
+            code, _reason, details = refused(lambda: read(9, 0))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            assert "the call names 9 ranges, the broker's limit is 8 (--max-ranges-per-read)" in details
+            assert sum(r.record_count for r in read(8, 0)) == 8
+            ranges = [pb.ReadRange(topic="wide", queue_id=0, start_offset=0, end_offset=256)]
+            answers = list(client.messaging.ReadRanges(pb.ReadRangesRequest(ranges=ranges, max_bytes=1 << 30),
+                                                       timeout=TIMEOUT_S))
+            served = sum(r.record_count for r in answers)
+            assert 0 < served < 256 and sum(len(r.records) for r in answers) <= (64 << 10) + 2048
+            assert answers[-1].done and answers[-1].next_offset == served  # where the reader asks again
+        finally:
+            client.close()

@@ -133,3 +133,23 @@ def test_importing_the_store_loads_no_rocksdb():
     code = "import sys, broker_sim.store; print('rocksdict' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+def test_a_loop_failing_at_every_run_logs_a_few_lines_and_a_full_disk_in_a_sentence(started, caplog):
+    """Issue 44: revive on a full disk logged an ERROR with a traceback at each retry, 5 a
+    second. Now 5 lines per 10 s for a loop, a full disk without a traceback."""
+    import errno
+    import logging
+
+    failures = Counter([OSError(errno.ENOSPC, "No space left on device")] * 60)
+    with caplog.at_level(logging.ERROR, logger="broker_sim.common.service_thread"):
+        thread = started(failures, interval_s=0.001, retry_s=0.001)
+        deadline = time.monotonic() + BOUND_S
+        while failures.runs < 60:
+            assert time.monotonic() < deadline, f"{failures.runs} runs in {BOUND_S} s"
+            failures.ran.acquire(timeout=BOUND_S)
+        thread.stop(BOUND_S)
+    lines = [r for r in caplog.records if r.name == "broker_sim.common.service_thread"]
+    told = [r for r in lines if "the disk is full" in r.getMessage()]
+    assert len(told) == 5 and not any(r.exc_info for r in told), [r.getMessage() for r in lines]
+    assert "free space on it" in told[0].getMessage()
