@@ -26,7 +26,8 @@ def test_the_compatibility_tests_pass_on(version, spark_in_a_process):
     # An exactly-once stream write once, through our door: through the name server it differs in
     # the SDK only, which no PySpark version touches.
     ran = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "compat", "-k",
-                          "not nameServer", "tests/spark"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          "not nameServer", "tests/spark"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900)
     summary = ran.stdout.strip().splitlines()[-1] if ran.stdout.strip() else ""
     print(f"PySpark {version}: {summary}")
     assert ran.returncode == 0, f"PySpark {version}:\n{ran.stdout[-6000:]}\n{ran.stderr[-3000:]}"

@@ -1,8 +1,7 @@
 """The job shapes Kafka users bring, exactly once: streaming aggregations in update and complete
 mode written through ``foreachBatch`` (docs/spark-writes.md) over a driver SIGKILLed between its
-writes and Spark's commit; complete mode straight into the sink; update mode refused by Spark
-with our sentence after Spark's. The same ``df.write`` exactly once through the real RocketMQ's
-name server, its driver killed, is test_spark_exactly_once_rocketmq.py's."""
+writes and Spark's commit, on broker_sim and the real RocketMQ; complete mode straight into the
+sink; update mode refused by Spark with our sentence after Spark's."""
 
 from __future__ import annotations
 
@@ -14,6 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 import pyspark_rocketmq_batch
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader
@@ -27,6 +28,19 @@ _names = itertools.count()
 
 def clicks(page_of: int) -> bytes:
     return json.dumps({"page": f"p{page_of % PAGES}"}).encode()
+
+
+@pytest.fixture(params=["broker_sim", "rocketmq"])
+def door(request):
+    """(read options, write options, the SDK's address): broker_sim's own door, or the real
+    RocketMQ 5.5.0 through its name server, exactly once on its transactional messages."""
+    if request.param == "broker_sim":
+        endpoint = request.getfixturevalue("endpoint")
+        return {"endpoint": endpoint}, {"endpoint": endpoint}, {"endpoint": endpoint}
+    request.getfixturevalue("require_java_peers")
+    name_server = request.getfixturevalue("rocketmq").namesrv_addr
+    return ({"nameServer": name_server}, {"nameServer": name_server, "deliveryGuarantee": "exactlyOnce"},
+            {"name_server": name_server})
 
 
 def bodies(sdk: dict, topic: str) -> list[bytes]:
@@ -43,9 +57,9 @@ def run_driver(read: dict, write: dict, source: str, out: str, work: Path, *kill
                           env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")})
 
 
-def test_aggregations_in_update_and_complete_mode_through_foreach_batch_survive_a_driver_killed(endpoint, tmp_path,
+def test_aggregations_in_update_and_complete_mode_through_foreach_batch_survive_a_driver_killed(door, tmp_path,
                                                                                                 spark_in_a_process):
-    read = write = sdk = {"endpoint": endpoint}
+    read, write, sdk = door
     source, out = f"clicks-{next(_names)}-{int(time.time())}", f"counts-{next(_names)}-{int(time.time())}"
     with Admin(**sdk) as admin:
         admin.create_topic(source, 2, "SimpleCQ")
