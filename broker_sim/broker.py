@@ -310,6 +310,7 @@ class _LoopThread:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(_DRAIN_TIMEOUT_S)
             if not self._thread.is_alive():
+                self.loop.run_until_complete(_cancel_leftovers())
                 self.loop.close()
             self.pool.shutdown(wait=False)
 
@@ -322,6 +323,18 @@ async def _finish_other_tasks() -> None:
         _done, pending = await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT_S / 2)
         for task in pending:
             task.cancel()
+
+
+async def _cancel_leftovers() -> None:
+    """Run once more what the stopped loop had left: a sync streaming handler in the pool waits
+    on the loop for its next request (gRPC's run_coroutine_threadsafe(...).result()); cancelled,
+    it ends, where on a loop that never runs again it would wait forever, and the process, which
+    joins the pool's threads at exit, with it."""
+    await asyncio.sleep(0)  # callbacks sent to the stopped loop become tasks
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _new_server(pool: ThreadPoolExecutor, options: list, interceptors: list) -> grpc.aio.Server:

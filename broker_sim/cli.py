@@ -23,6 +23,8 @@ import argparse
 import dataclasses
 import difflib
 import errno
+import faulthandler
+import io
 import logging
 import os
 import re
@@ -398,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    try:  # `kill -USR1 PID`: every thread's stack to stderr, for a broker that hangs
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # stderr is no file (main() called in a test)
+        pass
 
     # gRPC core's own log lines (a failed bind is one) repeat what the broker says in its
     # sentences: shown with --log-level DEBUG only, unless GRPC_VERBOSITY is set.

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from broker_sim.testing import broker_process, wait_listening
+from broker_sim.testing import broker_process, output_of, wait_listening
 from rmq_spark import (
     Admin,
     DiskFailedError,
@@ -64,7 +64,7 @@ def wait_readable(endpoint: str, acked: dict[int, list[bytes]]) -> dict[int, lis
 def stop(process) -> None:
     """SIGTERM, and the broker must stop cleanly: exit code 0, not a signal."""
     process.send_signal(signal.SIGTERM)
-    assert process.wait(WAIT_S) == 0, process.stdout.read()
+    assert process.wait(WAIT_S) == 0, output_of(process)
 
 
 @pytest.mark.parametrize("flush", ["async", "sync"])
@@ -183,7 +183,7 @@ def test_a_failed_flush_refuses_writes_until_restart(tmp_path):
                 read = read_all(endpoint)
                 assert all(read[q][:len(acked[q])] == acked[q] for q in acked)  # reads go on
             process.send_signal(signal.SIGTERM)
-            assert process.wait(WAIT_S) == 0, process.stdout.read()
+            assert process.wait(WAIT_S) == 0, output_of(process)
         grow()
         with broker_process(data, "--flush", "sync", "--segment-bytes", "4m", "--disk-reserve", "1m") \
                 as (endpoint, process):
