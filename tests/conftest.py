@@ -43,7 +43,7 @@ REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unha
 PROCESS_TESTS = (
     "acl/test_acl_cli.py", "acl/test_acl_rocketmq_clients.py", "pop/test_pop_crash.py",
     "remoting/test_ali_ons.py", "remoting/test_cpp_client.py", "sdk/test_fork_safety.py",
-    "sdk/test_layers.py::test_every_module_imports_alone", "sdk/test_producer_restart.py",
+    "sdk/test_layers.py::test_every_module_imports_alone", "sdk/test_producer_restart.py", "sdk/test_slow_link.py",
     "server/test_delete_durable.py", "server/test_server_disk_full.py", "server/test_server_lifecycle.py",
     "store/test_recovery_crash.py", "tls/test_tls_cli.py", "tls/test_tls_official_clients.py",
     "txn/test_txn_crash.py", "v2/test_python_client.py",

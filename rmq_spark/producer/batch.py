@@ -57,8 +57,8 @@ class ProducerBatch:
     broker stores the batch once.
     """
 
-    __slots__ = ("key", "created_ms", "messages", "body_bytes", "alone", "encoded", "sequence", "response",
-                 "error", "_finished", "_callbacks", "_indexes", "_lock")
+    __slots__ = ("key", "created_ms", "messages", "body_bytes", "alone", "encoded", "sequence", "deadline_ms",
+                 "attempts", "response", "error", "_finished", "_callbacks", "_indexes", "_lock")
 
     def __init__(self, key: BatchKey, created_ms: float = 0.0, alone: bool = False):
         self.key = key
@@ -68,6 +68,8 @@ class ProducerBatch:
         self.alone = alone
         self.encoded = None  # (payload, count, codec, compression): rows encoded by columns.py
         self.sequence = -1
+        self.deadline_ms = 0.0  # when its delivery timeout runs out: set at its first attempt
+        self.attempts = 0
         self.response = None  # where the broker stored it: the transport's Stored
         self.error: BaseException | None = None
         self._finished = threading.Event()

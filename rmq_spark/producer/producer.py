@@ -46,9 +46,10 @@ class Producer:
 
     Through our door every send is idempotent: it carries the producer's id and a sequence
     number, and the broker stores it once. Retriable failures (the broker unavailable,
-    restarting or slow) are therefore retried (``transport.retries``, with backoff) without
-    duplicates. Through name servers (RocketMQ's remoting protocol) sends are RocketMQ's own:
-    batches in RocketMQ's MessageBatch encoding, uncompressed, each message with a UNIQ_KEY
+    restarting or slow) are therefore retried (with the transport's backoff, for
+    ``delivery_timeout_ms``, each attempt given ``request_timeout_ms``) without duplicates.
+    Through name servers (RocketMQ's remoting protocol) sends are RocketMQ's own: batches in
+    RocketMQ's MessageBatch encoding, uncompressed, each message with a UNIQ_KEY
     (``SendResult.message_id``), and a retried send may be stored twice (at least once).
 
     Parameters
@@ -66,8 +67,10 @@ class Producer:
         How a queue is chosen when a message names none (see ``Router``): ``hash`` places
         messages with keys by their keys; the others take the queues in turn, a batch at a
         time (AutoBatch fills one batch on a queue, then the next batch goes to the next).
-    auto_batch, batch_max_bytes, batch_max_delay_ms, total_batch_max_bytes, send_timeout_ms, request_max_bytes
-        See ``ProducerConfig`` (256 KiB, where RocketMQ's is 32 KiB; then RocketMQ's: 10 ms, 32 MiB, 3 s).
+    auto_batch, batch_max_bytes, batch_max_delay_ms, total_batch_max_bytes, send_timeout_ms, request_timeout_ms,
+    delivery_timeout_ms, request_max_bytes, max_in_flight_requests
+        See ``ProducerConfig`` (256 KiB, where RocketMQ's is 32 KiB; then RocketMQ's: 10 ms, 32 MiB, 3 s to wait
+        for room; Kafka's: 30 s an attempt, 120 s a batch).
     transport : TransportConfig, optional
         Deadlines, retries, backoff and TLS of calls.
     transaction_id : str, optional
@@ -99,9 +102,10 @@ class Producer:
         except ConfigError:
             self._transport.close()
             raise
-        self._router = Router(self._transport, queue_selector)
+        self._router = Router(self._transport, queue_selector, wait_ms=self.config.send_timeout_ms)
         self._accumulator = RecordAccumulator(self.config, now_ms, self._router.next_queue)
-        self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression)
+        self._sender = Sender(self._transport, self._router, self._accumulator, self.config, codec, compression,
+                              now_ms)
         self._sender.transaction_id = transaction_id
         self.timer = BatchTimer(self._accumulator, self._sender, self.config.timer_interval_ms)
         # A blocking send appended since the timer last sent every open batch (a flag, not a count:
@@ -110,10 +114,10 @@ class Producer:
         self._sender.on_idle = self._on_idle
         self._closed = False
         self._close_lock = threading.Lock()
-        retries = self._transport.config.retries
-        # Every batch is answered within its attempts' deadlines and backoffs; a send waits that long.
-        self._answer_timeout_s = (retries + 1) * (self.config.send_timeout_ms
-                                                   + self._transport.config.retry_backoff_max_ms) / 1000 + 1
+        # Every batch is answered within its delivery timeout (an attempt begun before it runs out
+        # ends within it too); a send waits that long.
+        self._answer_timeout_s = (self.config.delivery_timeout_ms
+                                  + self._transport.config.retry_backoff_max_ms) / 1000 + 1
         self._room_timeout_s = self.config.send_timeout_ms / 1000
         if background and self.config.auto_batch:
             self.timer.start()

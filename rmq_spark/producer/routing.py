@@ -22,18 +22,22 @@ producers pick from a topic's message queues.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import threading
+import time
 import zlib
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_spark.client.transport import Transport
-from rmq_spark.errors import ConfigError, QueueNotFoundError, TopicNotFoundError
+from rmq_spark.errors import ConfigError, QueueNotFoundError, RmqError, TopicNotFoundError
 from rmq_spark.structs import Message, TopicInfo
+
+log = logging.getLogger(__name__)
 
 QUEUE_SELECTORS = ("hash", "round_robin")
 
@@ -76,10 +80,13 @@ class Router:
     route's list of (broker, queue id).
     """
 
-    def __init__(self, transport: Transport, selector: str = "hash"):
+    def __init__(self, transport: Transport, selector: str = "hash", wait_ms: float = 0,
+                 sleep: Callable[[float], None] = time.sleep):
         if selector not in QUEUE_SELECTORS:
             raise ConfigError(f"queue_selector={selector!r}: use one of {', '.join(QUEUE_SELECTORS)}")
         self._transport = transport
+        self.wait_ms = wait_ms  # how long a route is waited for while its brokers cannot be reached
+        self._sleep = sleep
         self.by_keys = selector == "hash"
         self._routes: dict[str, Route] = {}
         self._turns = itertools.count(random.randrange(1 << 16))  # RocketMQ's producers start at random too
@@ -90,18 +97,40 @@ class Router:
 
     def route(self, name: str) -> Route:
         """The topic's route; for a topic that does not exist, the queues a first send creates it
-        with where the broker makes topics so (``Transport.new_topic``), else TopicNotFoundError."""
+        with where the broker makes topics so (``Transport.new_topic``), else TopicNotFoundError.
+        While its brokers cannot be reached (a retriable failure: restarting, say) it is asked
+        again, with the transport's backoff, for ``wait_ms`` (Kafka's producer waits for a
+        topic's metadata the same way, for max.block.ms)."""
         route = self._routes.get(name)
-        if route is None:
+        if route is not None:
+            return route
+        deadline = time.monotonic() + self.wait_ms / 1000
+        attempt = 0
+        while True:
             try:
-                info, _queues = self._transport.describe_topic(name)
-            except TopicNotFoundError:
-                info = self._transport.new_topic(name)
-                if info is None:
+                info = self._described(name)
+                break
+            except RmqError as error:
+                backoff_s = self._transport.backoff_s(min(attempt, 5))
+                if not error.retriable or time.monotonic() + backoff_s > deadline:
                     raise
-            with self._lock:
-                route = self._routes[name] = Route.of(info)
+                if not attempt:
+                    log.warning("topic %s: its brokers cannot be reached (%s); asked again for up to %.0f s", name,
+                                error, self.wait_ms / 1000)
+                self._sleep(backoff_s)
+                attempt += 1
+        with self._lock:
+            route = self._routes[name] = Route.of(info)
         return route
+
+    def _described(self, name: str) -> TopicInfo:
+        try:
+            info, _queues = self._transport.describe_topic(name)
+        except TopicNotFoundError:
+            info = self._transport.new_topic(name)
+            if info is None:
+                raise
+        return info
 
     def queue_for(self, message: Message) -> tuple[str, int]:
         """The (broker, queue id) a message goes to."""

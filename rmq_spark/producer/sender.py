@@ -1,17 +1,24 @@
 """The sender: encodes batches (an inner batch on a BatchCQ topic, an early batch on a SimpleCQ
 topic, a single message when alone), sends many in one call of the transport without waiting
-for it, retries what failed retriably, and answers every batch; and the batch timer."""
+for it, retries what failed retriably until its delivery timeout, and answers every batch; and
+the batch timer.
+
+Two deadlines, as Kafka's producer has them: each attempt has ``request_timeout_ms`` (its upload
+included: a call of 4 MiB over a slow link is not failed for its size), and a batch is retried
+until ``delivery_timeout_ms`` from its first attempt. A batch that runs out fails with a sentence
+naming both and saying that it may have been stored."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from itertools import count
 from typing import Callable
 
 from rmq_spark.client.transport import EarlyBatch, InnerBatch, Send, Transport
-from rmq_spark.errors import RmqError, TopicNotFoundError
+from rmq_spark.errors import RequestTimeoutError, RmqError, TopicNotFoundError
 from rmq_spark.producer.accumulator import RecordAccumulator
 from rmq_spark.producer.batch import BatchForm, ProducerBatch, batch_form
 from rmq_spark.producer.config import ProducerConfig
@@ -26,8 +33,10 @@ class Sender:
     after a lost answer is stored once (the broker answers it with the first answer)."""
 
     def __init__(self, transport: Transport, router: Router, accumulator: RecordAccumulator,
-                 config: ProducerConfig, codec: Codec, compression: Compression):
+                 config: ProducerConfig, codec: Codec, compression: Compression,
+                 now_ms: Callable[[], float] = lambda: time.monotonic() * 1000):
         self.transport = transport
+        self.now_ms = now_ms
         self.accumulator = accumulator
         self.router = router
         self.config = config
@@ -81,7 +90,10 @@ class Sender:
         failed) when the broker answers, then ``release(batch)`` is called, failures
         included; ``on_answered()`` once the call is answered (before retries, if any)."""
         pending = []
+        deadline_ms = self.now_ms() + self.config.delivery_timeout_ms
         for batch in batches:
+            if not batch.attempts:
+                batch.deadline_ms = deadline_ms
             try:
                 pending.append((batch, self._send_of(batch)))
             except BaseException as error:  # e.g. the topic does not exist: this batch fails alone
@@ -92,8 +104,12 @@ class Sender:
             on_answered()
 
     def _call(self, pending: list, attempt: int, release, on_answered=None) -> None:
+        left_ms = min(batch.deadline_ms for batch, _send in pending) - self.now_ms()
+        timeout_ms = max(1, int(min(self.config.request_timeout_ms, left_ms)))
+        for batch, _send in pending:
+            batch.attempts += 1
         try:
-            self.transport.send_many([send for _, send in pending], self.config.send_timeout_ms,
+            self.transport.send_many([send for _, send in pending], timeout_ms,
                                      lambda outcomes, error: self._on_answer(outcomes, error, pending, attempt,
                                                                              release, on_answered))
         except BaseException as error:
@@ -111,30 +127,43 @@ class Sender:
                 on_answered()
 
     def _answer_call(self, outcomes, error, pending: list, attempt: int, release) -> None:
-        """Answer the batches of a call (on the transport's thread); retry the retriable failures."""
-        last = attempt == self.transport.config.retries
-        if error is not None:
-            if error.retriable and not last:
-                self._retry(pending, attempt, release)
-                return
-            for batch, _send in pending:
-                _answer(batch, error, None, release)
-            return
+        """Answer the batches of a call (on the transport's thread); retry the retriable
+        failures whose delivery timeout leaves room for another attempt after the backoff."""
+        retry_by_ms = self.now_ms() + self.transport.backoff_s(attempt) * 1000
         retry = []
-        for (batch, send), outcome in zip(pending, outcomes):
+        for index, (batch, send) in enumerate(pending):
+            outcome = error if error is not None else outcomes[index]
             if not isinstance(outcome, BaseException):
                 if self.transaction_id:
                     self._count_prepared(outcome)
                 _answer(batch, None, outcome, release)
                 continue
-            if isinstance(outcome, RmqError) and outcome.retriable and not last:
-                retry.append((batch, send))
-                continue
+            if isinstance(outcome, RmqError) and outcome.retriable:
+                if retry_by_ms < batch.deadline_ms:
+                    retry.append((batch, send))
+                    continue
+                outcome = self._out_of_time(batch, send, outcome)
             if isinstance(outcome, TopicNotFoundError):
                 self.router.forget(send.topic)
             _answer(batch, outcome, None, release)
         if retry:
             self._retry(retry, attempt, release)
+
+    def _out_of_time(self, batch: ProducerBatch, send: Send, error: RmqError) -> RmqError:
+        """The error a batch fails with when its delivery timeout ran out on a retriable one:
+        of the same type (still retriable), saying what ran out and what to raise."""
+        config = self.config
+        stored = "it may have been stored, so sending it again may store it twice"
+        sentence = (f"a batch of {max(len(batch.messages), 1)} message(s) to {send.topic!r} queue {send.queue_id} "
+                    f"failed after {batch.attempts} attempt(s) in delivery_timeout_ms={config.delivery_timeout_ms} "
+                    f"(each attempt up to request_timeout_ms={config.request_timeout_ms}, its upload included): "
+                    f"{error}. For a slow or lossy link raise request_timeout_ms and delivery_timeout_ms; {stored}")
+        try:
+            failed = type(error)(sentence, code=error.code, reason=error.reason)
+        except TypeError:  # an error type made otherwise: a timeout is what it came to
+            failed = RequestTimeoutError(sentence, code=error.code, reason=error.reason)
+        failed.__cause__ = error
+        return failed
 
     def _retry(self, pending: list, attempt: int, release) -> None:
         """Send again after the backoff, from a timer thread (retries are rare)."""

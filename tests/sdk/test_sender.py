@@ -18,8 +18,9 @@ from rmq_wire.codec import Codec, Compression
 class FakeCall:
     """A SendMany call: answered later with ``answer(outcomes)``."""
 
-    def __init__(self, sends: list[Send], on_answer):
+    def __init__(self, sends: list[Send], timeout_ms: int, on_answer):
         self.sends = sends
+        self.timeout_ms = timeout_ms
         self._on_answer = on_answer
 
     def answer(self, outcomes):
@@ -27,17 +28,17 @@ class FakeCall:
 
 
 class FakeTransport:
-    """What the sender uses of the transport: SendMany without waiting, retries and their backoff."""
+    """What the sender uses of the transport: SendMany without waiting, and the retries' backoff."""
 
     native_rocketmq = False
     unique_keys = None
 
-    def __init__(self, retries=1):
-        self.config = TransportConfig(retries=retries)
+    def __init__(self):
+        self.config = TransportConfig()
         self.calls: list[FakeCall] = []
 
     def send_many(self, sends, timeout_ms, answer):
-        self.calls.append(FakeCall(sends, answer))
+        self.calls.append(FakeCall(sends, timeout_ms, answer))
 
     def backoff_s(self, attempt: int) -> float:
         return 0.0
@@ -76,10 +77,10 @@ def routes():
     return Routes()
 
 
-def sender_with(transport, routes, **config) -> Sender:
+def sender_with(transport, routes, now_ms=lambda: 0.0, **config) -> Sender:
     settings = ProducerConfig(**config)
     return Sender(transport, routes, RecordAccumulator(settings, lambda: 0.0), settings, Codec.RMQ,
-                  Compression.NONE)
+                  Compression.NONE, now_ms=now_ms)
 
 
 def batch_of(topic: str, count: int, queue_id=0, alone=False) -> ProducerBatch:
@@ -113,22 +114,31 @@ def test_a_failed_batch_fails_alone_and_a_missing_topic_is_forgotten(transport, 
     assert routes.forgotten == ["batch-gone"]
 
 
-def test_a_retriable_refusal_is_sent_again_with_the_same_stamp_until_retries_run_out(routes):
-    transport = FakeTransport(retries=1)
-    sender = sender_with(transport, routes)
+def test_a_retriable_refusal_is_sent_again_with_the_same_stamp_until_the_delivery_timeout(routes):
+    """Each attempt has request_timeout_ms (the last what is left of delivery_timeout_ms); a
+    retriable failure is sent again until delivery_timeout_ms from the first attempt, then the
+    batch fails with a sentence naming both and still retriable (Kafka's split of the two)."""
+    transport, now = FakeTransport(), [0.0]
+    sender = sender_with(transport, routes, now_ms=lambda: now[0], request_timeout_ms=1000, delivery_timeout_ms=2500)
     batch = batch_of("batch-t", 2)
     sender.send([batch])
-    transport.calls[0].answer([refused("SERVICE_NOT_AVAILABLE")])
-    for _ in range(500):  # the retry goes from a timer thread, after a zero backoff
-        if len(transport.calls) == 2:
-            break
-        batch.wait(0.01)
-    first, retry = transport.calls
-    assert retry.sends[0].sequence == first.sends[0].sequence  # stored once by the broker
-    retry.answer([refused("SERVICE_NOT_AVAILABLE")])  # the last attempt: the batch fails
+    attempts = [transport.calls[0]]
+    for when in (900, 2000):
+        now[0] = when
+        attempts[-1].answer([refused("SERVICE_NOT_AVAILABLE")])
+        for _ in range(500):  # the retry goes from a timer thread, after a zero backoff
+            if len(transport.calls) == len(attempts) + 1:
+                break
+            batch.wait(0.01)
+        attempts.append(transport.calls[-1])
+    assert [a.timeout_ms for a in attempts] == [1000, 1000, 500]  # the last gets what is left
+    assert len({a.sends[0].sequence for a in attempts}) == 1  # the same stamp: stored once by the broker
+    now[0] = 2500
+    attempts[-1].answer([refused("SERVICE_NOT_AVAILABLE")])
     with pytest.raises(BrokerUnavailableError, match="refused: SERVICE_NOT_AVAILABLE") as failed:
         batch.results()
-    assert failed.value.retriable
+    assert "failed after 3 attempt(s) in delivery_timeout_ms=2500" in str(failed.value)
+    assert "raise request_timeout_ms and delivery_timeout_ms" in str(failed.value) and failed.value.retriable
 
 
 def test_ready_batches_wait_while_max_in_flight_requests_calls_are_unanswered(transport, routes):
