@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode, fastjson
 from rmq_wire.types import Credentials
@@ -130,19 +131,49 @@ class RocketMQCluster:
             *(self._acl_conf() if self.credentials else []),
             *(f"{name}={value}" for name, value in self.broker_settings.items()),
         ]) + "\n")
-        server = classpath(self.group)
-        namesrv = JavaProcess(f"rocketmq {self.version} name server", server,
+        self._processes.append(self._start_name_server())
+        self._processes.append(self._start_broker_process())
+        self._processes[-1].wait_until(self.broker_registered, "broker registered with the name server",
+                                       timeout_s=60)
+
+    def _start_name_server(self) -> JavaProcess:
+        namesrv = JavaProcess(f"rocketmq {self.version} name server", classpath(self.group),
                               "org.apache.rocketmq.namesrv.NamesrvStartup",
                               ["-c", str(self.dir / "namesrv.properties")], self.dir / "namesrv.out",
                               jvm=self._jvm(256))
-        self._processes.append(namesrv)
-        namesrv.wait_until(lambda: port_open(self.namesrv_port), "name server port", timeout_s=60)
-        if self.major == 5:
-            self._start_proxy(server)
-        else:
-            self._start_broker(server)
-        self._processes[-1].wait_until(self._broker_registered, "broker registered with the name server",
-                                       timeout_s=60)
+        return _started(namesrv, lambda: port_open(self.namesrv_port), "name server port", 60)
+
+    def _start_broker_process(self) -> JavaProcess:
+        server = classpath(self.group)
+        return self._start_proxy(server) if self.major == 5 else self._start_broker(server)
+
+    # --- faults: a process SIGKILLed, and started again on its data and ports ------------------
+
+    def kill_broker(self) -> None:
+        """SIGKILL the broker (and RocketMQ 5's proxy with it): the name server drops its routes."""
+        self._processes[1].kill()
+
+    def start_broker(self, timeout_s: float = 120) -> None:
+        """Start the killed broker again on its store; back once the name server lists it."""
+        self._processes[1] = self._start_broker_process()
+        self._processes[1].wait_until(self.broker_registered, "broker registered with the name server",
+                                      timeout_s=timeout_s)
+
+    @property
+    def name_server_pid(self) -> int:
+        return self._processes[0].popen.pid
+
+    def running(self) -> dict:
+        """{"name server": bool, "broker": bool}: which of the cluster's processes are alive."""
+        name_server, broker = self._processes[:2]
+        return {"name server": name_server.popen.poll() is None, "broker": broker.popen.poll() is None}
+
+    def kill_name_server(self) -> None:
+        self._processes[0].kill()
+
+    def start_name_server(self) -> None:
+        """Start the killed name server again (empty: the broker registers again within 30 s)."""
+        self._processes[0] = self._start_name_server()
 
     @staticmethod
     def _broker_conf_5() -> list[str]:
@@ -215,30 +246,28 @@ class RocketMQCluster:
                 if answer.code != ResponseCode.SUCCESS:
                     raise RuntimeError(f"creating account {access_key} failed: code {answer.code}, {answer.remark}")
 
-    def _start_proxy(self, server: str) -> None:
+    def _start_proxy(self, server: str) -> JavaProcess:
         (self.dir / "proxy.json").write_text(json.dumps({
             "rocketMQClusterName": CLUSTER, "namesrvAddr": self.namesrv_addr, "grpcServerPort": self.grpc_port,
             "remotingListenPort": self.remoting_proxy_port}))
         proxy = JavaProcess("rocketmq proxy and broker", server, "org.apache.rocketmq.proxy.ProxyStartup",
                             ["-pm", "local", "-bc", str(self.dir / "broker.conf"), "-pc", str(self.dir / "proxy.json")],
                             self.dir / "proxy.out", jvm=self._jvm(self.heap_mb))
-        self._processes.append(proxy)
-        proxy.wait_until(lambda: port_open(self.broker_port) and port_open(self.grpc_port), "broker and gRPC ports",
-                         timeout_s=120)
+        return _started(proxy, lambda: port_open(self.broker_port) and port_open(self.grpc_port),
+                        "broker and gRPC ports", 120)
 
-    def _start_broker(self, server: str) -> None:
+    def _start_broker(self, server: str) -> JavaProcess:
         broker = JavaProcess(f"rocketmq {self.version} broker", server, "org.apache.rocketmq.broker.BrokerStartup",
                              ["-c", str(self.dir / "broker.conf")], self.dir / "broker.out",
                              jvm=self._jvm(self.heap_mb))
-        self._processes.append(broker)
-        broker.wait_until(lambda: port_open(self.broker_port), "broker port", timeout_s=120)
+        return _started(broker, lambda: port_open(self.broker_port), "broker port", 120)
 
     @property
     def broker_pid(self) -> int:
         """The process id of the JVM that runs the broker (and RocketMQ 5's proxy)."""
         return self._processes[1].popen.pid
 
-    def _broker_registered(self) -> bool:
+    def broker_registered(self) -> bool:
         """The name server lists the broker (what mqadmin clusterList asks, without a JVM a try)."""
         with RemotingConnection(self.namesrv_addr) as namesrv:
             answer = namesrv.invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
@@ -303,6 +332,16 @@ class RocketMQCluster:
             process.kill()  # its store is removed below
         self._processes.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _started(process: JavaProcess, ready: Callable[[], bool], what: str, timeout_s: float) -> JavaProcess:
+    """``process`` once ``ready()``; killed if it is not within ``timeout_s``."""
+    try:
+        process.wait_until(ready, what, timeout_s=timeout_s)
+    except BaseException:
+        process.kill()
+        raise
+    return process
 
 
 def _harness(*args: str, timeout_s: float = 600.0, jvm: tuple = ()) -> dict:

@@ -21,7 +21,10 @@ ahead of it wait for them. Anything but records (the end of what is stored, offs
 is judged only when every slice before it is read, as one pull after another would have met it.
 
 A broker that cannot be reached (restarting, say) is asked again, with backoff, until the
-read's deadline (the transport's ``timeout_ms``): a read waits for it rather than fail.
+read's deadline (the transport's ``timeout_ms``): a read waits for it rather than fail, and says
+so once per broker. So does a range whose topic has no route at the name servers while its
+cluster restarts (no broker registered, or the range names a broker the route lacks now: it was
+there when the range was planned): the route is asked again until the deadline.
 
 A pull answered with no records but a ``nextBeginOffset`` past its offset has stepped over
 offsets. Over messages its tag filter left out (remark NO_MATCHED_MESSAGE), that is a read;
@@ -42,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from rmq_spark.client.transport import RangeChunk, ReadStatus
-from rmq_spark.errors import BrokerUnavailableError, CodecError, RequestTimeoutError
+from rmq_spark.errors import BrokerUnavailableError, CodecError, RequestTimeoutError, TopicNotFoundError
 from rmq_wire.codec._bytes import ChainError, entry_starts
 from rmq_wire.record import FIXED_BYTES
 from rmq_wire.remoting import RequestCode, ResponseCode
@@ -79,7 +82,6 @@ class _Range:
     span: int = 0  # the most messages one answer reached over
     widen: int = 1
     done: bool = False
-    warned: bool = False  # its broker's failure was logged
 
 
 @dataclass(eq=False)
@@ -110,20 +112,40 @@ class Pulls:
         """``Transport.read_ranges``: chunks of each range's records as the pulls are answered
         (a range's in order), then a done chunk per range; at most about ``max_bytes`` in all
         (a range the budget stopped ends FOUND where it got to, or BUDGET_EXHAUSTED)."""
-        return _Read(self.transport, [self._range(index, r) for index, r in enumerate(ranges)], max_bytes,
-                     tag_filter, max(1, self.pulls_per_queue)).run()
+        deadline = time.monotonic() + self.transport.config.timeout_ms / 1000
+        return _Read(self.transport, [self._range(index, r, deadline) for index, r in enumerate(ranges)], max_bytes,
+                     tag_filter, max(1, self.pulls_per_queue), deadline).run()
 
-    def _range(self, index: int, r) -> _Range:
-        route = self.transport.route(r.topic)
-        broker = self.transport.broker_of(route, getattr(r, "broker", ""))
-        return _Range(index, r.topic, broker, r.queue_id, route.address(broker), r.start, r.end)
+    def _range(self, index: int, r, deadline: float) -> _Range:
+        named = getattr(r, "broker", "")
+        failures = 0
+        while True:
+            try:
+                route = self.transport.route(r.topic, refresh=failures > 0, last_known=True)
+                if named and all(entry.broker != named for entry in route.brokers):
+                    raise TopicNotFoundError(f"topic {r.topic!r} has no route to broker {named} at the name servers "
+                                             f"now (its brokers: {', '.join(b.broker for b in route.brokers)})")
+                broker = self.transport.broker_of(route, named)
+                return _Range(index, r.topic, broker, r.queue_id, route.address(broker), r.start, r.end)
+            except (BrokerUnavailableError, RequestTimeoutError, TopicNotFoundError) as away:
+                # a topic without a route is waited for only where the range names its broker: it
+                # was there when the range was planned, and is away while its broker restarts
+                if (isinstance(away, TopicNotFoundError) and not named) or time.monotonic() >= deadline:
+                    raise
+                if not failures:
+                    log.warning("topic %s has no route to its broker %s now (%s): asked again until the read's "
+                                "deadline", r.topic, named or "(its only one)", away)
+                time.sleep(min(self.transport.backoff_s(min(failures, 5)), max(0.0, deadline - time.monotonic())))
+                failures += 1
 
 
 class _Read:
     """One ``Pulls.read``: its ranges, the slices ready to be pulled, what was received."""
 
-    def __init__(self, transport, ranges: list, max_bytes: int, tag_filter: str, depth: int):
+    def __init__(self, transport, ranges: list, max_bytes: int, tag_filter: str, depth: int, deadline: float):
         self.transport = transport
+        self.deadline = deadline
+        self.unreachable: set[str] = set()  # brokers whose failure was logged, until they answer again
         self.ranges = ranges
         self.max_bytes = max_bytes
         self.subscription = tag_filter or "*"
@@ -139,7 +161,7 @@ class _Read:
     def run(self) -> Iterator[RangeChunk]:
         answers: queue.SimpleQueue = queue.SimpleQueue()
         in_flight = 0
-        deadline = time.monotonic() + self.transport.config.timeout_ms / 1000
+        deadline = self.deadline
         while True:
             due: dict[str, list] = {}  # the pulls to send now, by broker: written together
             while self.ready and in_flight < MAX_IN_FLIGHT and self.received < self.max_bytes:
@@ -175,7 +197,8 @@ class _Read:
                 except (BrokerUnavailableError, RequestTimeoutError) as err:
                     self._unreachable(piece, err, deadline)
                     continue
-                piece.failures, r.warned = 0, False
+                piece.failures = 0
+                self.unreachable.discard(r.address)
                 yield from self._answered(piece, answer)
         for r in self.ranges:  # stopped by the budget
             if not r.done:
@@ -273,10 +296,10 @@ class _Read:
         if time.monotonic() >= deadline:
             raise error
         r = piece.range
-        if not r.warned:
+        if r.address not in self.unreachable:  # once per broker, however many of its queues wait
             log.warning("broker %s (%s) cannot be reached (%s); its pulls are retried until the read's deadline",
                         r.broker, r.address, error)
-            r.warned = True
+            self.unreachable.add(r.address)
         piece.retry_at = time.monotonic() + self.transport.backoff_s(min(piece.failures, 5))
         piece.failures += 1
         self.ready.append(piece)

@@ -268,8 +268,11 @@ class RemotingTransport(Transport):
 
     # --- routes ------------------------------------------------------------------------------
 
-    def route(self, topic: str, refresh: bool = False) -> TopicRoute:
-        return self.names.route(topic, refresh)
+    def route(self, topic: str, refresh: bool = False, last_known: bool = True) -> TopicRoute:
+        """The topic's route; while the name servers cannot be reached or list no broker for it, its
+        last known route (sends, reads, pops and offsets go on at its brokers, which say if the
+        topic is gone); ``last_known=False`` for what must be true now (creating, deleting)."""
+        return self.names.route(topic, refresh, last_known)
 
     def send_route(self, topic: str) -> TopicRoute:
         """The route a send to ``topic`` takes: its own, or where it does not exist yet and the
@@ -283,10 +286,11 @@ class RemotingTransport(Transport):
                 stand_in = self.route(AUTO_CREATE_TOPIC)
             except TopicNotFoundError:
                 servers = ";".join(self.names.addresses)
-                raise TopicNotFoundError(f"topic {topic!r} does not exist on the name servers {servers}, whose "
-                                         "brokers create no topic on a first send (autoCreateTopicEnable=false): "
-                                         f"create it first (mqadmin updateTopic -n {servers} -c <cluster> -t {topic})"
-                                         ) from None
+                raise TopicNotFoundError(f"topic {topic!r} is not served by any broker registered at the name servers "
+                                         f"{servers} now, and they create no topic on a first send "
+                                         f"(autoCreateTopicEnable=false): create it first (mqadmin updateTopic -n "
+                                         f"{servers} -c <cluster> -t {topic}); if it exists and its brokers are down "
+                                         "or restarting, it is served again once they register") from None
         return TopicRoute(topic, tuple(dataclasses.replace(entry, read_queues=min(entry.read_queues, NEW_TOPIC_QUEUES),
                                                            write_queues=min(entry.write_queues, NEW_TOPIC_QUEUES))
                                        for entry in stand_in.brokers if entry.perm & PERM_WRITE))
@@ -356,7 +360,7 @@ class RemotingTransport(Transport):
         deadline = time.monotonic() + self.config.timeout_ms / 1000
         while True:  # the brokers register the topic with the name servers
             try:
-                route = self.route(name, refresh=True)
+                route = self.route(name, refresh=True, last_known=False)
                 if {b.broker for b in route.brokers} >= set(masters):
                     break
             except TopicNotFoundError:
@@ -370,7 +374,7 @@ class RemotingTransport(Transport):
 
     def _existing(self, name: str) -> TopicInfo | None:
         try:
-            route = self.route(name, refresh=True)
+            route = self.route(name, refresh=True, last_known=False)
         except TopicNotFoundError:
             return None
         return self._topic_info(route)
@@ -387,7 +391,7 @@ class RemotingTransport(Transport):
 
     def delete_topic(self, name: str) -> bool:
         try:
-            route = self.route(name, refresh=True)
+            route = self.route(name, refresh=True, last_known=False)
         except TopicNotFoundError:
             return False
         for entry in route.brokers:
@@ -480,6 +484,8 @@ class RemotingTransport(Transport):
         all in flight at once."""
         if not topics:
             topics = [t.name for t in self.list_topics()]
+        # A topic's last known route while the name servers have none: its brokers away are
+        # reported unreachable (in ``unreachable``, when given), not the topic missing.
         routes = {topic: self.route(topic) for topic in topics}
         calls = [(topic, entry) for topic, route in routes.items() for entry in route.brokers]
         answers = self._invoke_all([(entry.address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})

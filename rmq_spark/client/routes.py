@@ -2,17 +2,37 @@
 each broker listens, which brokers make up the cluster. Routes are cached per topic and asked
 again every ``refresh_s`` (RocketMQ's clients poll every 30 s), and at once when a broker
 says it does not have the topic or cannot be reached (``forget``).
+
+A cluster that restarts is ridden through as RocketMQ's own clients ride it: a name server
+drops a broker's routes the moment its connection closes, and knows nothing after its own
+restart until the brokers register again (every 30 s). So reads and sends
+(``route(..., last_known=True)``) go on with a topic's last known route while the name servers
+have none for it or cannot be reached, and its brokers' own answers decide (a broker that no
+longer has the topic says so, and the route is forgotten). The last known routes are the
+process's, shared by its transports of the same name servers (RocketMQ's clients share one
+MQClientInstance per process): a Spark worker's next task finds what its last one learned.
+Where no route was ever known, a cluster with no broker registered is unavailable (retriable,
+waited for), not a missing topic.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from rmq_spark.errors import BrokerError, TopicNotFoundError
+from rmq_spark.errors import BrokerError, BrokerUnavailableError, TopicNotFoundError
 from rmq_wire.remoting import RequestCode, ResponseCode, fastjson
+
+log = logging.getLogger(__name__)
+
+# (name servers, topic) -> the topic's last route the name servers gave, in this process; and
+# those used now, while the name servers have none (said once each, for every client of the process)
+_LAST_KNOWN: dict[tuple[str, str], "TopicRoute"] = {}
+_ON_LAST_KNOWN: set[tuple[str, str]] = set()
+_LAST_KNOWN_LOCK = threading.Lock()
 
 PERM_WRITE = 0x2  # RocketMQ's PermName
 PERM_READ = 0x4
@@ -89,6 +109,7 @@ class NameServers:
     def __init__(self, addresses: list[str], invoke: Callable, refresh_s: float = REFRESH_S,
                  clock: Callable[[], float] = time.monotonic):
         self.addresses = addresses
+        self._servers = ";".join(sorted(addresses))
         self._invoke = invoke
         self.refresh_s = refresh_s
         self._clock = clock
@@ -98,7 +119,7 @@ class NameServers:
         self._lock = threading.Lock()
 
     def ask(self, code: int, fields: dict | None = None, body: bytes = b""):
-        """The first answer of a name server; the last one's failure if none answers."""
+        """The first answer of a name server; BrokerUnavailableError naming them if none answers."""
         failure = None
         for turn in range(len(self.addresses)):
             index = (self._first + turn) % len(self.addresses)
@@ -112,34 +133,68 @@ class NameServers:
                 continue
             self._first = index
             return answer
-        raise failure
+        if not (isinstance(failure, OSError) or getattr(failure, "retriable", False)):
+            raise failure  # a refusal that holds for every name server (TLS, credentials): as it is
+        raise BrokerUnavailableError(f"no name server answers ({';'.join(self.addresses)}): {failure}") from failure
 
-    def route(self, topic: str, refresh: bool = False) -> TopicRoute:
-        """The topic's route, cached for ``refresh_s``; TopicNotFoundError when no broker serves it."""
+    def route(self, topic: str, refresh: bool = False, last_known: bool = False) -> TopicRoute:
+        """The topic's route, cached for ``refresh_s``. Where no broker serves it now:
+        TopicNotFoundError, or BrokerUnavailableError when no broker at all is registered (the
+        cluster is down or restarting). ``last_known``: for reads and sends, the topic's last
+        known route instead while the name servers have none or cannot be reached."""
         now = self._clock()
         with self._lock:
             cached = self._routes.get(topic)
         if cached is not None and not refresh and now - cached[0] < self.refresh_s:
             return cached[1]
-        answer = self.ask(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-        if answer.code == ResponseCode.TOPIC_NOT_EXIST:
-            self.forget(topic)
-            raise TopicNotFoundError(f"topic {topic!r} is not served by any broker known to the name servers "
-                                     f"{';'.join(self.addresses)}: create it (mqadmin updateTopic, or "
-                                     "Admin(name_server=...).create_topic)")
-        if answer.code != ResponseCode.SUCCESS:
-            raise BrokerError(f"the name server refused the route of topic {topic!r}: {answer.remark}")
-        route = parse_route(topic, answer.body)
-        if not route.brokers:
-            raise TopicNotFoundError(f"topic {topic!r} has no broker with a master registered at the name servers "
-                                     f"{';'.join(self.addresses)}")
+        try:
+            route = self._asked_route(topic)
+        except (TopicNotFoundError, BrokerUnavailableError) as away:
+            with _LAST_KNOWN_LOCK:
+                known = _LAST_KNOWN.get((self._servers, topic)) if last_known else None
+                said = (self._servers, topic) in _ON_LAST_KNOWN
+                if known is not None:
+                    _ON_LAST_KNOWN.add((self._servers, topic))
+            if known is None:
+                raise
+            with self._lock:
+                self._routes[topic] = (now, known)  # asked again after refresh_s
+            if not said:
+                log.warning("topic %s has no route at the name servers now (%s); it is read and written at its last "
+                            "known brokers %s until they answer otherwise", topic, away,
+                            ", ".join(f"{b.broker} ({b.address})" for b in known.brokers))
+            return known
         with self._lock:
             self._routes[topic] = (now, route)
+        with _LAST_KNOWN_LOCK:
+            _LAST_KNOWN[(self._servers, topic)] = route
+            _ON_LAST_KNOWN.discard((self._servers, topic))
         return route
 
+    def _asked_route(self, topic: str) -> TopicRoute:
+        answer = self.ask(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if answer.code not in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST):
+            raise BrokerError(f"the name server refused the route of topic {topic!r}: {answer.remark}")
+        route = parse_route(topic, answer.body) if answer.code == ResponseCode.SUCCESS else TopicRoute(topic, ())
+        if route.brokers:
+            return route
+        servers = ";".join(self.addresses)
+        masters = self.masters()
+        if not masters:
+            raise BrokerUnavailableError(f"no broker is registered at the name servers {servers} now: the cluster's "
+                                         f"brokers are down or restarting (topic {topic!r} is asked for)")
+        raise TopicNotFoundError(f"topic {topic!r} is not served by any broker registered at the name servers "
+                                 f"{servers} now (brokers {', '.join(masters)}): create it (mqadmin updateTopic, or "
+                                 "Admin(name_server=...).create_topic); if its brokers are down or restarting, it is "
+                                 "served again once they register")
+
     def forget(self, topic: str) -> None:
+        """A broker said it does not have the topic: nothing of its route is kept."""
         with self._lock:
             self._routes.pop(topic, None)
+        with _LAST_KNOWN_LOCK:
+            _LAST_KNOWN.pop((self._servers, topic), None)
+            _ON_LAST_KNOWN.discard((self._servers, topic))
 
     def topic_names(self) -> list[str]:
         answer = self.ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)

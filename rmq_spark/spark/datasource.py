@@ -183,6 +183,13 @@ class RocketMQBatchDataSource(DataSource):
     totalBatchMaxBytes : str
         Bytes of batches a task holds sent and not yet answered before it waits for the
         broker (default ``64m``).
+    requestTimeout : str
+        The deadline of each attempt to send a call of batches, its upload included (default
+        ``30s``, Kafka's request.timeout.ms): raise it for a link slower than 4 MiB in that time.
+    deliveryTimeout : str
+        How long a batch may take to be stored, retries included (default ``2m``, Kafka's
+        delivery.timeout.ms); a task also waits this long for room, or for the routes of a
+        cluster whose brokers restart, before it fails.
     compression : str
         ``none``, ``lz4`` (default through endpoint) or ``zstd``, over each batch, end to end.
     codec : str

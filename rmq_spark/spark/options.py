@@ -45,6 +45,8 @@ DEFAULTS = {
     "batchMaxBytes": ProducerConfig.batch_max_bytes,  # the producer's own defaults
     "batchMaxDelayMs": ProducerConfig.batch_max_delay_ms,
     "totalBatchMaxBytes": 64 << 20,
+    "requestTimeout_ms": ProducerConfig.request_timeout_ms,  # Kafka's request.timeout.ms
+    "deliveryTimeout_ms": ProducerConfig.delivery_timeout_ms,  # Kafka's delivery.timeout.ms
     "compression": "lz4",
     "codec": "arrow",
     "deliveryGuarantee": "exactlyOnce",
@@ -454,7 +456,8 @@ def _name(given: dict, name: str) -> str | None:
 
 SINK_OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "queueSelector", "batchMaxBytes", "batchMaxDelayMs", "totalBatchMaxBytes",
-    "compression", "codec", "deliveryGuarantee", "sinkId", "batchId", "accessKey", "secretKey", "schema",
+    "requestTimeout", "deliveryTimeout", "compression", "codec", "deliveryGuarantee", "sinkId", "batchId",
+    "accessKey", "secretKey", "schema",
     *TLS_OPTION_NAMES,
 )
 # Set by Spark on streaming writes (checkpointLocation from .option(...), queryName from .queryName(...)).
@@ -477,6 +480,8 @@ class SinkOptions:
     compression: str
     codec: str
     exactly_once: bool
+    request_timeout_ms: int
+    delivery_timeout_ms: int
     sink_id: str | None
     checkpoint_location: str | None
     query_name: str | None
@@ -538,6 +543,8 @@ def parse_sink_options(options) -> SinkOptions:
         compression=_choice(given, "compression", {"none": "none", "lz4": "lz4", "zstd": "zstd"}, default),
         codec=_choice(given, "codec", {"arrow": "arrow", "rmq": "rmq"}, default),
         exactly_once=_choice(given, "deliveryGuarantee", DELIVERY_GUARANTEES, default) == "exactlyOnce",
+        request_timeout_ms=_duration(given, "requestTimeout"),
+        delivery_timeout_ms=_duration(given, "deliveryTimeout"),
         sink_id=_sink_id(given),
         checkpoint_location=given.get("checkpointLocation"),
         query_name=given.get("queryName"),
@@ -550,6 +557,10 @@ def parse_sink_options(options) -> SinkOptions:
         raise ConfigError(f"option {name}={given[name]!r}: through nameServer a batch is RocketMQ's MessageBatch, "
                           f"uncompressed, which RocketMQ's brokers and clients read: drop the option (or set "
                           f"{name}={needed})")
+    if opts.delivery_timeout_ms < opts.request_timeout_ms:
+        raise ConfigError(f"option deliveryTimeout ({opts.delivery_timeout_ms} ms) is below requestTimeout "
+                          f"({opts.request_timeout_ms} ms): a batch would not have the time of one attempt; raise "
+                          "deliveryTimeout")
     if opts.total_batch_max_bytes < opts.batch_max_bytes:
         raise ConfigError(f"option totalBatchMaxBytes={opts.total_batch_max_bytes} is below batchMaxBytes="
                           f"{opts.batch_max_bytes}: a writer could not hold a single batch; raise it")

@@ -55,6 +55,7 @@ from rmq_spark import (
     ConfigError,
     PreparedTransaction,
     Producer,
+    RmqError,
     TopicNotFoundError,
     Transactions,
     deterministic_keys,
@@ -156,9 +157,17 @@ def check_topic(options: SinkOptions) -> None:
                    "BatchCQ" if not options.address.native else
                    f"mqadmin updateTopic -n {options.address.name_server} -c <cluster> -t {options.topic}")
             makes = "whose brokers create" if options.address.native else "which creates"
+            away = ("; if it exists on brokers that are down or restarting, the write works once they register"
+                    if options.address.native else "")
             raise ConfigError(f"topic {options.topic!r} does not exist on {options.address.describe()}, {makes} no "
-                              f"topic on a first send (autoCreateTopicEnable=false): create it first ({how})"
+                              f"topic on a first send (autoCreateTopicEnable=false): create it first ({how}){away}"
                               ) from None
+        except RmqError as away:
+            if not away.retriable:
+                raise
+            # its brokers restarting, say: the tasks wait for them (deliveryTimeout), the plan does not fail
+            log.warning("topic %s cannot be checked now (%s): its writes wait for its brokers up to deliveryTimeout "
+                        "(%d ms)", options.topic, away, options.delivery_timeout_ms)
 
 
 # Spark gives every task of a streaming query its id (the one kept in the checkpoint's metadata).
@@ -236,7 +245,10 @@ def write_partition(options: SinkOptions, plan: WritePlan, batches: Iterator[pa.
     producer = Producer(**options.address.sdk(), transaction_id=transaction_id, codec=options.codec,
                         compression=options.compression, queue_selector=plan.queue_selector,
                         batch_max_bytes=options.batch_max_bytes, batch_max_delay_ms=options.batch_max_delay_ms,
-                        total_batch_max_bytes=options.total_batch_max_bytes)
+                        total_batch_max_bytes=options.total_batch_max_bytes,
+                        request_timeout_ms=options.request_timeout_ms, delivery_timeout_ms=options.delivery_timeout_ms,
+                        # a task waits for room, or for a restarting cluster's routes, as long as for an answer
+                        send_timeout_ms=options.delivery_timeout_ms)
     try:
         rows = 0
         unanswered = deque()  # sends whose answers are not checked yet (answered ones free their payloads)

@@ -42,9 +42,12 @@ batch), against one request per batch of rows at least once.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 from collections import deque
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Iterator
 
@@ -52,11 +55,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmq_spark import BrokerUnavailableError, RequestTimeoutError
 from rmq_spark.client.connect import connect
 from rmq_spark.producer.columns import batch_columns, split_by_topic
 from rmq_spark.producer.routing import Router
 from rmq_spark.spark import kafka
 from rmq_spark.structs import HalfMessage
+
+log = logging.getLogger(__name__)
 
 DECISIONS_DIR = ("rocketmq-batch", "decisions")
 MICRO_BATCH_PROPERTY = "SPARK_MICRO_BATCH"  # a half message's micro-batch, for the answers to checks
@@ -96,10 +102,9 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str, dire
     transport = _transport(options)
     transport.answer_checks(group, CheckAnswers(directory))
     marked = {} if batch_id is None else {MICRO_BATCH_PROPERTY: str(batch_id)}
-    router = Router(transport, plan.queue_selector)
+    router = Router(transport, plan.queue_selector, wait_ms=options.delivery_timeout_ms)
     prepared: list[HalfMessage] = []
-    pending: deque = deque()
-    timeout_s = options.address.transport.timeout_ms / 1000
+    halves = _Halves(transport, group, options.delivery_timeout_ms, options.address.transport.timeout_ms)
     try:
         for batch in batches:
             if batch.num_rows == 0:
@@ -113,12 +118,11 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str, dire
                 places = router.row_queues(route, rows, columns.column("keys"), lengths, options.batch_max_bytes)
                 for place, body, properties in zip(places.tolist(), columns.column("body").to_pylist(),
                                                    _properties(columns, marked)):
-                    pending.append(transport.send_half(topic, route.queues[place], body, properties, group,
-                                                       CHECK_IMMUNITY_S))
-                    while len(pending) >= IN_FLIGHT or (pending and pending[0].done()):
-                        prepared.append(pending.popleft().result(timeout_s))
-        while pending:
-            prepared.append(pending.popleft().result(timeout_s))
+                    halves.send(topic, route.queues[place], body, properties)
+                    while len(halves.pending) >= IN_FLIGHT or (halves.pending and halves.pending[0][0].done()):
+                        prepared.append(halves.answer())
+        while halves.pending:
+            prepared.append(halves.answer())
     except BaseException:  # what is still unanswered in ``pending`` is dropped by the broker's checks
         try:
             transport.end_halves(prepared, False, group)
@@ -128,6 +132,52 @@ def prepare(options, plan, batches: Iterator[pa.RecordBatch], sink_id: str, dire
         raise
     transport.close()
     return prepared, group
+
+
+class _Halves:
+    """A task's half messages in flight, in order. One whose broker cannot be reached (it
+    restarts) is sent again, with backoff, for ``delivery_timeout_ms`` from its first send: safe,
+    as a half message stored without its answer is in no decision, and the broker's checks roll
+    it back."""
+
+    def __init__(self, transport, group: str, delivery_timeout_ms: int, answer_timeout_ms: int):
+        self.transport, self.group = transport, group
+        self.delivery_s, self.answer_s = delivery_timeout_ms / 1000, answer_timeout_ms / 1000
+        self.pending: deque = deque()  # (future, the send's arguments, its deadline)
+        self.warned = False
+
+    def send(self, topic: str, queue: tuple, body: bytes, properties: dict, deadline: float | None = None) -> None:
+        arguments = (topic, queue, body, properties)
+        deadline = deadline or time.monotonic() + self.delivery_s
+        try:
+            future = self.transport.send_half(*arguments, self.group, CHECK_IMMUNITY_S)
+        except (BrokerUnavailableError, RequestTimeoutError) as error:
+            future = Future()
+            future.set_exception(error)
+        self.pending.append((future, arguments, deadline))
+
+    def answer(self) -> HalfMessage:
+        """The first pending half message's, sent again while its broker cannot be reached."""
+        future, arguments, deadline = self.pending.popleft()
+        attempt = 0
+        while True:
+            try:
+                return future.result(self.answer_s)
+            except (BrokerUnavailableError, RequestTimeoutError, TimeoutError) as error:
+                backoff_s = self.transport.backoff_s(min(attempt, 5))
+                if time.monotonic() + backoff_s > deadline:
+                    raise
+                if not self.warned:
+                    log.warning("rocketmq-batch: a transactional message to %s could not be prepared (%s); sent again "
+                                "until the write's deliveryTimeout", arguments[0], error)
+                    self.warned = True
+                time.sleep(backoff_s)
+                attempt += 1
+                try:
+                    future = self.transport.send_half(*arguments, self.group, CHECK_IMMUNITY_S)
+                except (BrokerUnavailableError, RequestTimeoutError) as failed:
+                    future = Future()
+                    future.set_exception(failed)
 
 
 def _properties(columns: pa.RecordBatch, marked: dict) -> Iterator[dict]:
@@ -168,9 +218,14 @@ def commit(options, directory: Path, messages, batch_id: int, log) -> None:
         if not halves:
             return
         _write_decision(directory, batch_id, halves, groups.pop())
-        for message in returned:
-            transport.end_halves(message.halves, True, message.group)
-        done.touch()
+        try:
+            for message in returned:
+                transport.end_halves(message.halves, True, message.group)
+            done.touch()
+        except (BrokerUnavailableError, RequestTimeoutError) as away:  # decided: finished once the broker is back
+            log.warning("rocketmq-batch: micro-batch %d is decided but its commit was cut (%s): it is finished "
+                        "when the broker answers again, within the write's deliveryTimeout", batch_id, away)
+            _finish_when_back(transport, decided, done, options.delivery_timeout_ms)
     finally:
         transport.close()
     _forget_old(directory, batch_id)
@@ -225,6 +280,23 @@ def _finish(transport, decided: Path, done: Path) -> None:
     missing = [h for h in halves if not transport.message_exists(h.topic, h.broker, h.unique_key)]
     transport.end_halves(missing, True, group)
     done.touch()
+
+
+def _finish_when_back(transport, decided: Path, done: Path, timeout_ms: int) -> None:
+    """``_finish`` once the broker can be reached, asked again with backoff for ``timeout_ms``
+    (what each commit reached, the broker says: nothing is committed twice)."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    attempt = 0
+    while True:
+        try:
+            _finish(transport, decided, done)
+            return
+        except (BrokerUnavailableError, RequestTimeoutError):
+            backoff_s = transport.backoff_s(min(attempt, 5))
+            if time.monotonic() + backoff_s > deadline:
+                raise
+            time.sleep(backoff_s)
+            attempt += 1
 
 
 class CheckAnswers:

@@ -138,6 +138,7 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
         # first trigger starts at initialOffset).
         self._next_start: dict | None = None
         self._told_old_engine = False
+        self._away: set = set()  # brokers said to be unreachable, until they answer again: said once each
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -198,14 +199,13 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
     def _reconcile(self, start: dict, view: Snapshot) -> dict:
         """Where each queue reads from now: the checkpointed offset, checked against what the
         broker still has; new queues from their first offset (which must be 0, or data was lost)."""
-        begin = {}
+        begin, waiting = {}, {}
         for key, offset in start.items():
             queue = view.queues.get(key)
             topic, broker, queue_id = key
             where = f"topic {topic!r} queue {queue_text(broker, queue_id)}"
             if queue is None and broker in view.unreachable:
-                log.warning("rocketmq-batch: broker %s cannot be reached; %s waits at offset %d until it can",
-                            broker, where, offset)
+                waiting.setdefault(broker, []).append(f"{topic}:{queue_id}@{offset}")
                 begin[key] = offset
             elif queue is None and not self.options.subscription.matches(topic):
                 log.warning("rocketmq-batch: topic %r is in the checkpoint but no longer in the subscription "
@@ -234,7 +234,18 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
                                f"{queue.min_offset}, not 0: its first messages were deleted before they were read",
                                "reading on from there")
                 begin[key] = queue.min_offset
+        self._say_away(waiting)
         return begin
+
+    def _say_away(self, waiting: dict) -> None:
+        """One line per broker that cannot be reached, when it is first seen so (a query plans every
+        trigger: a line per queue per trigger said nothing more), and one when it answers again."""
+        for broker in sorted(waiting.keys() - self._away):
+            log.warning("rocketmq-batch: broker %s cannot be reached; its queues wait at their offsets (%s) until it "
+                        "can", broker, ", ".join(waiting[broker]))
+        for broker in sorted(self._away - waiting.keys()):
+            log.warning("rocketmq-batch: broker %s answers again", broker)
+        self._away = set(waiting)
 
     def _lost(self, what: str, skipping: str) -> None:
         """Data the query had to read is gone: fail (failOnDataLoss) or warn and skip it."""

@@ -137,7 +137,7 @@ def reader_of():
         reader = RangeReader(name_server="127.0.0.1:9", transport=None, **options)
         transport = reader._transport
         route = TopicRoute(TOPIC, (BrokerQueues(BROKER, "127.0.0.1:10911", 1, 1, PERM_READ),))
-        transport.route = lambda topic, refresh=False: route
+        transport.route = lambda topic, refresh=False, last_known=True: route
         transport.request_many = broker.request_many
         transport.wait = lambda future, address, code, timeout_ms=None: _result(future)
         transport.backoff_s = lambda attempt: 0.001
