@@ -13,8 +13,8 @@ lint: $(STAMP)  ## ruff, and the layers' import contract (lint-imports); both co
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-test: lint check-java peers pyspark-versions  ## everything (what CI runs): the JVM peers and Spark too, two at a time (groups: tests/conftest.py)
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25 -rs tests
+test: lint check-java peers pyspark-versions  ## everything (what CI runs): the JVM peers and Spark too, three at a time (groups: tests/conftest.py)
+	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=25 -rs tests
 
 # The tiers are marked in tests/conftest.py by the fixtures a test uses.
 test-quick: $(STAMP)  ## after each change: the in-process tests (no Spark, JVM or crashed processes), a tenth of the fuzz examples, two at a time

@@ -6,9 +6,9 @@ The tiers are marked here and nowhere else: ``spark`` (a Spark session, or a Spa
 process of its own) and ``jvm`` (the real RocketMQ or Kafka, or RocketMQ's Java clients), by the
 fixtures a test uses; ``processes`` (brokers, clients or interpreters started, crashed and
 restarted as processes of their own), by the files below. `make test-quick` runs the rest, two at
-a time (pytest-xdist); `make test` runs everything, two at a time too: the tests that share the
+a time (pytest-xdist); `make test` runs everything, three at a time: the tests that share the
 session's Spark run on one worker (xdist group ``spark``), those that share the real RocketMQ or
-Kafka on one worker (group ``jvm``), so that none is started twice, and the rest fill both workers.
+Kafka on one worker (group ``jvm``), so that none is started twice, and the rest fill the workers.
 """
 
 import os

@@ -53,7 +53,8 @@ class TransportConfig:
     """Deadlines, retries, credentials and TLS of the calls to the broker.
 
     ``retries``: further attempts of a call that failed with a retriable code, when the call is
-    safe to repeat; the wait before attempt n is ``retry_backoff_ms * 2**n`` (capped at
+    safe to repeat (a producer's sends are retried for its ``delivery_timeout_ms`` instead, as
+    Kafka's are); the wait before attempt n is ``retry_backoff_ms * 2**n`` (capped at
     ``retry_backoff_max_ms``) with jitter. ``credentials``: the account every call is signed
     with, for brokers that check ACLs (RocketMQ's signatures on either protocol).
 

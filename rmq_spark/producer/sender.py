@@ -139,6 +139,7 @@ class Sender:
                 _answer(batch, None, outcome, release)
                 continue
             if isinstance(outcome, RmqError) and outcome.retriable:
+                batch.maybe_stored |= not _refused(outcome)
                 if retry_by_ms < batch.deadline_ms:
                     retry.append((batch, send))
                     continue
@@ -153,7 +154,8 @@ class Sender:
         """The error a batch fails with when its delivery timeout ran out on a retriable one:
         of the same type (still retriable), saying what ran out and what to raise."""
         config = self.config
-        stored = "it may have been stored, so sending it again may store it twice"
+        stored = ("it may have been stored, so sending it again may store it twice" if batch.maybe_stored else
+                  "the broker refused every attempt, so nothing of it was stored")
         sentence = (f"a batch of {max(len(batch.messages), 1)} message(s) to {send.topic!r} queue {send.queue_id} "
                     f"failed after {batch.attempts} attempt(s) in delivery_timeout_ms={config.delivery_timeout_ms} "
                     f"(each attempt up to request_timeout_ms={config.request_timeout_ms}, its upload included): "
@@ -272,3 +274,9 @@ class BatchTimer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+def _refused(error: RmqError) -> bool:
+    """The broker answered and refused (nothing stored): our door's refusals carry a reason,
+    RocketMQ's a response code; a timeout, a lost answer or a lost connection carry neither."""
+    return bool(error.reason) or (isinstance(error.code, int) and not isinstance(error.code, bool))
