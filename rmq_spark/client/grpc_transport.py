@@ -235,15 +235,19 @@ class GrpcTransport(Transport):
     def pop(self, query: PopQuery) -> Popped:
         request = pop_pb2.PopRequest(group=query.group, topic=query.topic, queue_id=query.queue_id,
                                      max_messages=query.max_messages, invisible_time_ms=query.invisible_ms,
-                                     poll_time_ms=query.poll_ms, tag_filter=query.tag_filter, orderly=query.orderly)
-        r, records = self._call(self._pop_call, request, timeout_ms=self.config.timeout_ms + query.poll_ms)
+                                     poll_time_ms=query.poll_ms, tag_filter=query.tag_filter, orderly=query.orderly,
+                                     ack_receipt_handles=query.ack_handles)
+        # carrying acks, a pop is not sent again: a repeat would ack twice (the second time "expired")
+        r, records = self._call(self._pop_call, request, timeout_ms=self.config.timeout_ms + query.poll_ms,
+                                retry=not query.ack_handles)
         return Popped(r.topic, r.invisible_until_ms, r.polling_full, r.receipt_handles, r.queue_ids, r.offsets,
-                      r.counts, r.reconsume_times, r.retry, r.record_bytes, records)
+                      r.counts, r.reconsume_times, r.retry, r.record_bytes, records,
+                      ack_failures=_ack_failures(r.ack_failures))
 
     def ack(self, group: str, receipt_handles: list[str]) -> list[AckFailure]:
         response = self._call(self._pop.Ack, pop_pb2.AckRequest(group=group, receipt_handles=receipt_handles),
                               retry=False)
-        return [AckFailure(f.index, f.status == pop_pb2.ACK_INVALID, f.detail) for f in response.failures]
+        return _ack_failures(response.failures)
 
     def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> tuple[str, int]:
         response = self._call(self._pop.ChangeInvisibleDuration, pop_pb2.ChangeInvisibleDurationRequest(
@@ -439,3 +443,7 @@ def _read_varint(data: bytes, at: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, at
         shift += 7
+
+
+def _ack_failures(failures) -> list[AckFailure]:
+    return [AckFailure(f.index, f.status == pop_pb2.ACK_INVALID, f.detail) for f in failures]

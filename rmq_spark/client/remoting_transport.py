@@ -710,6 +710,10 @@ class RemotingTransport(Transport):
     # --- pop ---------------------------------------------------------------------------------
 
     def pop(self, query: PopQuery) -> Popped:
+        """A POP_MESSAGE; the acks it carries go first, as a batch ack (RocketMQ's pop takes none)."""
+        if query.ack_handles:
+            failures = self.ack(query.group, list(query.ack_handles))
+            return self.pop(query._replace(ack_handles=()))._replace(ack_failures=failures)
         route = self.route(query.topic)
         readers = [b for b in route.brokers if b.read_queues]
         if query.queue_id >= 0:

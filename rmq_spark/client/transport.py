@@ -199,6 +199,7 @@ class PopQuery(NamedTuple):
     poll_ms: int
     tag_filter: str
     orderly: bool
+    ack_handles: Sequence[str] = ()  # of the group, acked before the pop (in the same call where the door can)
 
 
 class Popped(NamedTuple):
@@ -217,6 +218,7 @@ class Popped(NamedTuple):
     record_bytes: Sequence[int]
     records: memoryview
     broker: str = ""  # the broker that answered (a pop goes to one broker)
+    ack_failures: Sequence["AckFailure"] = ()  # of the query's ack_handles: those not acked
 
 
 class AckFailure(NamedTuple):

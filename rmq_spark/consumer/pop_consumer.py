@@ -104,24 +104,45 @@ class PopConsumer:
 
     # --- receiving ---------------------------------------------------------------------------
 
-    def receive(self, max_messages: int | None = None, poll_ms: int | None = None) -> list[Delivery]:
+    def receive(self, max_messages: int | None = None, poll_ms: int | None = None,
+                ack: "Delivery | str | Iterable[Delivery | str] | None" = None) -> list[Delivery]:
         """Pop up to ``max_messages`` deliveries; with none ready, wait up to ``poll_ms`` for new
-        ones. Returns an empty list when nothing came."""
+        ones. Returns an empty list when nothing came.
+
+        ``ack``: deliveries (or receipt handles) finished since the last receive, acked by the
+        broker before it pops, in the same call (one call a round instead of two; through
+        RocketMQ's remoting, a batch ack first). Handles that could not be acked are logged, as
+        ``consume`` logs them (their messages come back after their invisible time: at least
+        once); call ``ack`` to have them raised instead."""
         want = self.max_messages if max_messages is None else max_messages
         poll = self.poll_ms if poll_ms is None else poll_ms
+        carried = tuple(_handles(ack)) if ack is not None else ()
         with self._lock:
             start = self._next_topic
             self._next_topic = (start + 1) % len(self.topics)
         order = self.topics[start:] + self.topics[:start]
         for topic in order[:-1]:  # the others without waiting, the last one with long polling
-            found = self._pop(topic, want, 0)
+            found, carried = self._pop(topic, want, 0, carried), ()
             if found:
                 return found
-        return self._pop(order[-1], want, poll)
+        return self._pop(order[-1], want, poll, carried)
 
-    def _pop(self, topic: str, want: int, poll_ms: int) -> list[Delivery]:
-        popped = self._transport.pop(PopQuery(self.group, topic, self.queue_id, want, self.invisible_ms, poll_ms,
-                                              self.tag_filter, self.orderly))
+    def _pop(self, topic: str, want: int, poll_ms: int, acks: tuple = ()) -> list[Delivery]:
+        query = PopQuery(self.group, topic, self.queue_id, want, self.invisible_ms, poll_ms, self.tag_filter,
+                         self.orderly, acks)
+        try:
+            popped = self._transport.pop(query)
+        except RmqError as err:
+            if not acks or not err.retriable:
+                raise
+            # not sent again with the acks (a repeat would find them acked and say "expired")
+            log.warning("a pop carrying %d acks failed (%s): if they were not acked, their messages come back after "
+                        "their invisible time; popping again without them", len(acks), err)
+            popped = self._transport.pop(query._replace(ack_handles=()))
+        if popped.ack_failures:
+            first = popped.ack_failures[0]
+            log.warning("%d of %d receipt handles carried by a pop were not acked (the rest were; theirs come back): "
+                        "the first, %s: %s", len(popped.ack_failures), len(acks), acks[first.index], first.detail)
         if popped.polling_full:
             time.sleep(_POLLING_FULL_BACKOFF_S)  # the broker has enough waiting pops; look again shortly
         if not popped.receipt_handles:
@@ -191,14 +212,14 @@ class PopConsumer:
         give_up = None if timeout_s is None else time.monotonic() + timeout_s
         finished = 0
         seen = 0
+        done: list[Delivery] = []  # finished since the last pop: acked by the next one
         while (max_deliveries is None or seen < max_deliveries) and not (stop is not None and stop.is_set()):
             left_s = None if give_up is None else give_up - time.monotonic()
             if left_s is not None and left_s <= 0:
                 break
             poll = self.poll_ms if left_s is None else min(self.poll_ms, int(left_s * 1000))
             want = self.max_messages if max_deliveries is None else min(self.max_messages, max_deliveries - seen)
-            deliveries = self.receive(want, poll)
-            done = []
+            deliveries, done = self.receive(want, poll, ack=done), []
             for delivery in deliveries:
                 seen += 1
                 try:
@@ -211,12 +232,12 @@ class PopConsumer:
                         self._retry_later(delivery, retry_delay_ms)
                 else:
                     done.append(delivery)
-            if done:
-                try:
-                    self.ack(done)
-                except ReceiptHandleError as err:  # handled, but they come back: at least once
-                    log.warning("%s", err)
-                finished += len(done)
+            finished += len(done)
+        if done:  # the last round's: no pop to carry them
+            try:
+                self.ack(done)
+            except ReceiptHandleError as err:  # handled, but they come back: at least once
+                log.warning("%s", err)
         return finished
 
     def _retry_later(self, delivery: Delivery, delay_ms: int) -> None:

@@ -24,29 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brmq_wire/contract/pop.proto\x12\x15rmq_spark.protocol.v1\"\xa8\x01\n\nPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12\x19\n\x11invisible_time_ms\x18\x05 \x01(\x03\x12\x14\n\x0cpoll_time_ms\x18\x06 \x01(\x03\x12\x12\n\ntag_filter\x18\x07 \x01(\t\x12\x0f\n\x07orderly\x18\x08 \x01(\x08\"\xea\x01\n\x0bPopResponse\x12\x17\n\x0freceipt_handles\x18\x01 \x03(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tqueue_ids\x18\x03 \x03(\x05\x12\x0f\n\x07offsets\x18\x04 \x03(\x03\x12\x0e\n\x06\x63ounts\x18\x05 \x03(\x05\x12\x17\n\x0freconsume_times\x18\x06 \x03(\x05\x12\r\n\x05retry\x18\x07 \x03(\x08\x12\x14\n\x0crecord_bytes\x18\x08 \x03(\x05\x12\x1a\n\x12invisible_until_ms\x18\t \x01(\x03\x12\x0f\n\x07records\x18\n \x01(\x0c\x12\x14\n\x0cpolling_full\x18\x0b \x01(\x08\"4\n\nAckRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x02 \x03(\t\"]\n\nAckFailure\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .rmq_spark.protocol.v1.AckStatus\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"B\n\x0b\x41\x63kResponse\x12\x33\n\x08\x66\x61ilures\x18\x01 \x03(\x0b\x32!.rmq_spark.protocol.v1.AckFailure\"b\n\x1e\x43hangeInvisibleDurationRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\x12\x19\n\x11invisible_time_ms\x18\x03 \x01(\x03\"U\n\x1f\x43hangeInvisibleDurationResponse\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x1a\n\x12invisible_until_ms\x18\x02 \x01(\x03*I\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x41\x43K_EXPIRED\x10\x01\x12\x0f\n\x0b\x41\x43K_INVALID\x10\x02\x32\xac\x02\n\x03Pop\x12L\n\x03Pop\x12!.rmq_spark.protocol.v1.PopRequest\x1a\".rmq_spark.protocol.v1.PopResponse\x12L\n\x03\x41\x63k\x12!.rmq_spark.protocol.v1.AckRequest\x1a\".rmq_spark.protocol.v1.AckResponse\x12\x88\x01\n\x17\x43hangeInvisibleDuration\x12\x35.rmq_spark.protocol.v1.ChangeInvisibleDurationRequest\x1a\x36.rmq_spark.protocol.v1.ChangeInvisibleDurationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brmq_wire/contract/pop.proto\x12\x15rmq_spark.protocol.v1\"\xc5\x01\n\nPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12\x19\n\x11invisible_time_ms\x18\x05 \x01(\x03\x12\x14\n\x0cpoll_time_ms\x18\x06 \x01(\x03\x12\x12\n\ntag_filter\x18\x07 \x01(\t\x12\x0f\n\x07orderly\x18\x08 \x01(\x08\x12\x1b\n\x13\x61\x63k_receipt_handles\x18\t \x03(\t\"\xa3\x02\n\x0bPopResponse\x12\x17\n\x0freceipt_handles\x18\x01 \x03(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tqueue_ids\x18\x03 \x03(\x05\x12\x0f\n\x07offsets\x18\x04 \x03(\x03\x12\x0e\n\x06\x63ounts\x18\x05 \x03(\x05\x12\x17\n\x0freconsume_times\x18\x06 \x03(\x05\x12\r\n\x05retry\x18\x07 \x03(\x08\x12\x14\n\x0crecord_bytes\x18\x08 \x03(\x05\x12\x1a\n\x12invisible_until_ms\x18\t \x01(\x03\x12\x0f\n\x07records\x18\n \x01(\x0c\x12\x14\n\x0cpolling_full\x18\x0b \x01(\x08\x12\x37\n\x0c\x61\x63k_failures\x18\x0c \x03(\x0b\x32!.rmq_spark.protocol.v1.AckFailure\"4\n\nAckRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x02 \x03(\t\"]\n\nAckFailure\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .rmq_spark.protocol.v1.AckStatus\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"B\n\x0b\x41\x63kResponse\x12\x33\n\x08\x66\x61ilures\x18\x01 \x03(\x0b\x32!.rmq_spark.protocol.v1.AckFailure\"b\n\x1e\x43hangeInvisibleDurationRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\x12\x19\n\x11invisible_time_ms\x18\x03 \x01(\x03\"U\n\x1f\x43hangeInvisibleDurationResponse\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x1a\n\x12invisible_until_ms\x18\x02 \x01(\x03*I\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x41\x43K_EXPIRED\x10\x01\x12\x0f\n\x0b\x41\x43K_INVALID\x10\x02\x32\xac\x02\n\x03Pop\x12L\n\x03Pop\x12!.rmq_spark.protocol.v1.PopRequest\x1a\".rmq_spark.protocol.v1.PopResponse\x12L\n\x03\x41\x63k\x12!.rmq_spark.protocol.v1.AckRequest\x1a\".rmq_spark.protocol.v1.AckResponse\x12\x88\x01\n\x17\x43hangeInvisibleDuration\x12\x35.rmq_spark.protocol.v1.ChangeInvisibleDurationRequest\x1a\x36.rmq_spark.protocol.v1.ChangeInvisibleDurationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rmq_wire.contract.pop_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACKSTATUS']._serialized_start=866
-  _globals['_ACKSTATUS']._serialized_end=939
+  _globals['_ACKSTATUS']._serialized_start=952
+  _globals['_ACKSTATUS']._serialized_end=1025
   _globals['_POPREQUEST']._serialized_start=55
-  _globals['_POPREQUEST']._serialized_end=223
-  _globals['_POPRESPONSE']._serialized_start=226
-  _globals['_POPRESPONSE']._serialized_end=460
-  _globals['_ACKREQUEST']._serialized_start=462
-  _globals['_ACKREQUEST']._serialized_end=514
-  _globals['_ACKFAILURE']._serialized_start=516
-  _globals['_ACKFAILURE']._serialized_end=609
-  _globals['_ACKRESPONSE']._serialized_start=611
-  _globals['_ACKRESPONSE']._serialized_end=677
-  _globals['_CHANGEINVISIBLEDURATIONREQUEST']._serialized_start=679
-  _globals['_CHANGEINVISIBLEDURATIONREQUEST']._serialized_end=777
-  _globals['_CHANGEINVISIBLEDURATIONRESPONSE']._serialized_start=779
-  _globals['_CHANGEINVISIBLEDURATIONRESPONSE']._serialized_end=864
-  _globals['_POP']._serialized_start=942
-  _globals['_POP']._serialized_end=1242
+  _globals['_POPREQUEST']._serialized_end=252
+  _globals['_POPRESPONSE']._serialized_start=255
+  _globals['_POPRESPONSE']._serialized_end=546
+  _globals['_ACKREQUEST']._serialized_start=548
+  _globals['_ACKREQUEST']._serialized_end=600
+  _globals['_ACKFAILURE']._serialized_start=602
+  _globals['_ACKFAILURE']._serialized_end=695
+  _globals['_ACKRESPONSE']._serialized_start=697
+  _globals['_ACKRESPONSE']._serialized_end=763
+  _globals['_CHANGEINVISIBLEDURATIONREQUEST']._serialized_start=765
+  _globals['_CHANGEINVISIBLEDURATIONREQUEST']._serialized_end=863
+  _globals['_CHANGEINVISIBLEDURATIONRESPONSE']._serialized_start=865
+  _globals['_CHANGEINVISIBLEDURATIONRESPONSE']._serialized_end=950
+  _globals['_POP']._serialized_start=1028
+  _globals['_POP']._serialized_end=1328
 # @@protoc_insertion_point(module_scope)

@@ -17,7 +17,7 @@ ACK_EXPIRED: AckStatus
 ACK_INVALID: AckStatus
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_time_ms", "poll_time_ms", "tag_filter", "orderly")
+    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_time_ms", "poll_time_ms", "tag_filter", "orderly", "ack_receipt_handles")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class PopRequest(_message.Message):
     POLL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     TAG_FILTER_FIELD_NUMBER: _ClassVar[int]
     ORDERLY_FIELD_NUMBER: _ClassVar[int]
+    ACK_RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     queue_id: int
@@ -34,10 +35,11 @@ class PopRequest(_message.Message):
     poll_time_ms: int
     tag_filter: str
     orderly: bool
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_time_ms: _Optional[int] = ..., poll_time_ms: _Optional[int] = ..., tag_filter: _Optional[str] = ..., orderly: bool = ...) -> None: ...
+    ack_receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_time_ms: _Optional[int] = ..., poll_time_ms: _Optional[int] = ..., tag_filter: _Optional[str] = ..., orderly: bool = ..., ack_receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PopResponse(_message.Message):
-    __slots__ = ("receipt_handles", "topic", "queue_ids", "offsets", "counts", "reconsume_times", "retry", "record_bytes", "invisible_until_ms", "records", "polling_full")
+    __slots__ = ("receipt_handles", "topic", "queue_ids", "offsets", "counts", "reconsume_times", "retry", "record_bytes", "invisible_until_ms", "records", "polling_full", "ack_failures")
     RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +51,7 @@ class PopResponse(_message.Message):
     INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     POLLING_FULL_FIELD_NUMBER: _ClassVar[int]
+    ACK_FAILURES_FIELD_NUMBER: _ClassVar[int]
     receipt_handles: _containers.RepeatedScalarFieldContainer[str]
     topic: str
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -60,7 +63,8 @@ class PopResponse(_message.Message):
     invisible_until_ms: int
     records: bytes
     polling_full: bool
-    def __init__(self, receipt_handles: _Optional[_Iterable[str]] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., reconsume_times: _Optional[_Iterable[int]] = ..., retry: _Optional[_Iterable[bool]] = ..., record_bytes: _Optional[_Iterable[int]] = ..., invisible_until_ms: _Optional[int] = ..., records: _Optional[bytes] = ..., polling_full: bool = ...) -> None: ...
+    ack_failures: _containers.RepeatedCompositeFieldContainer[AckFailure]
+    def __init__(self, receipt_handles: _Optional[_Iterable[str]] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., reconsume_times: _Optional[_Iterable[int]] = ..., retry: _Optional[_Iterable[bool]] = ..., record_bytes: _Optional[_Iterable[int]] = ..., invisible_until_ms: _Optional[int] = ..., records: _Optional[bytes] = ..., polling_full: bool = ..., ack_failures: _Optional[_Iterable[_Union[AckFailure, _Mapping]]] = ...) -> None: ...
 
 class AckRequest(_message.Message):
     __slots__ = ("group", "receipt_handles")

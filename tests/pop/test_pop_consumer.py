@@ -81,7 +81,10 @@ def test_pops_and_acks_whose_state_writes_are_synced_run_in_the_pool_alike(tmp_p
             first = consumer.receive()
             assert [d.messages()[0].body for d in first] == [b"m0", b"m1"]
             consumer.ack(first)
-            assert [d.messages()[0].body for d in consumer.receive(poll_ms=1000)] == [b"m2"]  # the pool's wait
+            last = consumer.receive(poll_ms=1000)
+            assert [d.messages()[0].body for d in last] == [b"m2"]  # the pool's wait
+            assert consumer.receive(poll_ms=200, ack=last) == []  # acked in the pool, once, then waits
+        assert synced.core.pop_service.in_flight("g") == 0
     finally:
         synced.stop(grace=1.0)
 
@@ -164,6 +167,40 @@ def test_consume_acks_what_the_handler_finishes_and_failures_come_back(broker, c
         revive(broker, clock, 1_001)
         assert consumer.consume(handler, max_deliveries=2) == 2
     assert broker.core.pop_service.in_flight("g") == 0 and failed_once == {b"m1", b"m4"}
+
+
+def test_a_pop_carries_the_acks_of_what_was_finished_one_call_a_round(broker, clock, caplog):
+    """``receive(ack=...)`` acks before it pops, in the same call: those messages never come back;
+    a handle that cannot be acked is logged with its reason and the others are acked; the pop
+    itself answers as ever, and in the synced pool's path (acks once, not again when it waits)."""
+    send(broker, "s", "SimpleCQ", [Message("s", b"m%d" % i) for i in range(6)])
+    with PopConsumer(broker.endpoint, "g", "s", max_messages=2, poll_ms=0, invisible_ms=1_000) as consumer:
+        calls = []
+        real_ack = consumer._transport.ack
+        consumer._transport.ack = lambda *a: calls.append(a) or real_ack(*a)
+        first = consumer.receive()
+        second = consumer.receive(ack=first)
+        assert broker.core.pop_service.in_flight("g") == 2  # first acked by the second pop
+        third = consumer.receive(ack=[d.receipt_handle for d in second] + [first[0].receipt_handle])
+        assert [d.messages()[0].body for d in first + second + third] == [b"m%d" % i for i in range(6)]
+        assert "1 of 3 receipt handles carried by a pop were not acked" in caplog.text  # first[0] twice
+        assert consumer.receive(ack=third, poll_ms=300) == []  # acks carried by a pop that waits and finds nothing
+        assert calls == []  # no Ack call of its own
+    assert broker.core.pop_service.in_flight("g") == 0
+    revive(broker, clock, 1_001)
+    with PopConsumer(broker.endpoint, "g", "s", poll_ms=0) as consumer:
+        assert consumer.receive() == []  # nothing came back
+
+
+def test_consume_acks_with_the_next_pop_and_the_last_round_with_an_ack(broker):
+    send(broker, "s", "SimpleCQ", [Message("s", b"m%d" % i) for i in range(7)])
+    with PopConsumer(broker.endpoint, "g", "s", max_messages=3, poll_ms=0) as consumer:
+        acks = []
+        real_ack = consumer._transport.ack
+        consumer._transport.ack = lambda group, handles: acks.append(len(handles)) or real_ack(group, handles)
+        assert consumer.consume(lambda delivery: None, max_deliveries=7) == 7
+        assert acks == [1]  # rounds of 3, 3 and 1: the first two carried by the next pops
+    assert broker.core.pop_service.in_flight("g") == 0
 
 
 def test_consume_needs_an_end(broker):

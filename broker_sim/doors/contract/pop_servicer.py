@@ -27,12 +27,17 @@ class PopServicer(pb_grpc.PopServicer):
     @translated
     async def Pop(self, request, context):
         quota_client = client_of(context)
+        loop = asyncio.get_running_loop()
+        acked = []  # the acks the pop carries, done once, before it
+        if request.ack_receipt_handles:
+            acked = (await loop.run_in_executor(None, self._acked, request) if self._core.pop_waits_for_disk
+                     else self._acked(request))
         if not self._core.pop_waits_for_disk and not self._core.reads_may_wait():
-            found, answer = self._pop(request, 0, context.peer(), quota_client)
+            found, answer = self._pop(request, 0, context.peer(), quota_client, acked)
             if found or not request.poll_time_ms:
                 return answer
-        _found, answer = await asyncio.get_running_loop().run_in_executor(
-            None, self._pop, request, request.poll_time_ms, context.peer(), quota_client)
+        _found, answer = await loop.run_in_executor(
+            None, self._pop, request, request.poll_time_ms, context.peer(), quota_client, acked)
         return answer
 
     @translated
@@ -41,9 +46,11 @@ class PopServicer(pb_grpc.PopServicer):
             return await asyncio.get_running_loop().run_in_executor(None, self._ack, request)
         return self._ack(request)
 
-    def _pop(self, request, poll_time_ms: int, peer: str, quota_client: str = "") -> tuple[bool, bytes]:
+    def _pop(self, request, poll_time_ms: int, peer: str, quota_client: str = "",
+             ack_failures: list = ()) -> tuple[bool, bytes]:
         """Whether the pop found deliveries, and its answer; ``peer``: who pops; ``quota_client``:
-        who is charged for a group this makes (limits.client_key)."""
+        who is charged for a group this makes (limits.client_key); ``ack_failures``: of the acks
+        it carried."""
         def answer(result):  # its records are views of the store: copied into the answer here
             found = result.deliveries
             checkpoints = [d.checkpoint for d in found]
@@ -53,7 +60,7 @@ class PopServicer(pb_grpc.PopServicer):
                 counts=[ck.count for ck in checkpoints], reconsume_times=[ck.reconsume_times for ck in checkpoints],
                 retry=[d.retry for d in found], record_bytes=[d.record_size for d in found],
                 invisible_until_ms=checkpoints[0].deadline_ms if checkpoints else 0,
-                polling_full=result.polling_full)
+                polling_full=result.polling_full, ack_failures=ack_failures)
             return bool(found), with_bytes_field(head, _RECORDS_FIELD, result.parts)
 
         return self._core.pop(request.group, request.topic, request.queue_id, request.max_messages,
@@ -61,9 +68,13 @@ class PopServicer(pb_grpc.PopServicer):
                               client=peer, quota_client=quota_client)
 
     def _ack(self, request):
-        failures = self._core.ack(request.group, list(request.receipt_handles))
-        return pb.AckResponse(failures=[pb.AckFailure(index=f.index, status=_ACK_STATUS[f.status], detail=f.detail)
-                                        for f in failures])
+        return pb.AckResponse(failures=self._acked(request))
+
+    def _acked(self, request) -> list:
+        """Ack the handles of an AckRequest, or those a PopRequest carries; the failures."""
+        handles = request.receipt_handles if isinstance(request, pb.AckRequest) else request.ack_receipt_handles
+        return [pb.AckFailure(index=f.index, status=_ACK_STATUS[f.status], detail=f.detail)
+                for f in self._core.ack(request.group, list(handles))]
 
     @translated
     def ChangeInvisibleDuration(self, request, context):
