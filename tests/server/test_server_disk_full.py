@@ -79,8 +79,8 @@ def test_a_full_disk_refuses_whole_batches_and_loses_nothing(tmp_path, kind, siz
                 admin.create_topic(TOPIC, QUEUES, "BatchCQ")
             fill(filler, leave_bytes=6 * MIB)
             quick = TransportConfig(retry_backoff_ms=10, retry_backoff_max_ms=20)
-            # a full disk is retriable (space may come back): retried for 1 s here, not the default 2 min
-            with Producer(endpoint, transport=quick, request_timeout_ms=1000, delivery_timeout_ms=1000) as producer:
+            # a full disk is retriable (space may come back): retried for 5 s here, not the default 2 min
+            with Producer(endpoint, transport=quick, request_timeout_ms=5000, delivery_timeout_ms=5000) as producer:
                 refusal = None
                 for number in range(1000):  # about 120 batches fit 6 MiB
                     queue_id = number % QUEUES
