@@ -58,7 +58,8 @@ class ProducerBatch:
     """
 
     __slots__ = ("key", "created_ms", "messages", "body_bytes", "alone", "encoded", "sequence", "deadline_ms",
-                 "attempts", "maybe_stored", "response", "error", "_finished", "_callbacks", "_indexes", "_lock")
+                 "attempts", "maybe_stored", "refusal", "response", "error", "_finished", "_callbacks", "_indexes",
+                 "_lock")
 
     def __init__(self, key: BatchKey, created_ms: float = 0.0, alone: bool = False):
         self.key = key
@@ -71,6 +72,7 @@ class ProducerBatch:
         self.deadline_ms = 0.0  # when its delivery timeout runs out: set at its first attempt
         self.attempts = 0
         self.maybe_stored = False  # an attempt ended without the broker's word (a timeout, a lost answer)
+        self.refusal = None  # the last attempt the broker refused (told why, nothing stored)
         self.response = None  # where the broker stored it: the transport's Stored
         self.error: BaseException | None = None
         self._finished = threading.Event()

@@ -139,10 +139,15 @@ class Sender:
                 _answer(batch, None, outcome, release)
                 continue
             if isinstance(outcome, RmqError) and outcome.retriable:
-                batch.maybe_stored |= not _refused(outcome)
+                if _refused(outcome):
+                    batch.refusal = outcome
+                else:
+                    batch.maybe_stored = True
                 if retry_by_ms < batch.deadline_ms:
                     retry.append((batch, send))
                     continue
+                if isinstance(outcome, RequestTimeoutError) and batch.refusal is not None:
+                    outcome = batch.refusal  # the last attempt ran out of the time left: the broker's reason says more
                 outcome = self._out_of_time(batch, send, outcome)
             if isinstance(outcome, TopicNotFoundError):
                 self.router.forget(send.topic)
