@@ -113,20 +113,28 @@ class Pulls:
         (a range's in order), then a done chunk per range; at most about ``max_bytes`` in all
         (a range the budget stopped ends FOUND where it got to, or BUDGET_EXHAUSTED)."""
         deadline = time.monotonic() + self.transport.config.timeout_ms / 1000
-        return _Read(self.transport, [self._range(index, r, deadline) for index, r in enumerate(ranges)], max_bytes,
-                     tag_filter, max(1, self.pulls_per_queue), deadline).run()
+        brokers: dict = {}  # (topic, broker named) -> (its address, the broker): asked once a read, not a range
+        read = []
+        for index, r in enumerate(ranges):
+            key = (r.topic, getattr(r, "broker", ""))
+            if key not in brokers:
+                brokers[key] = self._broker(*key, deadline)
+            address, broker = brokers[key]
+            read.append(_Range(index, r.topic, broker, r.queue_id, address, r.start, r.end))
+        return _Read(self.transport, read, max_bytes, tag_filter, max(1, self.pulls_per_queue), deadline).run()
 
-    def _range(self, index: int, r, deadline: float) -> _Range:
-        named = getattr(r, "broker", "")
+    def _broker(self, topic: str, named: str, deadline: float) -> tuple[str, str]:
+        """The address and name of the broker a topic's range is read from, waited for while the
+        topic has no route to it (said once)."""
         failures = 0
         while True:
             try:
-                route = self.transport.route(r.topic, refresh=failures > 0, last_known=True)
+                route = self.transport.route(topic, refresh=failures > 0, last_known=True)
                 if named and all(entry.broker != named for entry in route.brokers):
-                    raise TopicNotFoundError(f"topic {r.topic!r} has no route to broker {named} at the name servers "
+                    raise TopicNotFoundError(f"topic {topic!r} has no route to broker {named} at the name servers "
                                              f"now (its brokers: {', '.join(b.broker for b in route.brokers)})")
                 broker = self.transport.broker_of(route, named)
-                return _Range(index, r.topic, broker, r.queue_id, route.address(broker), r.start, r.end)
+                return route.address(broker), broker
             except (BrokerUnavailableError, RequestTimeoutError, TopicNotFoundError) as away:
                 # a topic without a route is waited for only where the range names its broker: it
                 # was there when the range was planned, and is away while its broker restarts
@@ -134,7 +142,7 @@ class Pulls:
                     raise
                 if not failures:
                     log.warning("topic %s has no route to its broker %s now (%s): asked again until the read's "
-                                "deadline", r.topic, named or "(its only one)", away)
+                                "deadline", topic, named or "(its only one)", away)
                 time.sleep(min(self.transport.backoff_s(min(failures, 5)), max(0.0, deadline - time.monotonic())))
                 failures += 1
 
