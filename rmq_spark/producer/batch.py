@@ -98,7 +98,7 @@ class ProducerBatch:
         if callback is not None:
             self._callbacks.append(callback)
             self._indexes.append(index)
-        return SendFuture(self, index)
+        return new_future((self, index))
 
     def age_ms(self, now_ms: float) -> float:
         return now_ms - self.created_ms
@@ -157,7 +157,10 @@ class ProducerBatch:
             callbacks, indexes, self._callbacks, self._indexes = self._callbacks, self._indexes, [], []
         if self.error is None and callbacks and None not in indexes:  # the common case: a callback per message
             for callback, result in zip(callbacks, self._results_of(indexes)):
-                _run(callback, result, None)
+                try:  # _run, written out: a call per message less
+                    callback(result, None)
+                except Exception:
+                    log.exception("a send callback failed")
             return
         for callback, index in zip(callbacks, indexes):
             self._run(callback, index)
@@ -185,15 +188,24 @@ def _run(callback, *args) -> None:
 _new_result = functools.partial(tuple.__new__, SendResult)
 
 
-class SendFuture:
+class SendFuture(tuple):
     """The future of one message's ``SendResult``: ``result(timeout)``, ``exception(timeout)``,
-    ``done()`` and ``add_done_callback(fn)`` as ``concurrent.futures.Future``'s."""
+    ``done()`` and ``add_done_callback(fn)`` as ``concurrent.futures.Future``'s. (A tuple of its
+    batch and its message's index: one is made per message sent, ``new_future``, without a
+    Python-level ``__init__``.)"""
 
-    __slots__ = ("_batch", "_index")
+    __slots__ = ()
 
-    def __init__(self, batch: ProducerBatch, index: int):
-        self._batch = batch
-        self._index = index
+    def __new__(cls, batch: ProducerBatch, index: int):
+        return tuple.__new__(cls, (batch, index))
+
+    @property
+    def _batch(self) -> ProducerBatch:
+        return self[0]
+
+    @property
+    def _index(self) -> int:
+        return self[1]
 
     def done(self) -> bool:
         return self._batch.finished
@@ -212,3 +224,6 @@ class SendFuture:
 
     def add_done_callback(self, fn: Callable[["SendFuture"], None]) -> None:
         self._batch.add_callback(lambda: fn(self))
+
+
+new_future = functools.partial(tuple.__new__, SendFuture)  # SendFuture((batch, index)), the quick way
