@@ -25,6 +25,8 @@ class Admin:
         Deadlines, retries and TLS.
     """
 
+    MAX_WAIT_MS = 30_000  # the longest a long poll of offsets waits (the broker's cap too)
+
     def __init__(self, endpoint: str | None = None, transport: TransportConfig | None = None, *,
                  name_server: str | None = None):
         self._transport = connect(endpoint, transport, name_server=name_server)
@@ -56,12 +58,21 @@ class Admin:
         it makes none, and a topic must be created first."""
         return self._transport.new_topic(name)
 
-    def offsets(self, topics: list[str], *, unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
+    def offsets(self, topics: list[str], *, unreachable: set | None = None, past: dict | None = None,
+                wait_ms: int = 0) -> dict[str, list[QueueOffsets]]:
         """Min / max offsets of every queue of many topics (of every topic when ``topics`` is
         empty), in as few calls as the broker's answers allow (it pages them). Through name
         servers, with an ``unreachable`` set: the brokers that cannot be reached now are added to
-        it and their queues left out, rather than failing the call."""
-        return self._transport.offsets(list(topics), unreachable)
+        it and their queues left out, rather than failing the call.
+
+        A long poll, for a reader that has read everything: with ``past`` ({(topic, broker,
+        queue id): offset}, the broker "" through our door) and ``wait_ms`` (at most 30,000), the
+        answer comes once a queue of ``past`` ends past its offset there (woken by the broker as
+        the messages are stored, not polled), or after ``wait_ms`` with nothing new. Through
+        name servers each queue's wait is a suspended PULL_MESSAGE, as RocketMQ's consumers wait."""
+        if wait_ms < 0 or wait_ms > self.MAX_WAIT_MS:
+            raise ConfigError(f"wait_ms={wait_ms}: give 0 (answer now) to {self.MAX_WAIT_MS:,}")
+        return self._transport.offsets(list(topics), unreachable, past, int(wait_ms))
 
     def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids=None, broker: str = "") -> dict[int, int]:
         """Per queue (of ``broker``, for a topic served by several), the first offset stored at

@@ -136,11 +136,22 @@ class GrpcTransport(Transport):
         return _topic(response.topic), [QueueOffsets(name, q.queue_id, q.min_offset, q.max_offset)
                                         for q in response.queues]
 
-    def offsets(self, topics: list[str], unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
+    def offsets(self, topics: list[str], unreachable: set | None = None, past: dict | None = None,
+                wait_ms: int = 0) -> dict[str, list[QueueOffsets]]:
         out = {}
         request = pb.GetOffsetsRequest(topics=list(topics))
+        timeout_ms = None
+        if past and wait_ms > 0:  # the first page waits at the broker
+            known: dict = {}
+            for (topic, _broker, queue_id), offset in past.items():
+                known.setdefault(topic, []).append(pb.QueueOffsets(queue_id=queue_id, max_offset=offset))
+            request.known.extend(pb.TopicOffsets(topic=t, queues=q) for t, q in known.items())
+            request.wait_ms = wait_ms
+            timeout_ms = self.config.timeout_ms + wait_ms
         while True:  # ends: every page but the last holds a topic, and its token is past it
-            response = self._call(self._admin.GetOffsets, request)
+            response = self._call(self._admin.GetOffsets, request, timeout_ms=timeout_ms)
+            del request.known[:]
+            request.wait_ms, timeout_ms = 0, None
             out.update({t.topic: [QueueOffsets(t.topic, q.queue_id, q.min_offset, q.max_offset) for q in t.queues]
                         for t in response.topics})
             if not response.next_page_token or not response.topics:

@@ -58,6 +58,7 @@ WIDEN = 4  # a range whose pulls land inside stored batches: slices of this many
 FIRST_SPAN = 32  # a slice's size before any answer said how far one reaches (RocketMQ's count)
 NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # the remark of a pull whose records the filter all left out
 MAX_MESSAGES = 32767  # a pull's maxMsgNums: the broker stops at its byte (and count) limit first
+PULL_SUSPEND = 0x2  # PullSysFlag: the broker may hold the pull until messages arrive (suspendTimeoutMillis)
 PULL_SUBSCRIPTION = 0x4  # PullSysFlag: the request carries its subscription (a tag filter)
 _QUEUE_OFFSET = struct.Struct(">q")  # a stored record's QUEUEOFFSET, at byte 20
 _QUEUE_OFFSET_AT = 20

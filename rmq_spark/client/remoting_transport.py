@@ -37,7 +37,7 @@ import orjson
 from rmq_spark.client.acl_refusals import acl_refusal
 from rmq_spark.client.broker_versions import BATCH_CQ, POP, BrokerVersion, refusal
 from rmq_spark.client.message_ids import UniqueKeys
-from rmq_spark.client.pulls import Pulls
+from rmq_spark.client.pulls import PULL_SUBSCRIPTION, PULL_SUSPEND, Pulls
 from rmq_spark.client.routes import PERM_WRITE, NameServers, TopicRoute
 from rmq_spark.client.tls import ssl_context, tls_mismatch
 from rmq_spark.client.transport import (
@@ -98,6 +98,7 @@ from rmq_wire.remoting import RemotingCommand, RemotingConnection, RequestCode, 
 
 PRODUCER_GROUP = "rocketmq-batch-producer"  # RocketMQ's sends name a producer group
 NEW_TOPIC_QUEUES = 4  # what a first send asks of a topic it creates (RocketMQ's producers' defaultTopicQueueNums)
+MAX_SUSPENDED_PULLS = 256  # the queues a long poll of offsets waits on at most, a suspended pull each
 TRANSACTIONS_REFUSED = (
     "transactions of batches (a Producer's transaction_id, Transactions) are broker_sim's (through endpoint): "
     "RocketMQ prepares and ends transactional messages one at a time and has no fence against a replayed batch. "
@@ -479,9 +480,12 @@ class RemotingTransport(Transport):
         route = self.route(name)
         return self._topic_info(route), self.offsets([name])[name]
 
-    def offsets(self, topics: list[str], unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
+    def offsets(self, topics: list[str], unreachable: set | None = None, past: dict | None = None,
+                wait_ms: int = 0) -> dict[str, list[QueueOffsets]]:
         """Every readable queue's min / max offsets: a topic stats request per (topic, broker),
-        all in flight at once."""
+        all in flight at once (with ``past`` and ``wait_ms``, once ``_wait_past`` returns)."""
+        if past and wait_ms > 0:
+            self._wait_past(past, wait_ms)
         if not topics:
             topics = [t.name for t in self.list_topics()]
         # A topic's last known route while the name servers have none: its brokers away are
@@ -509,6 +513,39 @@ class RemotingTransport(Transport):
         for queues in out.values():
             queues.sort(key=lambda q: (q.broker, q.queue_id))
         return out
+
+    def _wait_past(self, past: dict, wait_ms: int) -> None:
+        """RocketMQ's long polling: a suspended PULL_MESSAGE of one message for each queue of
+        ``past`` at its offset, all in flight; returns once one is answered with messages (or
+        anything but "none yet": a queue gone, a broker away), or after ``wait_ms``. The rest are
+        forgotten (the brokers answer them into the void when their wait ends). More queues than
+        ``MAX_SUSPENDED_PULLS`` are not waited for (a pull held for each would load the brokers
+        more than polling): the answer comes at once."""
+        if len(past) > MAX_SUSPENDED_PULLS:
+            return
+        futures: dict[Future, str] = {}
+        try:
+            for (topic, broker, queue_id), offset in past.items():
+                route = self.route(topic)
+                address = route.address(self.broker_of(route, broker))
+                futures[self.request(address, RequestCode.PULL_MESSAGE, {
+                    "consumerGroup": self.pull_group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+                    "maxMsgNums": 1, "sysFlag": PULL_SUSPEND | PULL_SUBSCRIPTION, "commitOffset": 0,
+                    "suspendTimeoutMillis": wait_ms, "subscription": "*", "subVersion": 0,
+                    "expressionType": "TAG"})] = address
+            deadline = time.monotonic() + wait_ms / 1000 + 1  # a second for the answers to travel
+            pending = set(futures)
+            while pending and (left := deadline - time.monotonic()) > 0:
+                done, pending = concurrent.futures.wait(pending, left, concurrent.futures.FIRST_COMPLETED)
+                if any(f.exception() is not None or f.result().code != ResponseCode.PULL_NOT_FOUND for f in done):
+                    return
+        except RmqError:  # a route or a broker cannot be had now: the offsets say what is there
+            return
+        finally:
+            for future, address in futures.items():
+                connection = self._connections.get(address)
+                if connection is not None and not future.done():
+                    connection.forget(future)
 
     def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int],
                               broker: str = "") -> dict[int, int]:

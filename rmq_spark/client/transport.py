@@ -308,10 +308,13 @@ class Transport(ABC):
         makes none."""
 
     @abstractmethod
-    def offsets(self, topics: list[str], unreachable: set | None = None) -> dict[str, list[QueueOffsets]]:
+    def offsets(self, topics: list[str], unreachable: set | None = None, past: dict | None = None,
+                wait_ms: int = 0) -> dict[str, list[QueueOffsets]]:
         """Min / max offsets of every queue of ``topics`` (of every topic when empty). With
         ``unreachable``, a broker that cannot be reached is added to it and its queues left out
-        (where there are several brokers); otherwise its error is raised."""
+        (where there are several brokers); otherwise its error is raised. With ``past``
+        ({(topic, broker, queue id): offset}) and ``wait_ms``, a long poll: the answer waits at
+        the broker until a queue of ``past`` ends past its offset there, or ``wait_ms`` passes."""
 
     @abstractmethod
     def offsets_for_timestamp(self, topic: str, timestamp_ms: int, queue_ids: list[int],

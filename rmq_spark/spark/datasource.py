@@ -88,6 +88,11 @@ class RocketMQBatchDataSource(DataSource):
     maxTriggerDelay : str
         The longest a trigger is held by minRecordsPerTrigger: ``500ms``, ``30s``, ``15m``
         (default), ``1h``; a bare number is milliseconds.
+    waitForMessages : str
+        Streams: a trigger that finds no new message waits at the broker for one this long, at
+        most (a long poll: the broker answers as the messages are stored, and the micro-batch
+        starts then, not at the next trigger). Default ``500ms``; ``0`` answers at once; 30s at
+        most (stopping a query waits for it).
     maxRecordsPerPartition : int
         At most this many records per Spark task: larger ranges are split. Default: no limit.
     minPartitions : int

@@ -84,10 +84,11 @@ class Snapshot:
                                      "the subscription")
 
 
-def snapshot(admin: Admin, subscription: Subscription) -> Snapshot:
+def snapshot(admin: Admin, subscription: Subscription, past: dict | None = None, wait_ms: int = 0) -> Snapshot:
     """The subscribed queues as the broker has them now (two calls at most: topics for a
     pattern, then every queue's offsets in one GetOffsets; a call per topic only when a named
-    topic is missing).
+    topic is missing). With ``past`` (positions) and ``wait_ms``, the offsets wait at the broker
+    until a queue of ``past`` ends past its position, at most ``wait_ms`` (a long poll).
 
     Raises ConfigError for an assigned queue that the topic does not have.
     """
@@ -96,7 +97,7 @@ def snapshot(admin: Admin, subscription: Subscription) -> Snapshot:
     else:
         topics = sorted(subscription.assign or subscription.topics)
     unreachable: set = set()
-    found = _offsets(admin, topics, unreachable)
+    found = _offsets(admin, topics, unreachable, past, wait_ms)
     queues = {}
     for topic in topics:
         if topic not in found:
@@ -117,13 +118,13 @@ def snapshot(admin: Admin, subscription: Subscription) -> Snapshot:
     return Snapshot(queues, missing, frozenset(unreachable))
 
 
-def _offsets(admin: Admin, topics: list, unreachable: set) -> dict:
+def _offsets(admin: Admin, topics: list, unreachable: set, past: dict | None = None, wait_ms: int = 0) -> dict:
     """{topic: [QueueOffsets]} of the topics that exist (a deleted one is left out); a broker
     that cannot be reached (through name servers) goes to ``unreachable``, its queues left out."""
     if not topics:
         return {}
     try:
-        return admin.offsets(topics, unreachable=unreachable)
+        return admin.offsets(topics, unreachable=unreachable, past=past, wait_ms=wait_ms)
     except TopicNotFoundError:
         found = {}
         for topic in topics:

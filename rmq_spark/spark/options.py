@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmq_spark import (
+    Admin,
     ConfigError,
     Credentials,
     ProducerConfig,
@@ -35,6 +36,7 @@ DEFAULTS = {
     "startingOffsets.batch": "earliest",
     "endingOffsets": "latest",
     "maxTriggerDelay_ms": 15 * 60 * 1000,
+    "waitForMessages_ms": 500,
     "maxPartitions": 32,
     "maxBytesPerFetch": 64 << 20,
     "fetchTimeout_ms": 5 * 60 * 1000,
@@ -61,9 +63,9 @@ TLS_OPTION_NAMES = ("tls", *_TLS_FILES)
 OPTION_NAMES = (
     "endpoint", "nameServer", "topic", "topics", "topicPattern", "assign", "startingOffsets",
     "startingTimestamp", "endingOffsets", "endingTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger",
-    "maxTriggerDelay", "maxRecordsPerPartition", "minPartitions", "maxPartitions", "maxBytesPerFetch",
-    "fetchTimeout", "failOnDataLoss", "tagFilter", "includeProperties", "consumerGroup", "accessKey", "secretKey",
-    "schema", *TLS_OPTION_NAMES,
+    "maxTriggerDelay", "waitForMessages", "maxRecordsPerPartition", "minPartitions", "maxPartitions",
+    "maxBytesPerFetch", "fetchTimeout", "failOnDataLoss", "tagFilter", "includeProperties", "consumerGroup",
+    "accessKey", "secretKey", "schema", *TLS_OPTION_NAMES,
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
 SUBSCRIPTIONS = ("topic", "topics", "topicPattern", "assign")
@@ -151,6 +153,7 @@ class SourceOptions:
     max_records_per_trigger: int | None
     min_records_per_trigger: int | None
     max_trigger_delay_ms: int
+    wait_for_messages_ms: int
     max_records_per_partition: int | None
     min_partitions: int | None
     max_partitions: int
@@ -220,6 +223,7 @@ def parse_options(options) -> SourceOptions:
         max_records_per_trigger=_whole(given, "maxRecordsPerTrigger", "a positive number of records"),
         min_records_per_trigger=_whole(given, "minRecordsPerTrigger", "a positive number of records"),
         max_trigger_delay_ms=_duration(given, "maxTriggerDelay"),
+        wait_for_messages_ms=_wait(given),
         max_records_per_partition=_whole(given, "maxRecordsPerPartition", "a positive number of records"),
         min_partitions=_whole(given, "minPartitions", "a positive number of partitions"),
         max_partitions=_whole(given, "maxPartitions", "a positive number of partitions") or DEFAULTS["maxPartitions"],
@@ -402,6 +406,18 @@ def _whole(given: dict, name: str, what: str, minimum: int = 1) -> int | None:
         raise ConfigError(f"option {name}={given[name]!r}: expected {what} (a whole number"
                           f"{' >= ' + str(minimum) if minimum else ''})")
     return int(value)
+
+
+def _wait(given: dict) -> int:
+    """waitForMessages: a duration up to 30 s, or 0 (a trigger that finds nothing does not wait)."""
+    value = given.get("waitForMessages", "").strip()
+    if re.fullmatch(r"0+(ms|s)?", value):
+        return 0
+    wait_ms = _duration(given, "waitForMessages")
+    if wait_ms > Admin.MAX_WAIT_MS:
+        raise ConfigError(f"option waitForMessages={value!r} is more than 30s: a trigger that finds nothing waits at "
+                          "the broker at most that long (Spark waits for it to stop a query)")
+    return wait_ms
 
 
 def _duration(given: dict, name: str) -> int:

@@ -113,6 +113,12 @@ class RocketMQBatchReader(DataSourceReader):
         return read_partition(self.options, partition)
 
 
+def _nothing_new(view: Snapshot, start: dict) -> bool:
+    """No queue of ``view`` ends past where ``start`` has it (a queue ``start`` lacks: past its first offset)."""
+    begin = from_json(start, view.queues)
+    return all(queue.max_offset <= begin.get(key, queue.min_offset) for key, queue in view.queues.items())
+
+
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -163,10 +169,19 @@ class RocketMQBatchStreamReader(DataSourceStreamReader, compat.SupportsTriggerAv
             limit = self.getDefaultReadLimit()
             self._tell_old_engine()
         self._commit_group(start)  # where a trigger starts, the micro-batch before it is done
-        view = self._target or snapshot(self._broker(), self.options.subscription)
+        view = self._target or self._view(start)
         self._latest = view.max_positions()
         self._next_start = self._trigger(start, limit, view)
         return self._next_start
+
+    def _view(self, start: dict) -> Snapshot:
+        """The queues now; when none has a message past ``start``, once the broker has one (or
+        waitForMessages has passed): a long poll, so that a micro-batch starts as messages land."""
+        view = snapshot(self._broker(), self.options.subscription)
+        if self.options.wait_for_messages_ms and view.queues and not view.unreachable and _nothing_new(view, start):
+            view = snapshot(self._broker(), self.options.subscription, past=view.max_positions(),
+                            wait_ms=self.options.wait_for_messages_ms)
+        return view
 
     def _trigger(self, start: dict, limit, view: Snapshot) -> dict:
         """The end of the micro-batch that starts at ``start`` (``start`` itself: none)."""

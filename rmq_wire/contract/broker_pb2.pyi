@@ -132,14 +132,18 @@ class TopicOffsets(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
-    __slots__ = ("topics", "max_queues", "page_token")
+    __slots__ = ("topics", "max_queues", "page_token", "known", "wait_ms")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     max_queues: int
     page_token: str
-    def __init__(self, topics: _Optional[_Iterable[str]] = ..., max_queues: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    known: _containers.RepeatedCompositeFieldContainer[TopicOffsets]
+    wait_ms: int
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., max_queues: _Optional[int] = ..., page_token: _Optional[str] = ..., known: _Optional[_Iterable[_Union[TopicOffsets, _Mapping]]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class GetOffsetsResponse(_message.Message):
     __slots__ = ("topics", "next_page_token")

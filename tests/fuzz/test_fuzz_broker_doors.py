@@ -28,7 +28,7 @@ METHODS = [(service, method) for module, name in SERVICES
            for service in [module.DESCRIPTOR.services_by_name[name]] for method in service.methods]
 METHOD_BY_NAME = {f"{service.name}.{method.name}": method for service, method in METHODS}
 # Calls that may wait for messages by design (long polling) until their deadline.
-LONG_POLLING = {"Pop", "ReceiveMessage", "PullMessage", "Telemetry"}
+LONG_POLLING = {"Pop", "ReceiveMessage", "PullMessage", "Telemetry", "GetOffsets"}  # GetOffsets: with known offsets and wait_ms
 ESCAPED = {grpc.StatusCode.UNKNOWN}  # an exception a handler did not turn into a refusal
 
 

@@ -1,3 +1,6 @@
+import threading
+import time
+
 import pytest
 
 import broker_sim
@@ -60,6 +63,28 @@ def test_offsets_of_many_topics_and_by_time(admin, endpoint, topic_name):
     stored_at = first[0].store_timestamp_ms
     assert admin.offsets_for_timestamp(a, stored_at) == {0: 0, 1: 0}
     assert admin.offsets_for_timestamp(a, stored_at + 1, queue_ids=[1]) == {1: 5}
+
+
+def test_offsets_wait_at_the_broker_until_a_message_lands(admin, endpoint, topic_name):
+    """A long poll: the broker answers once a queue ends past what the reader has, woken by the
+    store (20 s would be the wait: it answers long before); with nothing stored, after the wait."""
+    admin.create_topic(topic_name, 2, "BatchCQ")
+    past = {(q.topic, q.broker, q.queue_id): q.max_offset for q in admin.offsets([topic_name])[topic_name]}
+    started = time.monotonic()
+    assert [q.max_offset for q in admin.offsets([topic_name], past=past, wait_ms=200)[topic_name]] == [0, 0]
+    assert time.monotonic() - started >= 0.2  # nothing came: it waited it out
+    with Producer(endpoint) as producer:
+        sender = threading.Thread(target=producer.send, args=(Message(topic_name, b"m", queue_id=1),))
+        sender.start()
+        started = time.monotonic()
+        offsets = admin.offsets([topic_name], past=past, wait_ms=20_000)[topic_name]
+        waited_s = time.monotonic() - started
+        sender.join()
+    assert [q.max_offset for q in offsets] == [0, 1] and waited_s < 15  # woken by the send, not timed out
+    admin.delete_topic(topic_name)  # a queue that is gone answers at once too
+    assert admin.offsets([], past=past, wait_ms=20_000).get(topic_name) is None
+    with pytest.raises(ConfigError, match="wait_ms=40000: give 0"):
+        admin.offsets([topic_name], past=past, wait_ms=40_000)
 
 
 def test_offsets_follow_the_brokers_pages(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import time
 
 import pyarrow as pa
@@ -49,15 +50,19 @@ def all_ranges(name_server: str, *topics: str) -> list[OffsetRange]:
 
 def wait_for_messages(name_server: str, topic: str, count: int, timeout_s: float = 20) -> list[OffsetRange]:
     """The topic's ranges once its queues hold ``count`` messages (a send returns before its
-    message is indexed, on RocketMQ's broker as on broker_sim's)."""
+    message is indexed, on RocketMQ's broker as on broker_sim's): each look waits at the brokers
+    for more (a long poll, suspended pulls), none polls."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        ranges = all_ranges(name_server, topic)
-        held = sum(r.end - r.start for r in ranges)
-        if held >= count or time.monotonic() > deadline:
-            assert held == count, f"{topic}: {held} messages of {count}"
-            return ranges
-        time.sleep(0.1)
+    with Admin(name_server=name_server) as admin:
+        offsets = admin.offsets([topic])[topic]
+        while True:
+            held = sum(q.max_offset - q.min_offset for q in offsets)
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if held >= count or left_ms <= 0:
+                assert held == count, f"{topic}: {held} messages of {count}"
+                return [OffsetRange(q.topic, q.queue_id, q.min_offset, q.max_offset, q.broker) for q in offsets]
+            past = {(q.topic, q.broker, q.queue_id): q.max_offset for q in offsets}
+            offsets = admin.offsets([topic], past=past, wait_ms=min(left_ms, 5_000))[topic]
 
 
 def test_topics_are_created_described_listed_and_deleted(target):
@@ -150,6 +155,28 @@ def test_a_tag_filter_reads_only_those_tags(target):
     assert tails  # only A messages there: the broker's pull steps over them, which is no loss
     with RangeReader(name_server=target.namesrv, tag_filter="B") as reader:
         assert reader.read_table(tails).num_rows == 0
+
+
+@with_rocketmq4()
+def test_a_long_poll_of_offsets_is_answered_when_a_message_lands(target):
+    """Offsets that wait (suspended PULL_MESSAGEs, one per queue, as RocketMQ's consumers wait):
+    answered once a send lands, long before the 20 s asked for; with nothing sent, after the wait."""
+    name = unique("sdk-long-poll", target)
+    with Admin(name_server=target.namesrv) as admin:
+        admin.create_topic(name, 2, "SimpleCQ")
+        queues = admin.offsets([name])[name]
+        past = {(q.topic, q.broker, q.queue_id): q.max_offset for q in queues}
+        started = time.monotonic()
+        assert sum(q.max_offset for q in admin.offsets([name], past=past, wait_ms=300)[name]) == 0
+        assert time.monotonic() - started >= 0.3
+        with Producer(name_server=target.namesrv) as producer:
+            sender = threading.Thread(target=producer.send, args=(Message(name, b"m"),))
+            sender.start()
+            started = time.monotonic()
+            offsets = admin.offsets([name], past=past, wait_ms=20_000)[name]
+            waited_s = time.monotonic() - started
+            sender.join()
+    assert sum(q.max_offset for q in offsets) == 1 and waited_s < 15
 
 
 @with_rocketmq4()

@@ -23,6 +23,8 @@ def test_defaults():
     assert opts.max_bytes_per_fetch == 64 << 20 and opts.max_partitions == DEFAULTS["maxPartitions"]
     assert opts.max_trigger_delay_ms == 15 * 60 * 1000 and opts.fetch_timeout_ms == 5 * 60 * 1000
     assert opts.starting_offsets is None and opts.tag_filter is None
+    assert opts.wait_for_messages_ms == 500
+    assert [parse(waitForMessages=v).wait_for_messages_ms for v in ("0", "2s")] == [0, 2000]
 
 
 def test_values_are_parsed():
@@ -66,6 +68,8 @@ def test_values_are_parsed():
     ({"minPartitions": "100", "maxPartitions": "10"}, ["minPartitions=100 is above maxPartitions=10"]),
     ({"startingTimestamp": "-5"}, ["startingTimestamp='-5'", "milliseconds since the Unix epoch"]),
     ({"consumerGroup": " "}, ["consumerGroup is empty"]),
+    ({"waitForMessages": "31s"}, ["waitForMessages='31s' is more than 30s"]),
+    ({"waitForMessages": "a while"}, ["waitForMessages='a while'", "a duration"]),
 ])
 def test_bad_options_name_the_option_and_what_is_accepted(options, words):
     with pytest.raises(ConfigError) as err:

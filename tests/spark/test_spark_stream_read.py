@@ -4,6 +4,7 @@ producers write (exactly once), new topics during a query, failOnDataLoss both w
 stream reader's admission control driven directly with its own clock."""
 
 import threading
+import time
 
 import pytest
 
@@ -184,6 +185,27 @@ def test_min_records_per_trigger_waits_up_to_max_trigger_delay(endpoint, topic_n
     only_min, _ = stream_reader(endpoint, topic_name, minRecordsPerTrigger=5)
     assert only_min.getDefaultReadLimit() == ReadMinRows(5)
     only_min.stop()
+
+
+def test_a_trigger_that_finds_nothing_waits_at_the_broker_until_messages_land(endpoint, topic_name):
+    """waitForMessages: latestOffset with nothing new is a long poll, answered as the messages are
+    stored (the 20 s it may wait are not waited), so the micro-batch starts then."""
+    Admin(endpoint).create_topic(topic_name, 2, "BatchCQ")
+    reader, _ = stream_reader(endpoint, topic_name, waitForMessages="20s")
+    idle, _ = stream_reader(endpoint, topic_name, waitForMessages="0")
+    try:
+        start = reader.initialOffset()
+        assert idle.latestOffset(start, ReadAllAvailable()) == start  # 0: answered at once, nothing there
+        sender = threading.Thread(target=produce, args=(endpoint, topic_name, 1, 3))
+        sender.start()
+        started = time.monotonic()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        waited_s = time.monotonic() - started
+        sender.join()
+        assert end[topic_name] == {"0": 0, "1": 3} and waited_s < 15
+    finally:
+        reader.stop()
+        idle.stop()
 
 
 def test_available_now_stops_at_the_offsets_of_its_start(endpoint, topic_name):

@@ -19,6 +19,7 @@ from broker_sim.core import (
     TopicConfig,
 )
 from broker_sim.core.errors import BrokerError, Reason, bad_range, from_exception, invalid, refused
+from broker_sim.core.hold import PullHold
 from broker_sim.doors.contract.serialized import with_bytes_field
 from broker_sim.doors.grpc_acl import caller
 from broker_sim.doors.grpc_common import peer_host, translated, translated_stream
@@ -33,6 +34,7 @@ CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger reco
 _RESPONSES_PER_STEP = 256  # ranges answered in one hand-off to the pool, at most: steps stay short
 CORRUPTED_LISTED = 100  # damaged records BrokerStats lists (it counts all)
 STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
+MAX_OFFSETS_WAIT_MS = 30_000  # the longest a GetOffsets may wait for messages
 STEP_HOLDS_BYTES = 3 * CHUNK_BYTES  # what a ReadRanges step may leave held, at most: a chunk twice, the next begun
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}
@@ -47,6 +49,7 @@ _RECORDS_FIELD = pb.ReadRangesResponse.DESCRIPTOR.fields_by_name["records"].numb
 class AdminServicer(pb_grpc.AdminServicer):
     def __init__(self, core: BrokerCore):
         self._core = core
+        self._pull_hold: PullHold | None = None
 
     @translated
     def CreateTopic(self, request, context):
@@ -74,7 +77,40 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in self._core.list_topics()])
 
     @translated
-    def GetOffsets(self, request, context):
+    async def GetOffsets(self, request, context):
+        if request.wait_ms > 0 and request.known:
+            await self._wait_past(request)
+        return await asyncio.get_running_loop().run_in_executor(None, self._offsets, request)
+
+    async def _wait_past(self, request) -> None:
+        """Wait until a queue of ``request.known`` ends past its offset there (or is gone), at
+        most ``wait_ms`` (MAX_OFFSETS_WAIT_MS): woken by the store's arrivals, holding no thread."""
+        if request.wait_ms > MAX_OFFSETS_WAIT_MS:
+            raise invalid(f"wait_ms {request.wait_ms} is more than {MAX_OFFSETS_WAIT_MS:,}: wait at most that long, "
+                          "then ask again")
+        known = [(t.topic, q.queue_id, q.max_offset) for t in request.known for q in t.queues]
+        hold, loop = self._hold(), asyncio.get_running_loop()
+        deadline = loop.time() + request.wait_ms / 1000
+        while not self._any_past(known) and loop.time() < deadline:
+            await hold.arrival(deadline - loop.time())
+
+    def _any_past(self, known: list) -> bool:
+        for topic, queue_id, offset in known:
+            try:
+                if self._core.store.indexed_offset(topic, queue_id) > offset:
+                    return True
+            except LookupError:  # the queue is gone: the answer says so
+                return True
+        return False
+
+    def _hold(self) -> PullHold:
+        """The waits of GetOffsets, woken by the store's arrivals (made on the door's loop, at its first wait)."""
+        if self._pull_hold is None:
+            self._pull_hold = PullHold(asyncio.get_running_loop(), self._core.limits.max_parked_pulls)
+            self._core.store.add_arrival_listener(self._pull_hold.arrived)
+        return self._pull_hold
+
+    def _offsets(self, request):
         names = list(request.topics)
         # The page token: for named topics the index of the page's first name, otherwise its name.
         after = _named_page_start(request.page_token, len(names)) if names else request.page_token
