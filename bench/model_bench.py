@@ -10,13 +10,15 @@ Rows, in one run:
    queues, serial dispatch;
 5. the same at 16 queues, paced at half and at 80% of the highest produce rate of row 4: the
    latency a producer sees when the broker keeps up (at full speed it is the wait for room in
-   the producer's buffer).
+   the producer's buffer). Each is run ``--repeat`` times (3): the row is the run of the median
+   p99, every run's p99 beside it, so that a change can be told from the machine's noise.
 
 Each row: produce msgs/s (``send_async`` from 4 threads, blocking ``send`` for single sends,
-until every message is stored), consume msgs/s (a reader in a process of its own polls the queues' offsets
-and drains what is readable with RangeReader, as fast as it can; messages over the time from
-the first send to the last message read), produce-to-visible latency (each body starts with
-its send time; the reader takes the difference when the message reaches it) at p50 / p99,
+until every message is stored), consume msgs/s (a reader in a process of its own asks the queues' offsets
+with a long poll, answered by the broker as messages are stored, and drains what is readable with
+RangeReader, as fast as it can; messages over the time from the first send to the last message read),
+produce-to-visible latency (each body starts with its send time; the reader takes the difference
+when the message reaches it) at p50 / p99, where the slowest 1% spent it (send / index / read),
 the same from the message's store time (the broker's clock, ms: what the index pipeline and
 the reader's polling add), and the broker's largest dispatch lag seen during the row
 (BrokerStats, sampled every 50 ms). At full speed the send-to-visible latency is mostly the
@@ -53,10 +55,11 @@ from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader  # noqa
 BODY_BYTES = 1024
 THREADS = 4
 BATCH = 32  # 1 KB messages that fill RocketMQ's 32 KiB AutoBatch batch
-STAMP = struct.Struct("<q")  # the send time (monotonic ns, one clock for every process) at the body's start
+STAMP = struct.Struct("<q")  # the send time at the body's start: wall-clock ns, the clock of the broker's store times
 LAG_SAMPLE_S = 0.05
 COLUMNS = ["row", "queues", "dispatch", "messages", "produce msgs/s", "consume msgs/s", "p50 visible ms",
-           "p99 visible ms", "p99 stored-visible ms", "max lag MB", "max lag ms"]
+           "p99 visible ms", "p99 runs ms", "slowest 1%: send / index / read ms", "p99 stored-visible ms",
+           "max lag MB", "max lag ms"]
 
 
 def produce(endpoint: str, topic: str, queues: int, auto_batch: bool, messages: int,
@@ -89,7 +92,7 @@ def produce(endpoint: str, topic: str, queues: int, auto_batch: bool, messages: 
                 ahead_s = started_s + i * THREADS / rate - time.monotonic()
                 if ahead_s > 0:
                     time.sleep(ahead_s)
-            message = Message(topic, STAMP.pack(time.monotonic_ns()) + rest, queue_id=(first + i // BATCH) % queues)
+            message = Message(topic, STAMP.pack(time.time_ns()) + rest, queue_id=(first + i // BATCH) % queues)
             if auto_batch:
                 producer.send_async(message, callback=done)
             else:
@@ -117,35 +120,60 @@ def produce(endpoint: str, topic: str, queues: int, auto_batch: bool, messages: 
 
 
 def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: float, results, connected) -> None:
-    """In a process of its own: read every message of ``topic`` as soon as it is readable;
-    ``connected`` is set once the reader is connected (before that, sends would wait for its
-    start-up, and their latency would be the process's start, not the broker's)."""
+    """In a process of its own: read every message of ``topic`` as soon as it is readable, the
+    offsets asked with a long poll (the broker answers as messages are stored); ``connected`` is
+    set once the reader is connected (before that, sends would wait for its start-up, and their
+    latency would be the process's start, not the broker's).
+
+    Each message's send-to-visible time is cut in three at two instants: its store time (the
+    broker's clock, ms) and the answer of the offsets call that showed it: send (the producer's
+    batching, the call, the append), index (the dispatcher, and the offsets call's wait) and read
+    (the read call and decoding)."""
     next_offsets = np.zeros(queues, dtype=np.int64)
-    latencies, since_stored, seen, last_ns = [], [], 0, 0
+    totals, sends, indexes, reads, seen, last_ns = [], [], [], [], 0, 0
     deadline = time.monotonic() + timeout_s
     with Admin(endpoint) as admin, RangeReader(endpoint) as reader:
-        admin.offsets([topic])
+
+        def offsets(wait_ms: int = 0) -> tuple[np.ndarray, int]:  # the queues' ends, and when they were known
+            past = {(topic, "", q): int(next_offsets[q]) for q in range(queues)} if wait_ms else None
+            ends = [q.max_offset for q in admin.offsets([topic], past=past, wait_ms=wait_ms)[topic]]
+            return np.array(ends, dtype=np.int64), time.time_ns()
+
+        ends, shown_ns = offsets()
         connected.set()
         while seen < expected and time.monotonic() < deadline:
-            ends = np.array([q.max_offset for q in admin.offsets([topic])[topic]], dtype=np.int64)
             ready = np.flatnonzero(ends > next_offsets)
             if len(ready) == 0:
-                time.sleep(0.001)
+                ends, shown_ns = offsets(wait_ms=1_000)
                 continue
             ranges = [OffsetRange(topic, int(q), int(next_offsets[q]), int(ends[q])) for q in ready]
             for batch in reader.read(ranges):
-                last_ns, now_us = time.monotonic_ns(), time.time_ns() // 1000
-                latencies.append(last_ns - _stamps(batch.column("body")))
-                stored = _millis(batch.column("store_timestamp"))
-                since_stored.append((now_us - stored) * 1000)
+                last_ns, now_ns = time.monotonic_ns(), time.time_ns()
+                sent = _stamps(batch.column("body"))
+                stored = _millis(batch.column("store_timestamp")) * 1_000_000
+                totals.append(now_ns - sent)
+                sends.append(stored - sent)
+                indexes.append(shown_ns - stored)
+                reads.append(np.full(len(sent), now_ns - shown_ns))
                 seen += batch.num_rows
             next_offsets[ready] = ends[ready]
-    results.put({"seen": seen, "last_ns": last_ns, "p50": _percentile_ms(latencies, 50),
-                 "p99": _percentile_ms(latencies, 99), "stored p99": _percentile_ms(since_stored, 99)})
+            ends, shown_ns = offsets()
+    results.put({"seen": seen, "last_ns": last_ns, **_latencies(totals, sends, indexes, reads)})
 
 
-def _percentile_ms(parts: list, q: float) -> float:
-    return float(np.percentile(np.concatenate(parts), q)) / 1e6 if parts else float("nan")
+def _latencies(totals: list, sends: list, indexes: list, reads: list) -> dict:
+    """p50 / p99 of send-to-visible, p99 from the store time, and where the slowest 1% spent
+    theirs: each stage's mean over the messages at or past the p99 (ms)."""
+    if not totals:
+        return {"p50": float("nan"), "p99": float("nan"), "stored p99": float("nan"),
+                "send": float("nan"), "index": float("nan"), "read": float("nan")}
+    total, send, index, read = (np.concatenate(parts) / 1e6 for parts in (totals, sends, indexes, reads))
+    p99 = float(np.percentile(total, 99))
+    slowest = total >= p99
+    return {"p50": float(np.percentile(total, 50)), "p99": p99,
+            "stored p99": float(np.percentile(index + read, 99)),
+            "send": float(send[slowest].mean()), "index": float(index[slowest].mean()),
+            "read": float(read[slowest].mean())}
 
 
 def _millis(timestamps) -> np.ndarray:
@@ -210,8 +238,20 @@ def run_row(endpoint: str, label: str, topic: str, queue_type: str, queues: int,
     consume = read["seen"] / max((read["last_ns"] - started_ns) / 1e9, 1e-9)
     return {"row": label, "queues": queues, "dispatch": dispatch, "messages": messages,
             "produce msgs/s": produce_rate, "consume msgs/s": consume, "p50 visible ms": read["p50"],
-            "p99 visible ms": read["p99"], "p99 stored-visible ms": read["stored p99"],
+            "p99 visible ms": read["p99"], "p99 runs ms": f"{read['p99']:,.0f}",
+            "slowest 1%: send / index / read ms": f"{read['send']:,.1f} / {read['index']:,.1f} / {read['read']:,.1f}",
+            "p99 stored-visible ms": read["stored p99"],
             "max lag MB": lag.bytes / 1e6, "max lag ms": lag.ms}
+
+
+def repeated(times: int, run) -> dict:
+    """A latency row run ``times`` times (``run(i)``): the run of the median p99, with every
+    run's p99 in "p99 runs ms", so that a change is judged beside the spread of the same code."""
+    runs = sorted((run(i) for i in range(times)), key=lambda r: r["p99 visible ms"])
+    row = dict(runs[len(runs) // 2])
+    row["p99 runs ms"] = ", ".join(f"{r['p99 visible ms']:,.0f}" for r in runs)
+    row["p99 spread"] = (runs[0]["p99 visible ms"], runs[-1]["p99 visible ms"])
+    return row
 
 
 def store_alone(messages: int, workers: int) -> tuple[list[str], dict]:
@@ -262,6 +302,8 @@ def main(argv=None) -> int:
     parser.add_argument("--messages", type=int, default=200_000, help="messages per batched row (default 200,000)")
     parser.add_argument("--single-messages", type=int, default=5_000, help="messages of the single-send row")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a row may take to be read whole")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each latency row (rows 5); the median p99's "
+                        "run is shown, every run's p99 beside it")
     args = parser.parse_args(argv)
     n, single, timeout = args.messages, args.single_messages, args.timeout
     rows = {}
@@ -274,10 +316,12 @@ def main(argv=None) -> int:
             rows[5] = run_row(endpoint, "4. AutoBatch, BatchCQ", "batch10k", "BatchCQ", 10_000, True, "serial", n,
                               timeout)
             half = max(rows[4]["produce msgs/s"], rows[5]["produce msgs/s"]) / 2
-            rows[6] = run_row(endpoint, "5. AutoBatch, BatchCQ, half the highest rate", "batch16-half", "BatchCQ", 16,
-                              True, "serial", n, timeout, rate=half)
-            rows[7] = run_row(endpoint, "5. AutoBatch, BatchCQ, 80% of the highest rate", "batch16-80", "BatchCQ", 16,
-                              True, "serial", n, timeout, rate=half * 2 * 0.8)
+            rows[6] = repeated(args.repeat, lambda run: run_row(
+                endpoint, "5. AutoBatch, BatchCQ, half the highest rate", f"batch16-half-{run}", "BatchCQ", 16, True,
+                "serial", n, timeout, rate=half))
+            rows[7] = repeated(args.repeat, lambda run: run_row(
+                endpoint, "5. AutoBatch, BatchCQ, 80% of the highest rate", f"batch16-80-{run}", "BatchCQ", 16, True,
+                "serial", n, timeout, rate=half * 2 * 0.8))
         with broker_process(root / "concurrent", "--dispatch", "concurrent") as (endpoint, _process):
             rows[3] = run_row(endpoint, "3. AutoBatch, SimpleCQ", "simple", "SimpleCQ", 16, True, "concurrent", n,
                               timeout)
@@ -300,6 +344,11 @@ def _notes(rows: dict) -> list[str]:
         f"{most['p99 visible ms']:,.0f} ms ({'meets' if most['p99 visible ms'] <= 50 else 'MISSES'} the 50 ms "
         f"target), p50 {most['p50 visible ms']:,.0f} ms, p99 from the store time "
         f"{most['p99 stored-visible ms']:,.0f} ms",
+        *(f"{row['row']}: p99 over {len(row['p99 runs ms'].split(', '))} runs {row['p99 spread'][0]:,.0f} to "
+          f"{row['p99 spread'][1]:,.0f} ms; the slowest 1% of the median run spent, in ms on average, send / index / "
+          f"read: {row['slowest 1%: send / index / read ms']} (send: the producer's batching and call and the "
+          f"append, to the store time; index: to the offsets answer that showed it; read: the read call)"
+          for row in (half, most)),
         f"AutoBatch into SimpleCQ produces {serial['produce msgs/s'] / single['produce msgs/s']:.1f}x single sends "
         f"(the seed: 3.4x)",
         f"SimpleCQ, serial dispatch: consumed at {serial['consume msgs/s'] / serial['produce msgs/s']:.0%} of the "
