@@ -1,8 +1,9 @@
-"""Resident memory of a process, for the benchmarks' tables (the broker runs in a process of its
-own: broker_sim.testing.broker_process)."""
+"""Resident memory and CPU time of a process, for the benchmarks' tables (the broker runs in a
+process of its own: broker_sim.testing.broker_process)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -32,3 +33,9 @@ def peak_rss_bytes(pid: int) -> int:
 
 
 __all__ = ["anon_rss_bytes", "rss_bytes", "peak_rss_bytes"]
+
+
+def process_cpu_s(pid: int) -> float:
+    """The CPU time (user + system) process ``pid`` has spent so far, every thread, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench import report  # noqa: E402
+from bench.process_memory import process_cpu_s  # noqa: E402
 from bench.spark_read_bench import run_to_noop  # noqa: E402
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader  # noqa: E402
 from rmq_spark.client.pulls import PULLS_PER_QUEUE  # noqa: E402
@@ -127,12 +128,6 @@ def pin(pid: int, cpu: int) -> None:
     for thread in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(int(thread), {cpu})
-
-
-def process_cpu_s(pid: int) -> float:
-    """The CPU time (user + system) process ``pid`` has spent so far, every thread, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Rows:

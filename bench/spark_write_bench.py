@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
+from bench.process_memory import process_cpu_s  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402
 
 BODY_BYTES = 1024
@@ -136,6 +137,9 @@ def main(argv=None) -> int:
                         help="row bodies lz4 cannot shrink (default: the target's case), or can")
     parser.add_argument("--name-server", choices=("rocketmq", "broker_sim"),
                         help="write through nameServer into the real RocketMQ 5.5.0 or broker_sim's remoting door")
+    parser.add_argument("--op-msg-max-size", type=int, default=262144,
+                        help="the RocketMQ broker's transactionOpMsgMaxSize (its default: 4096; see "
+                        "docs/rocketmq-clusters.md)")
     parser.add_argument("--transaction-timeout-ms", type=int, default=6000,
                         help="the real broker's transactionTimeOut (default RocketMQ's 6000)")
     args = parser.parse_args(argv)
@@ -197,17 +201,21 @@ def _through_name_server(args) -> int:
         if args.name_server == "rocketmq":
             from peers.rocketmq import RocketMQCluster
 
-            # RocketMQ's own transaction check settings (the tests' broker checks every 2 s after 3 s)
-            namesrv = stack.enter_context(RocketMQCluster(broker_settings={
-                "transactionTimeOut": args.transaction_timeout_ms, "transactionCheckInterval": 30000})).namesrv_addr
+            # RocketMQ's own transaction check settings (the tests' broker checks every 2 s after 3 s), and
+            # the op batch size docs/rocketmq-clusters.md recommends (--op-msg-max-size 4096: RocketMQ's default)
+            cluster = stack.enter_context(RocketMQCluster(broker_settings={
+                "transactionTimeOut": args.transaction_timeout_ms, "transactionCheckInterval": 30000,
+                "transactionOpMsgMaxSize": args.op_msg_max_size}))
+            namesrv, broker_pid = cluster.namesrv_addr, cluster.broker_pid
         else:
             from peers.process import free_port
 
             port = free_port()
-            stack.enter_context(broker_process(work / "broker", "--remoting-port", str(port)))
-            namesrv = f"127.0.0.1:{port}"
+            _endpoint, process = stack.enter_context(broker_process(work / "broker", "--remoting-port", str(port)))
+            namesrv, broker_pid = f"127.0.0.1:{port}", process.pid
         with Admin(name_server=namesrv) as admin:
             admin.create_topic(TOPIC, QUEUES, "SimpleCQ")
+        costs = cost_per_row(namesrv, broker_pid, args.rows_per_batch)
         sink = {"nameServer": namesrv, "topic": TOPIC}
         sinks = {"rocketmq-batch exactlyOnce": ("rocketmq-batch", {**sink, "deliveryGuarantee": "exactlyOnce"}),
                  "atLeastOnce (baseline)": ("rocketmq-batch", {**sink, "deliveryGuarantee": "atLeastOnce"})}
@@ -218,15 +226,77 @@ def _through_name_server(args) -> int:
     for row in rows_out:
         row["share of atLeastOnce"] = row["rows/s"] / baseline
         row["MB/s"] = row["rows/s"] * BODY_BYTES / 1e6
-    broker = "Apache RocketMQ 5.5.0" if args.name_server == "rocketmq" else "broker_sim's remoting door"
+    broker = ("Apache RocketMQ 5.5.0 (transactionOpMsgMaxSize "
+              f"{args.op_msg_max_size:,})" if args.name_server == "rocketmq" else "broker_sim's remoting door")
     notes = [f"through nameServer into {broker}, {QUEUES} SimpleCQ queues; exactlyOnce prepares each row as a "
              "RocketMQ half message and commits each with END_TRANSACTION (RocketMQ has no transactional batch), "
              "atLeastOnce sends batches of RocketMQ's MessageBatch encoding",
              f"{args.rows_per_batch:,} rows of {BODY_BYTES} B ({args.bodies}) per micro-batch in {args.partitions} "
-             f"tasks, {args.batches} micro-batches measured per attempt, best of {args.repeat}"]
+             f"tasks, {args.batches} micro-batches measured per attempt, best of {args.repeat}",
+             *costs]
     report.write(f"spark-write-name-server-{args.name_server}", rows_out,
                  ["sink", "rows", "rows/s", "share of atLeastOnce", "MB/s"], notes)
     return 0
+
+
+def cost_per_row(namesrv: str, broker_pid: int, rows: int, rounds: int = 3) -> list[str]:
+    """Where exactlyOnce's time goes, without Spark: the sink's own path through the SDK in this
+    process (half messages, 1,024 in flight, then END_TRANSACTION for each, 128 in flight) beside
+    batches of 1,000 sent plain, each with the CPU time the broker's process and this one spent a
+    row: on a machine whose cores the broker and the writer share, rows/s is bounded by their sum."""
+    from collections import deque
+
+    from rmq_spark import Message, Producer
+    from rmq_spark.client.connect import connect
+
+    body = os.urandom(BODY_BYTES)
+    group = "rocketmq-batch-bench"
+    transport = connect(None, None, name_server=namesrv)
+    transport.answer_checks(group, lambda _properties: None)
+    broker = transport.send_route(TOPIC).brokers[0].broker
+    best: dict = {}
+
+    def measure(name: str, run) -> None:
+        broker_s, own_s, began = process_cpu_s(broker_pid), time.process_time(), time.perf_counter()
+        run()
+        seconds = time.perf_counter() - began
+        rate, broker_us, writer_us = (rows / seconds, (process_cpu_s(broker_pid) - broker_s) / rows * 1e6,
+                                      (time.process_time() - own_s) / rows * 1e6)
+        if name in best:  # the highest rate, and the least CPU a row (the JVM's first rounds compile and collect)
+            rate, broker_us, writer_us = (max(rate, best[name][0]), min(broker_us, best[name][1]),
+                                          min(writer_us, best[name][2]))
+        best[name] = (rate, broker_us, writer_us)
+
+    halves: list = []
+
+    def prepare() -> None:
+        pending: deque = deque()
+        halves.clear()
+        for i in range(rows):
+            pending.append(transport.send_half(TOPIC, (broker, i % QUEUES), body, {}, group, 300))
+            while len(pending) >= 1024 or (pending and pending[0].done()):
+                halves.append(pending.popleft().result(60))
+        halves.extend(future.result(60) for future in pending)
+
+    try:
+        with Producer(name_server=namesrv) as producer:
+            for _ in range(rounds):
+                measure("exactlyOnce's prepare (a half message a row)", prepare)
+                measure("exactlyOnce's commit (an END_TRANSACTION a row)",
+                        lambda: transport.end_halves(halves, True, group))
+                measure("atLeastOnce (batches of 1,000)", lambda: [
+                    producer.send_batch([Message(TOPIC, body, queue_id=i // 1000 % QUEUES)] * 1000)
+                    for i in range(0, rows, 1000)])
+    finally:
+        transport.close()
+    notes = [f"SDK alone, {name}: {rate:,.0f} rows/s; CPU a row: the broker {broker_us:,.0f} us, the writer "
+             f"{writer_us:,.0f} us (best of {rounds})" for name, (rate, broker_us, writer_us) in best.items()]
+    cost = sum(best[name][1] + best[name][2] for name in list(best)[:2])
+    plain = sum(best["atLeastOnce (batches of 1,000)"][1:])
+    notes.append(f"exactlyOnce costs {cost:,.0f} us of CPU a row (both processes, prepare and commit), atLeastOnce "
+                 f"{plain:,.0f}: on {os.cpu_count()} cores that bounds exactlyOnce at about "
+                 f"{os.cpu_count() / cost * 1e6:,.0f} rows/s whatever the writer does")
+    return notes
 
 
 def _plot(ax, rows_out) -> None:

@@ -33,9 +33,12 @@ def _local_ipv4() -> bytes:
         return bytes([127, 0, 0, 1])
 
 
-def _month_start_ms(now_ms: int) -> int:
+def _month_of(now_ms: int) -> tuple[int, int]:
+    """The month of ``now_ms`` (UTC): its first millisecond and the next month's."""
     now = time.gmtime(now_ms / 1000)
-    return calendar.timegm((now.tm_year, now.tm_mon, 1, 0, 0, 0)) * 1000
+    following = (now.tm_year + now.tm_mon // 12, now.tm_mon % 12 + 1)
+    return (calendar.timegm((now.tm_year, now.tm_mon, 1, 0, 0, 0)) * 1000,
+            calendar.timegm((*following, 1, 0, 0, 0)) * 1000)
 
 
 class UniqueKeys:
@@ -47,6 +50,7 @@ class UniqueKeys:
                         + random.getrandbits(32).to_bytes(4, "big"))
         self._now_ms = now_ms
         self._counter = 0
+        self._month = (0, 0)  # the start of the month now, and of the next: the time field counts from the first
         self._lock = threading.Lock()
 
     def _take(self, count: int) -> tuple[int, int]:
@@ -55,10 +59,14 @@ class UniqueKeys:
         with self._lock:
             first = self._counter
             self._counter += count
-        return (now - _month_start_ms(now)) & 0xFFFFFFFF, first
+            if not self._month[0] <= now < self._month[1]:
+                self._month = _month_of(now)
+        return (now - self._month[0]) & 0xFFFFFFFF, first
 
     def next(self) -> str:
-        return self.many(1)[0]
+        """One new id (as ``arrow(1)`` makes it, without the arrays: one is made per message sent alone)."""
+        time_field, counter = self._take(1)
+        return (self._prefix + time_field.to_bytes(4, "big") + (counter & 0xFFFF).to_bytes(2, "big")).hex().upper()
 
     def many(self, count: int) -> list[str]:
         return self.arrow(count).to_pylist() if count else []

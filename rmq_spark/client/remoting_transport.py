@@ -160,8 +160,7 @@ class RemotingTransport(Transport):
     # --- calls -------------------------------------------------------------------------------
 
     def _connection(self, address: str) -> RemotingConnection:
-        with self._lock:
-            connection = self._connections.get(address)
+        connection = self._connections.get(address)  # one read of a dict: no lock (made and replaced under it)
         if connection is not None and not connection.closed:
             return connection
         if connection is not None and connection.answered:
@@ -1175,12 +1174,18 @@ def _inner_num(view: memoryview, records, i: int) -> int:
 
 
 def _properties_text(properties: dict) -> str:
-    for name, value in properties.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise TypeError(f"property {name!r}: names and values are strings")
-        if any(c in name + value for c in "\x01\x02"):
-            raise ValueError(f"property {name!r} holds \\x01 or \\x02, RocketMQ's property separators")
-    return "".join(f"{name}\x01{value}\x02" for name, value in properties.items())
+    """RocketMQ's properties string; names and values are strings without its separators (checked on
+    the whole string: one is made per message sent alone)."""
+    try:
+        text = "".join([name + "\x01" + value + "\x02" for name, value in properties.items()])
+    except TypeError:
+        wrong = next(name for name, value in properties.items()
+                     if not (isinstance(name, str) and isinstance(value, str)))
+        raise TypeError(f"property {wrong!r}: names and values are strings") from None
+    if text.count("\x01") != len(properties) or text.count("\x02") != len(properties):
+        wrong = next(name for name, value in properties.items() if any(c in name + value for c in "\x01\x02"))
+        raise ValueError(f"property {wrong!r} holds \\x01 or \\x02, RocketMQ's property separators")
+    return text
 
 
 def _queue_type(config: dict) -> QueueType:

@@ -70,6 +70,7 @@ MICRO_BATCH_PROPERTY = "SPARK_MICRO_BATCH"  # a half message's micro-batch, for 
 # the broker's transactionTimeOut): a micro-batch shorter than it has no checks of its rows.
 CHECK_IMMUNITY_S = 300
 IN_FLIGHT = 1024  # half messages sent and not yet answered, per task
+SLOW_COMMIT_ROWS, SLOW_COMMIT_ROWS_PER_S = 2_000, 500  # a commit this large this slow is warned of
 RETAINED_DECISIONS = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
 _HALF_SCHEMA = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("unique_key", pa.string()),
                           ("commit_log_offset", pa.int64()), ("queue_offset", pa.int64())])
@@ -219,9 +220,11 @@ def commit(options, directory: Path, messages, batch_id: int, log) -> None:
             return
         _write_decision(directory, batch_id, halves, groups.pop())
         try:
+            started = time.monotonic()
             for message in returned:
                 transport.end_halves(message.halves, True, message.group)
             done.touch()
+            _say_if_slow(log, len(halves), time.monotonic() - started)
         except (BrokerUnavailableError, RequestTimeoutError) as away:  # decided: finished once the broker is back
             log.warning("rocketmq-batch: micro-batch %d is decided but its commit was cut (%s): it is finished "
                         "when the broker answers again, within the write's deliveryTimeout", batch_id, away)
@@ -229,6 +232,16 @@ def commit(options, directory: Path, messages, batch_id: int, log) -> None:
     finally:
         transport.close()
     _forget_old(directory, batch_id)
+
+
+def _say_if_slow(log, rows: int, seconds: float) -> None:
+    """A commit of many rows at RocketMQ 5's op queue's pace (a full queue: 100 ms an end, some 120
+    rows/s a broker) says which broker setting is why."""
+    if rows >= SLOW_COMMIT_ROWS and rows / seconds < SLOW_COMMIT_ROWS_PER_S:
+        log.warning("rocketmq-batch: %d rows were committed at %.0f rows/s: the RocketMQ broker ends transactional "
+                    "messages 100 ms apart once its op queue is full; set its transactionOpMsgMaxSize to 262144 "
+                    "(mqadmin updateBrokerConfig -k transactionOpMsgMaxSize -v 262144; docs/rocketmq-clusters.md)",
+                    rows, rows / seconds)
 
 
 def abort(options, directory: Path, messages, batch_id: int) -> None:

@@ -27,8 +27,9 @@ SERVICES = [(pb, "Admin"), (pb, "Messaging"), (txn_pb2, "Transactions"), (pop_pb
 METHODS = [(service, method) for module, name in SERVICES
            for service in [module.DESCRIPTOR.services_by_name[name]] for method in service.methods]
 METHOD_BY_NAME = {f"{service.name}.{method.name}": method for service, method in METHODS}
-# Calls that may wait for messages by design (long polling) until their deadline.
-LONG_POLLING = {"Pop", "ReceiveMessage", "PullMessage", "Telemetry", "GetOffsets"}  # GetOffsets: with known offsets and wait_ms
+# Calls that may wait for messages by design (long polling) until their deadline (GetOffsets: with known
+# offsets and wait_ms).
+LONG_POLLING = {"Pop", "ReceiveMessage", "PullMessage", "Telemetry", "GetOffsets"}
 ESCAPED = {grpc.StatusCode.UNKNOWN}  # an exception a handler did not turn into a refusal
 
 

@@ -404,3 +404,20 @@ def test_a_spark_python_worker_killed_mid_write_is_retried_by_spark_and_writes_e
     assert "Python worker exited unexpectedly" in err, err[-3000:]
     read_once(target, topic, rows(0, 900))
 
+
+
+def test_a_commit_at_the_pace_of_rocketmq_s_full_op_queue_names_the_broker_setting(caplog):
+    """RocketMQ 5 ends transactional messages 100 ms apart once its op queue is full (its default
+    transactionOpMsgMaxSize; docs/rocketmq-clusters.md): a large commit that slow says what to set."""
+    import logging
+
+    from rmq_spark.spark.sink_rocketmq import _say_if_slow
+
+    log = logging.getLogger("rmq-test-sink")
+    with caplog.at_level(logging.WARNING, "rmq-test-sink"):
+        _say_if_slow(log, 20_000, 20_000 / 14_000)  # a healthy broker: nothing said
+        _say_if_slow(log, 100, 10.0)  # a small commit: its pace says nothing
+        assert caplog.messages == []
+        _say_if_slow(log, 20_000, 20_000 / 120)
+    [said] = caplog.messages
+    assert "committed at 120 rows/s" in said and "transactionOpMsgMaxSize to 262144" in said
