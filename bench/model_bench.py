@@ -119,7 +119,8 @@ def produce(endpoint: str, topic: str, queues: int, auto_batch: bool, messages: 
     return total / elapsed_s, started
 
 
-def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: float, results, connected) -> None:
+def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: float, results, connected,
+          polling: bool = False) -> None:
     """In a process of its own: read every message of ``topic`` as soon as it is readable, the
     offsets asked with a long poll (the broker answers as messages are stored); ``connected`` is
     set once the reader is connected (before that, sends would wait for its start-up, and their
@@ -128,7 +129,8 @@ def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: floa
     Each message's send-to-visible time is cut in three at two instants: its store time (the
     broker's clock, ms) and the answer of the offsets call that showed it: send (the producer's
     batching, the call, the append), index (the dispatcher, and the offsets call's wait) and read
-    (the read call and decoding)."""
+    (the read call and decoding). ``polling``: the reader before long polls (the baseline), which
+    asked the offsets again each millisecond."""
     next_offsets = np.zeros(queues, dtype=np.int64)
     totals, sends, indexes, reads, seen, last_ns = [], [], [], [], 0, 0
     deadline = time.monotonic() + timeout_s
@@ -144,7 +146,9 @@ def drain(endpoint: str, topic: str, queues: int, expected: int, timeout_s: floa
         while seen < expected and time.monotonic() < deadline:
             ready = np.flatnonzero(ends > next_offsets)
             if len(ready) == 0:
-                ends, shown_ns = offsets(wait_ms=1_000)
+                if polling:
+                    time.sleep(0.001)
+                ends, shown_ns = offsets(wait_ms=0 if polling else 1_000)
                 continue
             ranges = [OffsetRange(topic, int(q), int(next_offsets[q]), int(ends[q])) for q in ready]
             for batch in reader.read(ranges):
@@ -217,13 +221,14 @@ class LagSampler:
 
 
 def run_row(endpoint: str, label: str, topic: str, queue_type: str, queues: int, auto_batch: bool, dispatch: str,
-            messages: int, timeout_s: float, rate: float | None = None) -> dict:
+            messages: int, timeout_s: float, rate: float | None = None, polling: bool = False) -> dict:
     print(f"{label}, {queues:,} queues, {dispatch} dispatch: {messages:,} messages ...", flush=True)
     with Admin(endpoint) as admin:
         admin.create_topic(topic, queues, queue_type)
     context = multiprocessing.get_context("spawn")
     results, connected = context.Queue(), context.Event()
-    reader = context.Process(target=drain, args=(endpoint, topic, queues, messages, timeout_s, results, connected))
+    reader = context.Process(target=drain, args=(endpoint, topic, queues, messages, timeout_s, results, connected,
+                                                  polling))
     reader.start()
     try:
         if not connected.wait(120):
@@ -330,6 +335,10 @@ def main(argv=None) -> int:
             rows[7] = repeated(args.repeat, lambda run: run_row(
                 endpoint, "5. AutoBatch, BatchCQ, 80% of the highest rate", f"batch16-80-{run}", "BatchCQ", 16, True,
                 "serial", n, timeout, rate=half * 2 * 0.8))
+            if args.latency_only:  # the baseline beside them: the reader polling offsets, as before long polls
+                rows[8] = repeated(args.repeat, lambda run: run_row(
+                    endpoint, "5. ... 80%, the reader polling (baseline)", f"batch16-80-poll-{run}", "BatchCQ", 16,
+                    True, "serial", n, timeout, rate=half * 2 * 0.8, polling=True))
         if args.latency_only:
             table = [rows[k] for k in sorted(rows)]
             report.write("model-latency", table, COLUMNS, _latency_notes(rows[6], rows[7]))
