@@ -26,6 +26,7 @@ from broker_sim.common.faults import BrokerError
 from broker_sim.core import AUTO_CREATE_TOPICS, AutoCreateTopics, BrokerCore, CoreOptions
 from broker_sim.core.limits import ClientLimits
 from broker_sim.core.metrics import NO_METRICS, BrokerMetrics
+from broker_sim.doors.checks import DEFAULT_CHECKS, CheckSettings
 from broker_sim.doors.contract.pop_servicer import PopServicer
 from broker_sim.doors.contract.serialized import serializer
 from broker_sim.doors.contract.servicers import STREAM_WRITE_TIMEOUT_S, make_servicers
@@ -73,7 +74,8 @@ class Broker:
     port. ``stop(grace)`` stops serving (calls in flight get ``grace`` seconds), then closes
     the offsets and the store cleanly (no ``abort`` marker is left). ``transaction_config``
     and ``transaction_clock_ms`` (tests inject a clock) set up the transaction service;
-    ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service. ``limits`` bounds
+    ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service; ``transaction_checks``
+    how both RocketMQ doors check their producers' open transactions back. ``limits`` bounds
     what one client may hold (core/limits.py): calls in flight per address on this port,
     connections, requests and unread answers on the remoting port, topics and queues created.
     With ``acl`` (the accounts of an ACL file), every door checks each request's signature and
@@ -91,7 +93,8 @@ class Broker:
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
-                 v2: V2Options | None = None, limits: ClientLimits | None = None, acl: Guard | None = None,
+                 v2: V2Options | None = None, transaction_checks: CheckSettings = DEFAULT_CHECKS,
+                 limits: ClientLimits | None = None, acl: Guard | None = None,
                  tls: TlsOptions | None = None, accept_state_loss: bool = False, metrics_port: int | None = None,
                  auto_create_topics: AutoCreateTopics | None = AUTO_CREATE_TOPICS, metrics_host: str | None = None,
                  metrics_auth: str = "none"):
@@ -121,6 +124,7 @@ class Broker:
         self.stream_write_timeout_s = stream_write_timeout_s
         self.pop_now_ms = pop_now_ms
         self.remoting_options = remoting
+        self.transaction_checks = transaction_checks  # both RocketMQ doors', one object
         self.acl = acl
         self.tls = tls
         self.remoting: RemotingDoor | None = None
@@ -226,7 +230,8 @@ class Broker:
     def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
         """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""
         admin, messaging = make_servicers(core, self.stream_write_timeout_s)
-        self.v2 = MessagingService(core, (_store_ip(self.host), port), self.v2_options, loop.loop)
+        self.v2 = MessagingService(core, (_store_ip(self.host), port), self.v2_options, loop.loop,
+                                   self.transaction_checks)
         ours = GrpcAdmission(self.acl, DEMANDS) if self.acl is not None else None
         v2s = GrpcAdmission(self.acl, V2_DEMANDS) if self.acl is not None else None
         metrics = core.metrics
@@ -242,7 +247,7 @@ class Broker:
         if self.remoting_options is None:
             return None
         door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options, self.limits, self.acl,
-                            self.tls.ssl_context() if self.tls is not None else None)
+                            self.tls.ssl_context() if self.tls is not None else None, self.transaction_checks)
         try:
             door.bind()
         except OSError as err:
@@ -397,10 +402,10 @@ def _snake(method: str) -> str:
 
 
 def _v2_like(remoting: RemotingOptions | None) -> V2Options:
-    """The v2 door's settings: the remoting door's broker name and transaction checks, if any."""
+    """The v2 door's settings: the remoting door's broker name, if any (one broker, one name)."""
     if remoting is None:
         return V2Options()
-    return V2Options(remoting.broker_name, remoting.transaction_check_interval_ms, remoting.transaction_check_max)
+    return V2Options(remoting.broker_name)
 
 
 def _parser(message_type):

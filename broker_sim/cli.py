@@ -48,6 +48,7 @@ from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.common.logs import LOG_FORMATS, formatter  # noqa: E402
 from broker_sim.core import AutoCreateTopics  # noqa: E402
 from broker_sim.core.limits import ClientLimits  # noqa: E402
+from broker_sim.doors.checks import CheckSettings  # noqa: E402
 from broker_sim.doors.tls import TlsOptions  # noqa: E402
 from broker_sim.store import (  # noqa: E402
     DiskFullError,
@@ -374,13 +375,14 @@ def arguments(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = parser()
-    args = arguments(p, sys.argv[1:] if argv is None else list(argv))
+def broker_of(p: argparse.ArgumentParser, args: argparse.Namespace):
+    """The broker the settings describe, not started: each setting built once, here, and handed
+    to every part that uses it (a wrong one exits 2 with its sentence, ``p.error``)."""
     try:
         config = StoreConfig(segment_bytes=args.segment_bytes, flush_mode=args.flush, dispatch_mode=args.dispatch,
                              disk_reserve_bytes=args.disk_reserve)
         transaction_config = TransactionConfig(timeout_ms=args.transaction_timeout_ms)
+        checks = CheckSettings(args.transaction_check_interval_ms, args.transaction_check_max)
         limits = limits_of(args)
         acl = Guard(args.acl_file, max_clock_skew_s=args.acl_clock_skew_s) if args.acl_file else None
         tls = _tls(p, args)
@@ -388,6 +390,33 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--acl-file: {err}")
     except ValueError as err:
         p.error(str(err))
+    data_dir = args.data_dir.resolve()
+    if data_dir.exists() and not data_dir.is_dir():
+        p.error(f"--data-dir {args.data_dir}: that is a file, not a directory: name the broker's data directory "
+                "(it is made when it does not exist)")
+    remoting = None
+    if args.remoting_port is not None:
+        from broker_sim.doors.remoting import RemotingOptions
+
+        remoting = RemotingOptions(args.remoting_port, args.broker_name, args.cluster_name, args.namesrv)
+    elif args.namesrv:
+        p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
+    from broker_sim.broker import Broker  # after the settings are checked: grpc takes a moment to import
+
+    try:
+        broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config,
+                        remoting=remoting, transaction_checks=checks, limits=limits, acl=acl, tls=tls,
+                        accept_state_loss=args.accept_state_loss,
+                        metrics_port=args.metrics_port, auto_create_topics=_auto_create_topics(args),
+                        metrics_host=args.metrics_host, metrics_auth=args.metrics_auth)
+    except ValueError as err:
+        p.error(str(err))
+    return broker
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = arguments(p, sys.argv[1:] if argv is None else list(argv))
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(formatter(args.log_format))
     logging.basicConfig(level=args.log_level, handlers=[log_handler])
@@ -408,28 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     # gRPC core's own log lines (a failed bind is one) repeat what the broker says in its
     # sentences: shown with --log-level DEBUG only, unless GRPC_VERBOSITY is set.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR" if args.log_level == "DEBUG" else "NONE")
-    from broker_sim.broker import BindError, Broker  # after the arguments are checked: grpc takes a moment to import
-
-    data_dir = args.data_dir.resolve()
-    if data_dir.exists() and not data_dir.is_dir():
-        p.error(f"--data-dir {args.data_dir}: that is a file, not a directory: name the broker's data directory "
-                "(it is made when it does not exist)")
-    remoting = None
-    if args.remoting_port is not None:
-        from broker_sim.doors.remoting import RemotingOptions
-
-        remoting = RemotingOptions(args.remoting_port, args.broker_name, args.cluster_name, args.namesrv,
-                                   transaction_check_interval_ms=args.transaction_check_interval_ms,
-                                   transaction_check_max=args.transaction_check_max)
-    elif args.namesrv:
-        p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
-    try:
-        broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config,
-                        remoting=remoting, limits=limits, acl=acl, tls=tls, accept_state_loss=args.accept_state_loss,
-                        metrics_port=args.metrics_port, auto_create_topics=_auto_create_topics(args),
-                        metrics_host=args.metrics_host, metrics_auth=args.metrics_auth)
-    except ValueError as err:
-        p.error(str(err))
+    broker = broker_of(p, args)
+    from broker_sim.broker import BindError
+    data_dir = broker.data_dir
     try:
         broker.start()
     except Exception as err:  # a sentence for what the user can fix (a full disk, lost state); others raise

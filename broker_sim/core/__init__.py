@@ -4,7 +4,6 @@ Doors translate their protocol into core calls and ``BrokerError``s (a ``Reason`
 sentence) into their protocol's statuses; RocketMQ's logic lives here and below. This face is
 all a door imports of the broker: never ``store``, ``pop``, ``txn`` or ``schedule`` (make lint)."""
 
-from broker_sim.core.checks import OpenTransaction, TransactionChecks
 from broker_sim.core.core import (
     AUTO_CREATE_TOPICS,
     AutoCreateTopics,
@@ -26,8 +25,8 @@ from broker_sim.txn import TxnState
 __all__ = [
     "AUTO_CREATE_TOPICS", "AutoCreateTopics", "BrokerCore", "BrokerError", "BrokerSnapshot", "CallGate",
     "CoreOptions", "Counters", "EarlyBatchSend",
-    "InnerBatchSend", "OffsetRange", "OpenTransaction", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
-    "Reason", "SendOutcome", "SendRequest", "SingleSend", "TransactionChecks", "parse_tag_filter", "refused",
+    "InnerBatchSend", "OffsetRange", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
+    "Reason", "SendOutcome", "SendRequest", "SingleSend", "parse_tag_filter", "refused",
     # what the doors need of the parts below the core
     "ZERO_HOST", "AckStatus", "TopicConfig", "TxnState", "retry_topic",
 ]

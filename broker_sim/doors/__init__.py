@@ -6,7 +6,10 @@
 - ``remoting``: RocketMQ's remoting protocol (a name server and a broker on one TCP port), for
   RocketMQ's 4.x / 5.x remoting clients and tools;
 - ``grpc_common``, ``grpc_acl``, ``grpc_limits``: what both gRPC doors share (refusals as gRPC
-  statuses, ACL admission, the per-client limit of calls in flight); ``tls``: TLS for every door.
+  statuses, ACL admission, the per-client limit of calls in flight); ``tls``: TLS for every door;
+  ``hold``: requests that wait for messages, woken by the store's arrivals (suspended pulls,
+  long-polling offsets); ``checks``: transactions RocketMQ's producers left open, checked back
+  (both RocketMQ doors, with one ``CheckSettings``).
 
 A door imports the core's face (``broker_sim.core``), ``broker_sim.acl`` and ``rmq_wire``; never
 ``store``, ``pop``, ``txn`` or ``schedule``, and never another door. Only the broker's assembly

@@ -12,7 +12,7 @@ import socket
 import struct
 import threading
 
-from broker_sim.core.hold import WAKE_BATCH, PullHold
+from broker_sim.doors.hold import WAKE_BATCH, PullHold
 from broker_sim.doors.remoting.server import Connection
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from test_remoting_limits import TIMEOUT_S, is_closed, pull_fields, served, start, wait_until

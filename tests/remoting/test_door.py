@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from broker_sim.broker import Broker
+from broker_sim.doors.checks import CheckSettings
 from broker_sim.doors.remoting import RemotingOptions
 from broker_sim.store import QueueType
 from rmq_spark import Message, OffsetRange, Producer, RangeReader
@@ -34,9 +35,8 @@ from wire import extra_info, pop, properties_text, pull, records, send, send_bat
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    options = RemotingOptions(port=0, transaction_check_interval_ms=300)
-    with Broker(tmp_path_factory.mktemp("remoting"), "127.0.0.1", 0, remoting=options,
-                auto_create_topics=None) as started:
+    with Broker(tmp_path_factory.mktemp("remoting"), "127.0.0.1", 0, remoting=RemotingOptions(port=0),
+                transaction_checks=CheckSettings(interval_ms=300), auto_create_topics=None) as started:
         started.core.create_topic("batch-topic", 4, QueueType.BATCH_CQ)
         started.core.create_topic("simple-topic", 4, QueueType.SIMPLE_CQ)
         yield started

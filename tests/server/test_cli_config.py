@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from broker_sim.broker_conf import ROCKETMQ_FLAGS
-from broker_sim.cli import arguments, parser
+from broker_sim.cli import arguments, broker_of, parser
+from broker_sim.doors.checks import CheckSettings
 from server_rpc import Client
 from test_server_lifecycle import LISTENING, START_TIMEOUT_S, STOP_TIMEOUT_S, BrokerProcess, cli_command
 
@@ -210,6 +211,23 @@ def processes():
     yield started
     for process in started:
         process.kill()
+
+
+@pytest.mark.parametrize("remoting", [False, True], ids=["grpc port only", "with the remoting door"])
+def test_transaction_check_settings_reach_both_rocketmq_doors(tmp_path, remoting):
+    """The transaction check settings are built once (flags over broker.conf) and handed to every
+    door that checks: RocketMQ 5's gRPC door too when the broker has no remoting port (it once
+    kept its own default of 15 checks whatever --transaction-check-max said)."""
+    p = parser()
+    conf = tmp_path / "broker.conf"
+    conf.write_text("transactionCheckMax=3\ntransactionCheckInterval=700\n")
+    flags = ["--config", str(conf), "--data-dir", str(tmp_path / "data"), "--port", "0", "--transaction-check-max",
+             "2", *(["--remoting-port", "0"] if remoting else [])]
+    broker = broker_of(p, arguments(p, flags))
+    with broker:
+        doors = [broker.v2, *([broker.remoting] if remoting else [])]
+        assert [door.checks.settings for door in doors] == [CheckSettings(interval_ms=700, check_max=2)] * len(doors)
+        assert (broker.remoting is None) is not remoting
 
 
 def test_transaction_check_max_rolls_back_what_nobody_answers_after_that_many_checks(tmp_path, processes):

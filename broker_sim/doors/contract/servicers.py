@@ -19,11 +19,11 @@ from broker_sim.core import (
     TopicConfig,
 )
 from broker_sim.core.errors import BrokerError, Reason, bad_range, from_exception, invalid, refused
-from broker_sim.core.hold import PullHold
 from broker_sim.doors.contract.serialized import with_bytes_field
 from broker_sim.doors.grpc_acl import caller
 from broker_sim.doors.grpc_common import peer_host, translated, translated_stream
 from broker_sim.doors.grpc_limits import client_of
+from broker_sim.doors.hold import PullHold
 from rmq_wire import record as fmt
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import broker_pb2_grpc as pb_grpc

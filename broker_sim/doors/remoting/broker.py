@@ -25,11 +25,11 @@ from broker_sim.core import (
     SendRequest,
     SingleSend,
     TopicConfig,
-    TransactionChecks,
     parse_tag_filter,
     refused,
 )
-from broker_sim.core.limits import client_key
+from broker_sim.core.limits import Holding, client_key
+from broker_sim.doors.checks import TransactionChecks
 from broker_sim.doors.remoting import bodies
 from broker_sim.doors.remoting.clients import ClientRegistry, queues_of
 from broker_sim.doors.remoting.fields import SEND_V2_NAMES, Fields
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 # PullSysFlag bits.
 PULL_COMMIT_OFFSET = 0x1
+PARKED_PULL_BYTES = 5 << 10  # what a waiting pull holds (its request, task, future), about: 4.7 KiB measured
 PULL_SUSPEND = 0x2
 PULL_SUBSCRIPTION = 0x4
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
@@ -191,8 +192,33 @@ class BrokerRequests:
         pull = PullRequest.read(fields, self.clients)
         answer = self.pull_once(request, pull)
         if answer.code == ResponseCode.PULL_NOT_FOUND and pull.suspend_ms > 0:
-            return self.hold.suspend(request, pull, self, connection.memory)
+            return self.suspended(request, pull, connection.memory)
         return answer
+
+    def suspended(self, request: RemotingCommand, pull: "PullRequest", memory: Holding | None):
+        """A coroutine answering ``pull`` once it finds messages or its suspend time is over
+        (the hold wakes it); raises TOO_MANY_REQUESTS when as many pulls wait as allowed, or
+        past the client's share of the memory budget (``memory``: its connection's holding,
+        which counts ``PARKED_PULL_BYTES`` while the pull waits)."""
+        hold = self.hold
+        hold.check_room()
+        if memory is not None:
+            memory.reserve(PARKED_PULL_BYTES)
+        pull.commit_offset = -1  # committed by the first try
+
+        async def wait() -> RemotingCommand:
+            try:
+                deadline = hold.loop.time() + pull.suspend_ms / 1000
+                while True:
+                    await hold.arrival(deadline - hold.loop.time(), (pull.topic, pull.queue_id, pull.offset))
+                    answer = await hold.read(self.core.reads_may_wait(), self.pull_once, request, pull)
+                    if answer.code != ResponseCode.PULL_NOT_FOUND or hold.loop.time() >= deadline:
+                        return answer
+            finally:
+                if memory is not None:
+                    memory.release(PARKED_PULL_BYTES)
+
+        return wait()
 
     def pull_once(self, request: RemotingCommand, pull: "PullRequest") -> RemotingCommand:
         if pull.commit_offset >= 0:

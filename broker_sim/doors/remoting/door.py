@@ -12,9 +12,10 @@ import orjson
 
 from broker_sim.acl import Guard
 from broker_sim.common.service_thread import ServiceThread
-from broker_sim.core import BrokerCore, BrokerError, Reason, TransactionChecks
-from broker_sim.core.hold import PullHold
+from broker_sim.core import BrokerCore, BrokerError, Reason
 from broker_sim.core.limits import ClientLimits
+from broker_sim.doors.checks import DEFAULT_CHECKS, CheckSettings, TransactionChecks
+from broker_sim.doors.hold import PullHold
 from broker_sim.doors.remoting.acl import RemotingAdmission
 from broker_sim.doors.remoting.broker import BrokerRequests
 from broker_sim.doors.remoting.clients import ClientRegistry
@@ -46,10 +47,6 @@ class RemotingOptions:
     broker_timeout_ms : int
         How long a name server keeps a broker that stopped registering (120 s); sent with
         each registration, as RocketMQ's brokers send heartbeatTimeoutMillis.
-    transaction_check_interval_ms, transaction_check_max : int
-        A half message left unknown for this long is checked back with its producer group,
-        again every interval, and rolled back after this many checks
-        (transactionCheckInterval 30 s, transactionCheckMax 15).
     """
 
     port: int = 9876
@@ -58,8 +55,6 @@ class RemotingOptions:
     name_servers: tuple = field(default_factory=tuple)
     register_interval_ms: int = 30_000
     broker_timeout_ms: int = DEFAULT_BROKER_TIMEOUT_MS
-    transaction_check_interval_ms: int = 30_000
-    transaction_check_max: int = 15
 
 
 class RemotingDoor:
@@ -69,9 +64,11 @@ class RemotingDoor:
     servers stay plain."""
 
     def __init__(self, host: str, advertised_ip: str, options: RemotingOptions, limits: ClientLimits | None = None,
-                 guard: Guard | None = None, tls: ssl.SSLContext | None = None):
+                 guard: Guard | None = None, tls: ssl.SSLContext | None = None,
+                 checks: CheckSettings = DEFAULT_CHECKS):
         self.core: BrokerCore | None = None
         self.options = options
+        self.check_settings = checks
         self.guard = guard
         self.clients = ClientRegistry()
         self.server = RemotingServer({}, host, options.port, limits=limits, tls=tls)
@@ -100,8 +97,7 @@ class RemotingDoor:
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
                             self.core.list_topics, self.core.store.find_topic)
         self.routes = RouteTable(local)
-        self.checks = checks = TransactionChecks(core, self.options.transaction_check_interval_ms,
-                                                 self.options.transaction_check_max)
+        self.checks = checks = TransactionChecks(core, self.check_settings)
         broker = BrokerRequests(self.core, self.clients, checks, self.options.broker_name, self.options.cluster_name,
                                 self.address, self.hold)
         handlers = {code: Handler(call) for code, call in NameServer(self.routes).handlers().items()}

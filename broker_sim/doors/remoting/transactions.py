@@ -1,7 +1,7 @@
 """RocketMQ's transactional messages over the door: a prepared (half) message is a core
 transaction of its own, named by the message's UNIQ_KEY; END_TRANSACTION commits or rolls it
 back; one left unknown is checked back with its producer group (CHECK_TRANSACTION_STATE, the
-half message in the body, sent by ``ask``) by the core's TransactionChecks.
+half message in the body, sent by ``ask``) by the door's TransactionChecks.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import itertools
 import logging
 
 from broker_sim.common.logs import ThrottledLog
-from broker_sim.core import BrokerCore, BrokerError, OpenTransaction, TransactionChecks
+from broker_sim.core import BrokerCore, BrokerError
+from broker_sim.doors.checks import OpenTransaction, TransactionChecks
 from broker_sim.doors.remoting.clients import ClientRegistry
 from broker_sim.doors.remoting.fields import Fields
 from rmq_wire import record as fmt

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import threading
 
-from broker_sim.core import OpenTransaction
+from broker_sim.doors.checks import OpenTransaction
 from broker_sim.doors.rocketmq_v2.messages import duration, incoming
 from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
 

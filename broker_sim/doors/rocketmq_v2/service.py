@@ -20,13 +20,13 @@ from broker_sim.core import (
     RangeStatus,
     Reason,
     SendRequest,
-    TransactionChecks,
     parse_tag_filter,
     refused,
 )
-from broker_sim.core.hold import PullHold
+from broker_sim.doors.checks import DEFAULT_CHECKS, CheckSettings, TransactionChecks
 from broker_sim.doors.grpc_acl import caller
 from broker_sim.doors.grpc_common import RefusedRequest, answering, peer_host
+from broker_sim.doors.hold import PullHold
 from broker_sim.doors.rocketmq_v2 import receipts
 from broker_sim.doors.rocketmq_v2.clients import Clients, Session, ask_client, merged_settings
 from broker_sim.doors.rocketmq_v2.errors import OK, V2Refusal, refusal_status, status
@@ -61,14 +61,9 @@ class V2Options:
     ----------
     broker_name : str
         How routes name this broker.
-    transaction_check_interval_ms, transaction_check_max : int
-        A transactional message left unknown this long is checked back through its producer's
-        Telemetry stream, again every interval, and rolled back after this many checks.
     """
 
     broker_name: str = "broker-a"
-    transaction_check_interval_ms: int = 30_000
-    transaction_check_max: int = 15
 
 
 def answered(response_type):
@@ -93,12 +88,13 @@ def _name(resource, what: str, code: int) -> str:
 class MessagingService(v2_grpc.MessagingServiceServicer):
     """The door. ``address`` ("ip", port) is where clients reach it: routes name it."""
 
-    def __init__(self, core: BrokerCore, address: tuple[str, int], options: V2Options, loop):
+    def __init__(self, core: BrokerCore, address: tuple[str, int], options: V2Options, loop,
+                 checks: CheckSettings = DEFAULT_CHECKS):
         self.core = core
         self.address = address
         self.options = options
         self.clients = Clients()
-        self.checks = TransactionChecks(core, options.transaction_check_interval_ms, options.transaction_check_max)
+        self.checks = TransactionChecks(core, checks)
         self.inner = receipts.InnerReceipts()
         self.queues = QueueChooser()
         self.hold = PullHold(loop, core.limits.max_parked_pulls, core.store.indexed_offset)
@@ -111,7 +107,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     def start(self) -> None:
         """Start checking transactions (at least every second, so that each is checked near
         its due time)."""
-        period_ms = max(50, min(self.options.transaction_check_interval_ms, 1000))
+        period_ms = max(50, min(self.checks.interval_ms, 1000))
         self.checks.start(self._ask, "rmq-v2-txn-check", period_ms)
 
     def stop(self) -> None:

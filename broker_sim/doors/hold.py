@@ -1,12 +1,12 @@
 """Suspended pulls (RocketMQ's PullRequestHoldService): a pull that finds nothing new waits,
 holding no thread, until messages arrive (the store's arrival listener wakes it) or its
-suspend timeout passes, then answers with what a pull finds then. The v2 door's PullMessage
-waits the same way (``arrival``).
+suspend timeout passes, then answers with what a pull finds then (the remoting door's
+``suspended``). The v2 door's PullMessage and our contract's GetOffsets wait the same way
+(``arrival``).
 
 At most ``max_parked`` pulls wait at once (``ClientLimits.max_parked_pulls``): one past it is
 refused at once (TOO_MANY_REQUESTS: SYSTEM_BUSY on remoting, whose clients wait and pull
-again). Each waiting remoting pull counts ``PARKED_PULL_BYTES`` in its connection's share of
-the broker's memory budget. A pull waits under its queue and offset, as RocketMQ's hold keys
+again). A pull waits under its queue and offset, as RocketMQ's hold keys
 its pulls by topic@queueId: an arrival wakes only the pulls of queues that now end past their
 offset (one look at each queue's end offset, ``end_offset``), not every pull of the broker;
 those are woken ``WAKE_BATCH`` at a time, one batch a turn of the event loop, so that other
@@ -20,10 +20,8 @@ from concurrent.futures import Executor
 from typing import Callable
 
 from broker_sim.core.errors import Reason, refused
-from broker_sim.core.limits import ClientLimits, Holding
-from rmq_wire.remoting import RemotingCommand, ResponseCode
+from broker_sim.core.limits import ClientLimits
 
-PARKED_PULL_BYTES = 5 << 10  # what a waiting pull holds (its request, task, future), about: 4.7 KiB measured
 WAKE_BATCH = 256  # pulls woken in one turn of the event loop, at most
 
 
@@ -40,37 +38,22 @@ class PullHold:
         self._wake_scheduled = False
         self._to_wake: list[asyncio.Future] = []  # woken by batches, last first
 
-    def suspend(self, request: RemotingCommand, pull, requests, memory: Holding | None = None):
-        """A coroutine answering ``pull`` once it finds messages or its suspend time is over;
-        raises TOO_MANY_REQUESTS when as many pulls wait as allowed, or past the client's share
-        of the memory budget (``memory``: its connection's holding)."""
-        self._check_room()
-        if memory is not None:
-            memory.reserve(PARKED_PULL_BYTES)
-        pull.commit_offset = -1  # committed by the first try
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
-        async def wait() -> RemotingCommand:
-            try:
-                deadline = self._loop.time() + pull.suspend_ms / 1000
-                while True:
-                    await self.arrival(deadline - self._loop.time(), (pull.topic, pull.queue_id, pull.offset))
-                    if requests.core.reads_may_wait():
-                        answer = await self._loop.run_in_executor(self._pool, requests.pull_once, request, pull)
-                    else:
-                        answer = requests.pull_once(request, pull)
-                    if answer.code != ResponseCode.PULL_NOT_FOUND or self._loop.time() >= deadline:
-                        return answer
-            finally:
-                if memory is not None:
-                    memory.release(PARKED_PULL_BYTES)
-
-        return wait()
+    async def read(self, may_wait: bool, read: Callable, *args):
+        """``read(*args)`` for a woken waiter: on the hold's pool when it may wait (for the
+        index), else at once on the loop."""
+        if may_wait:
+            return await self._loop.run_in_executor(self._pool, read, *args)
+        return read(*args)
 
     async def arrival(self, timeout_s: float, queue: tuple | None = None) -> None:
         """Return when messages next become readable (with ``queue``, (topic, queue id, offset):
         once that queue ends past the offset), or after ``timeout_s``; raises TOO_MANY_REQUESTS
         when ``max_parked`` pulls wait already."""
-        self._check_room()
+        self.check_room()
         woken = self._loop.create_future()
         if queue is None or self.end_offset is None:
             self._waiting.add(woken)
@@ -92,7 +75,8 @@ class PullHold:
                     if not waiters:
                         del self._by_queue[queue[:2]]
 
-    def _check_room(self) -> None:
+    def check_room(self) -> None:
+        """TOO_MANY_REQUESTS when as many pulls wait as allowed."""
         if self.parked >= self.max_parked:
             raise refused(Reason.TOO_MANY_REQUESTS,
                           f"[TOO_MANY_REQUESTS] {self.parked} pulls wait for messages on this broker, its "

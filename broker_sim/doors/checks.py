@@ -1,9 +1,11 @@
 """Transactions RocketMQ's producers left open, checked back with them, as RocketMQ's
 TransactionalMessageCheckService does: each is checked every ``interval_ms`` (not before its
-immunity time) with whoever can answer, and rolled back after ``check_max`` checks. Both
-RocketMQ doors keep one and ``start`` its loop (a ServiceThread): the remoting door asks the
-producer group over its connection, the v2 door the client over its Telemetry stream. Kept in
-memory: after a restart the core's own transaction timeout ends what is left open."""
+immunity time) with whoever can answer, and rolled back after ``check_max`` checks
+(``CheckSettings``: one object, built once by the broker from its flags or broker.conf and
+handed to both doors). Both RocketMQ doors keep a ``TransactionChecks`` and ``start`` its loop
+(a ServiceThread): the remoting door asks the producer group over its connection, the v2 door
+the client over its Telemetry stream. Kept in memory: after a restart the core's own
+transaction timeout ends what is left open. Only the RocketMQ doors check: it lives with them."""
 
 from __future__ import annotations
 
@@ -19,6 +21,19 @@ from broker_sim.core.errors import BrokerError
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class CheckSettings:
+    """RocketMQ's transactionCheckInterval (30 s) and transactionCheckMax (15): a half message
+    left unknown this long is checked back with its producer, again every interval, and rolled
+    back after this many checks (``--transaction-check-interval-ms``, ``--transaction-check-max``)."""
+
+    interval_ms: int = 30_000
+    check_max: int = 15
+
+
+DEFAULT_CHECKS = CheckSettings()
+
+
 @dataclass
 class OpenTransaction:
     """A transaction a producer opened: whom to ask (``owner``: a producer group, a client id)."""
@@ -32,10 +47,11 @@ class OpenTransaction:
 
 
 class TransactionChecks:
-    def __init__(self, core, interval_ms: int, check_max: int, clock_ms=lambda: time.monotonic() * 1000):
+    def __init__(self, core, settings: CheckSettings, clock_ms=lambda: time.monotonic() * 1000):
         self.core = core
-        self.interval_ms = interval_ms
-        self.check_max = check_max
+        self.settings = settings
+        self.interval_ms = settings.interval_ms
+        self.check_max = settings.check_max
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._open: dict[str, OpenTransaction] = {}
