@@ -18,7 +18,7 @@ import enum
 
 class Reason(str, enum.Enum):
     """What kind of fault: a client sees its name (gRPC's ``rmq-reason`` trailer) and the code
-    its door maps it to (doors/grpc_common.py, doors/remoting/errors.py, doors/rocketmq_v2/status.py)."""
+    its door maps it to (doors/grpc_common.py, doors/remoting/errors.py, doors/rocketmq_v2/errors.py)."""
 
     TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
     QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"

@@ -1,6 +1,6 @@
 """BrokerCore: the broker's one domain object, the only door of every front end.
 
-Each door (our gRPC contract in server/, RocketMQ's remoting protocol, RocketMQ 5's gRPC)
+Each door (our gRPC contract in doors/contract/, RocketMQ's remoting protocol, RocketMQ 5's gRPC)
 translates its requests into these calls and their answers and ``BrokerError``s back; what
 RocketMQ means by a topic, a send, a message id, a tag filter, an offset, a pop or a
 transaction is decided here and below (store/, pop/, txn/), never in a door.

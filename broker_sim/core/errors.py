@@ -1,7 +1,7 @@
 """The broker core's refusals: every fault is a ``BrokerError`` (broker_sim/common/faults.py)
 carrying its ``Reason`` and a sentence a user can act on; each door maps the reason to its
 protocol's code in one table of its own (doors/grpc_common.py, doors/remoting/errors.py,
-doors/rocketmq_v2/status.py). A sentence shows what the client sent (names, expressions, ids)
+doors/rocketmq_v2/errors.py). A sentence shows what the client sent (names, expressions, ids)
 through ``broker_sim.store.echo``, cut short: it never grows with the input.
 """
 

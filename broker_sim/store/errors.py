@@ -1,5 +1,5 @@
 """Faults of the store, each a ``BrokerError`` with its reason (expected outcomes are status
-values, see status.py), and how error sentences show what a client sent."""
+values, see store/status.py), and how error sentences show what a client sent."""
 
 from broker_sim.common.faults import BrokerError, Reason
 

@@ -20,15 +20,9 @@ from rmq_spark import Credentials
 from rmq_wire import signing
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.remoting import RemotingCommand, RequestCode
+from support.clock import Clock
 
 LOGGER = "broker_sim.acl.guard"
-
-
-class Clock:
-    now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 class Context:

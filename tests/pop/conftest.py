@@ -1,11 +1,12 @@
 import pytest
 
-from pop_helpers import Clock, Node
+from pop_helpers import CLOCK_START_MS, Node
+from support.clock import Clock
 
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return Clock(CLOCK_START_MS)
 
 
 @pytest.fixture

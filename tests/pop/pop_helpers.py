@@ -4,22 +4,11 @@ from broker_sim.pop import PopConfig, PopService, ReceiptSigner
 from broker_sim.store import ConsumerOffsetTable, MessageStore, StoreConfig
 from broker_sim.store.paths import StorePaths
 from rmq_wire import record as fmt
+from support.clock import Clock
 
 # Revives run only when a test calls them (its clock is stepped, not waited on).
 CONFIG = PopConfig(revive_interval_ms=3_600_000)
-
-
-class Clock:
-    """A clock that tests step instead of sleeping."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000):
-        self.now = now_ms
-
-    def __call__(self) -> int:
-        return self.now
-
-    def step(self, ms: int) -> None:
-        self.now += ms
+CLOCK_START_MS = 1_700_000_000_000  # where the tests' clock (support.clock) starts: a time of this era
 
 
 class Node:
@@ -58,7 +47,6 @@ class Node:
         assert self.store.wait_dispatched(10.0)
 
 
-
 class Tags:
     """A tag filter as the broker's servicer makes one ("A || B")."""
 
@@ -67,7 +55,6 @@ class Tags:
 
     def matches(self, batch):
         return batch.tags_code in self.codes
-
 
 
 def bodies(node, result) -> list[bytes]:

@@ -7,7 +7,7 @@ import pytest
 
 from broker_sim.broker import Broker
 from broker_sim.store import FlushMode, StoreConfig
-from pop_helpers import CONFIG, Clock
+from pop_helpers import CONFIG
 from rmq_spark import (
     Admin,
     ConfigError,
@@ -20,11 +20,6 @@ from rmq_spark import (
     ReceiptHandleExpiredError,
     TopicNotFoundError,
 )
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

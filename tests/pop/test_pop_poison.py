@@ -8,18 +8,13 @@ import pytest
 
 from broker_sim.broker import Broker
 from broker_sim.store import BatchPut, MessageStore
-from pop_helpers import CONFIG, Clock
+from pop_helpers import CONFIG
 from rmq_spark import OffsetRange, PopConsumer, RangeReader, UndecodableBatchError
 from rmq_wire.codec import encode_messages
 
 
 def payload(first: int, count: int) -> bytes:
     return encode_messages([(b"m%d" % i, None, None, None, None) for i in range(first, first + count)], "rmq", "none")
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

@@ -10,19 +10,12 @@ from broker_sim.core import BrokerCore, BrokerError, CoreOptions, InnerBatchSend
 from broker_sim.schedule import SCHEDULE_TOPIC
 from broker_sim.store import QueueType
 from rmq_wire import record as fmt
-
-
-class Clock:
-    def __init__(self, now_ms: int = 1_800_000_000_000):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
+from support.clock import Clock
 
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return Clock(1_800_000_000_000)
 
 
 def open_core(data_dir, clock) -> BrokerCore:
@@ -56,9 +49,9 @@ def test_a_delay_level_holds_the_message_until_its_time(core, clock):
     assert answer.queue_id == 0  # the queue it was sent to; its offset is the schedule queue's
     core.store.wait_dispatched(5)
     assert core.store.max_offset(SCHEDULE_TOPIC, 1) == 1  # level 2 waits in queue 1
-    assert core.schedule.deliver_due() == clock.now_ms + 5000
+    assert core.schedule.deliver_due() == clock.now + 5000
     assert bodies(core) == []
-    clock.now_ms += 5000
+    clock.now += 5000
     assert core.schedule.deliver_due() is None
     core.store.wait_dispatched(5)  # the delivery is a send: indexed in the background
     [record] = [fmt.decode_record(b.data) for b in core.store.get_messages("t", 0, 0).batches]
@@ -72,34 +65,34 @@ def test_levels_deliver_in_order_and_the_highest_level_is_two_hours(core, clock)
     send(core, b"b", DELAY="1")
     send(core, b"c", DELAY="99")
     core.store.wait_dispatched(5)
-    clock.now_ms += 1000
+    clock.now += 1000
     core.schedule.deliver_due()
     assert bodies(core) == [b"a", b"b"]
-    clock.now_ms += 7200 * 1000 - 1001
+    clock.now += 7200 * 1000 - 1001
     core.schedule.deliver_due()
     assert bodies(core) == [b"a", b"b"]
-    clock.now_ms += 1
+    clock.now += 1
     core.schedule.deliver_due()
     assert bodies(core) == [b"a", b"b", b"c"]
 
 
 def test_delivery_times_in_any_order(core, clock):
-    now = clock.now_ms
+    now = clock.now
     send(core, b"late", TIMER_DELIVER_MS=str(now + 9000))
     send(core, b"soon", TIMER_DELAY_SEC="2")
     send(core, b"sooner", TIMER_DELAY_MS="1000", queue_id=1)
     core.store.wait_dispatched(5)
     assert core.schedule.deliver_due() == now + 1000
-    clock.now_ms = now + 2000
+    clock.now = now + 2000
     core.schedule.deliver_due()
     assert (bodies(core), bodies(core, 1)) == ([b"soon"], [b"sooner"])
-    clock.now_ms = now + 9000
+    clock.now = now + 9000
     assert core.schedule.deliver_due() is None
     assert bodies(core) == [b"soon", b"late"]
 
 
 def test_a_time_already_past_or_level_zero_is_sent_at_once(core, clock):
-    send(core, b"past", TIMER_DELIVER_MS=str(clock.now_ms - 1))
+    send(core, b"past", TIMER_DELIVER_MS=str(clock.now - 1))
     send(core, b"zero", DELAY="0")
     assert bodies(core) == [b"past", b"zero"]
 
@@ -110,7 +103,7 @@ def test_held_messages_survive_a_restart_and_none_is_delivered_twice(tmp_path, c
     send(core, b"first", DELAY="1")
     send(core, b"second", TIMER_DELAY_SEC="10")
     core.store.wait_dispatched(5)
-    clock.now_ms += 1000
+    clock.now += 1000
     core.schedule.deliver_due()
     core.close(5)
     core = open_core(tmp_path, clock)
@@ -118,7 +111,7 @@ def test_held_messages_survive_a_restart_and_none_is_delivered_twice(tmp_path, c
         core.store.wait_dispatched(5)
         core.schedule.deliver_due()
         assert bodies(core) == [b"first"]
-        clock.now_ms += 10_000
+        clock.now += 10_000
         core.schedule.deliver_due()
         assert bodies(core) == [b"first", b"second"]
     finally:

@@ -9,18 +9,9 @@ from rmq_spark import BufferFullError, Message
 from rmq_spark.producer.accumulator import RecordAccumulator
 from rmq_spark.producer.batch import BatchKey, ProducerBatch
 from rmq_spark.producer.config import ProducerConfig
+from support.clock import Clock
 
 KIB = 1024
-
-
-class Clock:
-    """Milliseconds that move only when the test says so."""
-
-    def __init__(self):
-        self.ms = 0.0
-
-    def __call__(self) -> float:
-        return self.ms
 
 
 def accumulator(clock=None, **config) -> RecordAccumulator:
@@ -55,14 +46,14 @@ def test_batches_go_once_batch_max_delay_ms_old():
     clock = Clock()
     acc = accumulator(clock)
     acc.append(Message("t", b"old"), ("", 0), 1.0)
-    clock.ms = 6
+    clock.now = 6
     acc.append(Message("t", b"young"), ("", 1), 1.0)
-    clock.ms = 9.9
+    clock.now = 9.9
     assert acc.seal_aged() == 0
-    clock.ms = 10
+    clock.now = 10
     assert acc.seal_aged() == 1
     assert [b.key.queue_id for b in acc.drain(1 << 20)] == [0]
-    clock.ms = 16
+    clock.now = 16
     assert acc.seal_aged() == 1
     assert [b.key.queue_id for b in acc.drain(1 << 20)] == [1]
 

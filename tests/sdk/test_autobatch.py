@@ -23,19 +23,12 @@ from rmq_spark.client.grpc_transport import join_sends
 from rmq_spark.structs import InnerBatchIds
 from rmq_wire.contract.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
 from sdk_helpers import wait_indexed
-
-
-class StepClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
+from support.clock import Clock
 
 
 @pytest.fixture
 def clock():
-    return StepClock()
+    return Clock()
 
 
 @pytest.fixture

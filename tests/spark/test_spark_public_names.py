@@ -1,4 +1,4 @@
-"""rmq_spark.spark is built on the SDK's public names only (DESIGN.md): read from its source, every
+"""rmq_spark.spark is built on the SDK's public names only: read from its source, every
 import of rmq_spark there names something ``rmq_spark`` exports, or a sibling module; and nothing
 of grpc, the protocol, the wire's codecs or broker_sim (of rmq_wire, only the unit parser both
 products share)."""

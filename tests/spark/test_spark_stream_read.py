@@ -18,6 +18,7 @@ from rmq_spark.spark.offsets import to_json
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.source import RocketMQBatchStreamReader
 from spark_helpers import keyed, produce, run_available_now, source, wait_for, wait_indexed
+from support.clock import Clock
 
 
 def test_max_records_per_trigger_is_honoured_to_the_row(spark, endpoint, topic_name, tmp_path):
@@ -144,16 +145,8 @@ def test_fail_on_data_loss_both_ways(spark, endpoint, topic_name, tmp_path):
     assert rows == []
 
 
-class Clock:
-    def __init__(self):
-        self.ms = 1_000
-
-    def __call__(self):
-        return self.ms
-
-
 def stream_reader(endpoint, topic, **options):
-    clock = Clock()
+    clock = Clock(1_000)
     opts = parse_options({"endpoint": endpoint, "topic": topic, "startingOffsets": "earliest", **options})
     return RocketMQBatchStreamReader(opts, now_ms=clock), clock
 
@@ -172,12 +165,12 @@ def test_min_records_per_trigger_waits_up_to_max_trigger_delay(endpoint, topic_n
         wait_indexed(endpoint, topic_name, 26)
         end = reader.latestOffset(start, ReadMaxRows(12))
         assert sum(end[topic_name].values()) == 12  # enough: a trigger of at most 12
-        clock.ms += 1_000
+        clock.now += 1_000
         rest = reader.latestOffset(end, ReadMaxRows(12))
         assert sum(rest[topic_name].values()) == 24
-        clock.ms += 59_000  # 2 records wait, fewer than 10, until a minute has passed since the last trigger
+        clock.now += 59_000  # 2 records wait, fewer than 10, until a minute has passed since the last trigger
         assert reader.latestOffset(rest, ReadMaxRows(12)) == rest
-        clock.ms += 1_000
+        clock.now += 1_000
         assert sum(reader.latestOffset(rest, ReadMaxRows(12))[topic_name].values()) == 26
         assert sum(reader.latestOffset(start, ReadAllAvailable())[topic_name].values()) == 26  # Trigger.Once
     finally:

@@ -8,19 +8,12 @@ import pytest
 
 from broker_sim.store import BatchPut, GetStatus, QueueType, decode_record
 from rmq_wire import record as fmt
-
-
-class StepClock:
-    def __init__(self, start=1_000_000):
-        self.now = start
-
-    def __call__(self):
-        return self.now
+from support.clock import Clock
 
 
 @pytest.fixture
 def clocked(open_store):
-    clock = StepClock()
+    clock = Clock(1_000_000)
     return open_store(now_ms=clock), clock
 
 

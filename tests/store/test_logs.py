@@ -11,16 +11,9 @@ import pytest
 
 from broker_sim.common import logs
 from broker_sim.common.logs import JsonFormatter, ThrottledLog
+from support.clock import Clock
 
 BOUND_S = 10.0  # the longest a test waits for the background thread
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
 
 
 class Lines(logging.Handler):
@@ -60,7 +53,7 @@ def throttled(clock, **options) -> ThrottledLog:
 
 
 def test_a_burst_then_one_line_counting_the_rest_then_a_new_window(lines):
-    clock = Clock()
+    clock = Clock(100.0)
     log = throttled(clock)
     written = [log.warning("refused %s", f"client-{i}", key="c", extra={"client": "1.2.3.4", "n": i})
                for i in range(10)]
@@ -86,7 +79,7 @@ def test_a_burst_then_one_line_counting_the_rest_then_a_new_window(lines):
 
 
 def test_the_count_is_said_by_roll_once_the_window_is_over(lines):
-    clock = Clock()
+    clock = Clock(100.0)
     log = throttled(clock)
     for _ in range(5):
         log.error("disk full")
@@ -98,7 +91,7 @@ def test_the_count_is_said_by_roll_once_the_window_is_over(lines):
 
 
 def test_flush_says_the_counts_of_windows_not_over(lines):
-    clock = Clock()
+    clock = Clock(100.0)
     log = throttled(clock)
     for _ in range(4):
         log.warning("slow reader")
@@ -109,7 +102,7 @@ def test_flush_says_the_counts_of_windows_not_over(lines):
 
 
 def test_each_template_and_subject_has_its_own_window(lines):
-    clock = Clock()
+    clock = Clock(100.0)
     log = throttled(clock)
     for _ in range(5):
         log.warning("denied %s", "a", key="a")
@@ -119,7 +112,7 @@ def test_each_template_and_subject_has_its_own_window(lines):
 
 
 def test_shared_lines_have_one_window_and_their_own_count(lines):
-    clock = Clock()
+    clock = Clock(100.0)
     log = throttled(clock, shared=True, summary="%(dropped)d more connections closed in %(seconds).0f s")
     for i in range(6):
         log.warning("closing %d: idle" if i % 2 else "closing %d: slow", i)
@@ -130,7 +123,7 @@ def test_shared_lines_have_one_window_and_their_own_count(lines):
 
 
 def test_past_max_keys_new_subjects_share_their_templates_window(lines):
-    clock = Clock()
+    clock = Clock(100.0)
     log = throttled(clock, max_keys=2)
     for client in ["a", "b", "c", "d", "e", "f"]:
         log.warning("refused %s", client, key=client)
@@ -138,7 +131,7 @@ def test_past_max_keys_new_subjects_share_their_templates_window(lines):
 
 
 def test_a_line_its_logger_would_not_write_is_not_counted(lines):
-    clock = Clock()
+    clock = Clock(100.0)
     logging.getLogger("tests.throttled").setLevel(logging.WARNING)
     log = throttled(clock)
     for _ in range(5):
@@ -149,7 +142,7 @@ def test_a_line_its_logger_would_not_write_is_not_counted(lines):
 
 def test_the_background_thread_says_a_count_nobody_rolls(lines, monkeypatch):
     monkeypatch.setattr(logs, "ROLL_EVERY_S", 0.01)
-    clock = Clock()
+    clock = Clock(100.0)
     log = ThrottledLog(logging.getLogger("tests.throttled"), burst=1, interval_s=10.0, now=clock)
     log.warning("flood")
     log.warning("flood")

@@ -1,11 +1,12 @@
 import pytest
 
-from txn_helpers import FakeClock, start_broker
+from support.clock import Clock
+from txn_helpers import START_MS, start_broker
 
 
 @pytest.fixture
 def clock():
-    return FakeClock()
+    return Clock(START_MS)
 
 
 @pytest.fixture

@@ -154,7 +154,7 @@ def test_listing_shows_open_transactions_and_looks_up_ended_ones(broker, topic, 
         info, = txns.list()
         assert (info.transaction_id, info.state, info.batch_count, info.message_count) == (
             "open-one", TransactionState.OPEN, 2, 6)
-        assert info.created_ms == clock.ms and info.expires_ms == clock.ms + 60_000
+        assert info.created_ms == clock.now and info.expires_ms == clock.now + 60_000
         txns.commit(["open-one"])
         assert txns.list() == []
         ended, unknown = txns.list(["open-one", "never-seen"])

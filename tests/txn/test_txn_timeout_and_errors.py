@@ -21,7 +21,8 @@ from rmq_spark import (
 )
 from rmq_wire.codec import encode_messages
 from rmq_wire.contract import broker_pb2, broker_pb2_grpc, txn_pb2, txn_pb2_grpc
-from txn_helpers import FakeClock, bodies, offsets, read_queue, send_table, start_broker, table_of, wait_offsets
+from support.clock import Clock
+from txn_helpers import START_MS, bodies, offsets, read_queue, send_table, start_broker, table_of, wait_offsets
 
 
 def test_transactions_without_a_batch_for_the_timeout_are_rolled_back(broker, topic, clock):
@@ -29,31 +30,31 @@ def test_transactions_without_a_batch_for_the_timeout_are_rolled_back(broker, to
             Producer(broker.endpoint, transaction_id="alive") as alive:
         send_table(abandoned, topic, 0, table_of(bodies(3)))
         send_table(alive, topic, 1, table_of(bodies(3)))
-        clock.advance(59_999)
+        clock.step(59_999)
         send_table(alive, topic, 1, table_of(bodies(2, "late")))  # a batch restarts the timeout
         assert broker.core.transactions.expire() == []
-        clock.advance(1)
+        clock.step(1)
         assert broker.core.transactions.expire() == ["abandoned"]
         with Transactions(broker.endpoint) as txns:
             info, = txns.list(["abandoned"])
             assert (info.state, info.expired) == (TransactionState.ROLLED_BACK, True)
             with pytest.raises(TransactionStateError, match="rolled back by the timeout"):
                 txns.commit(["abandoned"])
-            clock.advance(59_998)  # 59,999 ms after the late batch
+            clock.step(59_998)  # 59,999 ms after the late batch
             assert broker.core.transactions.expire() == []
             txns.commit([alive.prepared()])
     wait_offsets(broker.endpoint, topic, [0, 5, 0, 0])
 
 
 def test_the_background_sweep_uses_the_service_clock(tmp_path):
-    clock = FakeClock()
+    clock = Clock(START_MS)
     broker = start_broker(tmp_path / "data", clock, TransactionConfig(timeout_ms=1_000, check_interval_ms=10))
     try:
         with Admin(broker.endpoint) as admin:
             admin.create_topic("swept", 1, "BatchCQ")
         with Producer(broker.endpoint, transaction_id="left") as writer, Transactions(broker.endpoint) as txns:
             send_table(writer, "swept", 0, table_of(bodies(2)))
-            clock.advance(1_000)
+            clock.step(1_000)
             deadline = time.monotonic() + 10
             while txns.list(["left"])[0].state is not TransactionState.ROLLED_BACK:
                 assert time.monotonic() < deadline, "the sweep did not roll the transaction back"

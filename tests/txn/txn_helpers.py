@@ -17,6 +17,7 @@ from broker_sim.store import StoreConfig
 from broker_sim.testing import stop_process, wait_listening
 from broker_sim.txn import TransactionConfig
 from rmq_spark import Admin, OffsetRange, RangeReader
+from support.clock import Clock
 
 STORE_CONFIG = StoreConfig(segment_bytes=16 << 20, max_message_bytes=256 << 10)
 # No background sweep: tests call expire() with the injected clock. Small half log segments.
@@ -25,20 +26,9 @@ START_MS = 1_800_000_000_000
 CRASHING_BROKER = Path(__file__).with_name("crashing_broker.py")
 
 
-class FakeClock:
-    def __init__(self, ms: int = START_MS):
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
-
 def start_broker(data_dir: Path, clock=None, config: TransactionConfig = TXN_CONFIG) -> Broker:
     broker = Broker(data_dir, "127.0.0.1", 0, STORE_CONFIG, transaction_config=config,
-                    transaction_clock_ms=clock or FakeClock(), auto_create_topics=None)  # topics created first
+                    transaction_clock_ms=clock or Clock(START_MS), auto_create_topics=None)  # topics created first
     broker.start()
     return broker
 

@@ -1,0 +1,1 @@
+"""What tests share: helpers written once (importable as ``support.<module>``: tests/ is on the path)."""
