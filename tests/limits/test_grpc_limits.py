@@ -5,8 +5,6 @@ address is 127.0.0.2 through a forwarder."""
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
 
@@ -18,6 +16,7 @@ from rmq_wire.contract import broker_pb2_grpc as pb_grpc
 from rmq_wire.contract import pop_pb2, pop_pb2_grpc
 from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
 from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
+from support.waits import wait_until
 
 LIMIT = 2
 TIMEOUT_S = 20.0
@@ -56,16 +55,6 @@ def refused(call):
     except grpc.RpcError as err:
         return err.code(), dict(err.trailing_metadata() or ()).get("rmq-reason"), err.details()
     return None
-
-
-def wait_until(condition, what: str, timeout_s: float = 10.0, state=lambda: ""):
-    """Poll ``condition`` until it is true; AssertionError naming ``what`` (and the ``state`` it
-    was in) after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"{what} within {timeout_s} s {state()}".rstrip()
-        time.sleep(0.02)
-    return result
 
 
 def test_a_client_past_its_calls_in_flight_is_refused_and_another_is_served(broker):

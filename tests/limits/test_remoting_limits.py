@@ -18,6 +18,7 @@ from forwarder import Forwarder
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import broker_pb2_grpc as pb_grpc
 from rmq_wire.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, encode
+from support.waits import wait_until
 
 TIMEOUT_S = 10.0
 MESSAGE_BYTES = 64 << 10
@@ -59,14 +60,6 @@ def served(address: str, topic: str) -> bool:
         pulled = wait_until(lambda: (answer := conn.invoke(RequestCode.PULL_MESSAGE, pull_fields(topic))).code
                             == ResponseCode.SUCCESS and answer, "the message is indexed")  # pulls until then
     return bool(pulled.body)
-
-
-def wait_until(condition, what: str, timeout_s: float = TIMEOUT_S):
-    deadline = time.monotonic() + timeout_s
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
-        time.sleep(0.02)
-    return result
 
 
 def resident_bytes() -> int:

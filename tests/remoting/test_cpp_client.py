@@ -21,6 +21,8 @@ from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvM
 from rocketmq.exceptions import ProducerSendOrderlyFailed, ffi_check  # noqa: E402
 from rocketmq.ffi import _CConsumeStatus, dll  # noqa: E402
 
+from support.waits import wait_until  # noqa: E402
+
 _names = itertools.count()
 
 
@@ -70,16 +72,6 @@ def pull_all(target, topic: str, expect: int, timeout_s: float = 30) -> list:
     finally:
         consumer.shutdown()
     return got
-
-
-def wait_until(condition, timeout_s: float, what: str, seen=lambda: ""):
-    """Wait for ``condition``; on time out, say what happened instead (``seen()``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {timeout_s} s {seen()}".rstrip())
 
 
 def test_sends_of_every_kind_are_stored_and_pulled(target):
@@ -138,7 +130,7 @@ def test_push_consumer_gets_every_message_once_and_commits(target):
     consumer.subscribe(topic, on_message)
     consumer.start()
     try:
-        wait_until(lambda: len(seen) >= 40, 60, "40 deliveries")
+        wait_until(lambda: len(seen) >= 40, "40 deliveries", 60, poll_s=0.1)
         time.sleep(1)
     finally:
         consumer.shutdown()  # persists the consumed offsets
@@ -184,8 +176,8 @@ def test_a_failed_message_comes_back_through_the_retry_topic(target):
     consumer._register_callback(on_message)
     consumer.start()  # its heartbeat makes the group's retry topic
     try:
-        wait_until(lambda: (b"fail once", 1) in deliveries, 90, "the retried delivery",
-                   lambda: f"(deliveries, as (body, reconsume times): {deliveries})")
+        wait_until(lambda: (b"fail once", 1) in deliveries, "the retried delivery", 90, poll_s=0.1,
+                   state=lambda: f"(deliveries, as (body, reconsume times): {deliveries})")
     finally:
         consumer.shutdown()
 
@@ -206,7 +198,7 @@ def test_orderly_push_consumer_gets_a_queue_in_order(target):
     consumer.subscribe(topic, lambda msg: seen.append(msg.body))
     consumer.start()
     try:
-        wait_until(lambda: len(seen) >= 20, 60, "20 orderly deliveries")
+        wait_until(lambda: len(seen) >= 20, "20 orderly deliveries", 60, poll_s=0.1)
     finally:
         consumer.shutdown()
     assert seen[:20] == [b"%02d" % i for i in range(20)], seen

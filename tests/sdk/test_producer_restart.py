@@ -9,13 +9,7 @@ from collections import Counter
 from broker_sim.testing import broker_process
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader, TransportConfig
 from rmq_spark.errors import BufferFullError
-
-
-def wait_until(condition, timeout_s=60):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+from support.waits import wait_until
 
 
 def test_kill_and_restart_while_sending(tmp_path):
@@ -43,12 +37,13 @@ def test_kill_and_restart_while_sending(tmp_path):
         threads = [threading.Thread(target=send, args=(t,)) for t in range(4)]
         for t in threads:
             t.start()
-        wait_until(lambda: acked["ok"] >= 2000)
+        wait_until(lambda: acked["ok"] >= 2000, "2,000 sends answered", 60, poll_s=0.01)
         broker.send_signal(signal.SIGKILL)
         broker.wait(10)
         sent_at_kill = len(futures)
     with broker_process(data, "--port", endpoint.rsplit(":", 1)[1]):  # again, on the same port
-        wait_until(lambda: acked["ok"] >= sent_at_kill + 2000)  # sends before and after the kill are answered
+        # sends before and after the kill are answered
+        wait_until(lambda: acked["ok"] >= sent_at_kill + 2000, "2,000 more answered", 60, poll_s=0.01)
         stop.set()
         for t in threads:
             t.join(60)

@@ -6,9 +6,9 @@ control; bounded waits, no timing assertions."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
-import time
 
 import grpc
 import pytest
@@ -21,12 +21,14 @@ from broker_sim.store.paths import StorePaths
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import pop_pb2, pop_pb2_grpc
 from server_rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Client
+from support import waits
 
 # No BDP probing: the client's window stays at its initial 64 KiB, so a stream that is not read
 # stops a 1 MiB response on the broker's side.
 STALLED_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.bdp_probe", 0)]
 STALLED_DEADLINE_S = 300.0  # the stalled calls end by then whatever happens: no test can hang on them
 WAIT_S = 60.0
+wait_until = functools.partial(waits.wait_until, timeout_s=WAIT_S)  # a loaded broker: each wait gets a minute
 BIG_MESSAGES = 4
 CONFIG = StoreConfig(segment_bytes=16 << 20)
 
@@ -82,14 +84,6 @@ def ended_how(streams) -> str:
     return ""
 
 
-def wait_until(condition, what: str, state=lambda: "") -> None:
-    """Poll ``condition``; AssertionError naming ``what`` (and the ``state`` seen) after WAIT_S."""
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what} {state()}".rstrip()
-        time.sleep(0.02)
-
-
 def waiting_pops(endpoint: str, count: int) -> list[threading.Thread]:
     """``count`` pops long-polling an empty topic, each in a thread of its own (and of the broker's)."""
     def pop():
@@ -115,7 +109,7 @@ def test_stalled_streams_and_waiting_pops_leave_other_clients_served(tmp_path):
         with stalled_streams(broker.endpoint, 100) as streams:
             # Each stream's response is on its way, held by flow control: the broker waits for them all.
             wait_until(lambda: broker.core.counters.responses_waiting == 100, "100 responses waiting for their clients",
-                       lambda: f"({broker.core.counters.responses_waiting} waiting, "
+                       state=lambda: f"({broker.core.counters.responses_waiting} waiting, "
                                f"{sum(stream.done() for stream in streams)} streams ended"
                                f"{ended_how(streams)})")
             pops = waiting_pops(broker.endpoint, broker.pop_config.max_waiting_pops)
