@@ -23,3 +23,12 @@ def client(broker):
     client = Client(broker.endpoint)
     yield client
     client.close()
+
+
+@pytest.fixture
+def processes():
+    """Broker processes a test starts (``BrokerProcess``), killed at its end whatever happened."""
+    started = []
+    yield started
+    for process in started:
+        process.kill()

@@ -205,14 +205,6 @@ def test_the_broker_starts_from_a_broker_conf_and_flags_win(tmp_path, processes)
     assert "warning: " + str(conf) + " line 4: deleteWhen has no effect here" in process.stderr()
 
 
-@pytest.fixture
-def processes():
-    started = []
-    yield started
-    for process in started:
-        process.kill()
-
-
 @pytest.mark.parametrize("remoting", [False, True], ids=["grpc port only", "with the remoting door"])
 def test_transaction_check_settings_reach_both_rocketmq_doors(tmp_path, remoting):
     """The transaction check settings are built once (flags over broker.conf) and handed to every

@@ -20,14 +20,6 @@ REFUSAL = ("topic creation refused: client 127.0.0.1 has created 1 topics, its l
            "(--max-topics-created-per-client): topic 'second' was not created.")
 
 
-@pytest.fixture
-def processes():
-    started = []
-    yield started
-    for process in started:
-        process.kill()
-
-
 def refuse_topics(endpoint: str, names=("second", "3", "4", "5", "6", "7", "8")) -> None:
     """Create a topic, then ``names``, each past the client's limit of one."""
     client = Client(endpoint)

@@ -198,14 +198,6 @@ class BrokerProcess:
         self._stderr.close()
 
 
-@pytest.fixture
-def processes():
-    started = []
-    yield started
-    for process in started:
-        process.kill()
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_cli_restart_between_write_and_read(tmp_path, processes, signum):
     data = tmp_path / "data"
