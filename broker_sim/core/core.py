@@ -309,6 +309,31 @@ class BrokerCore:
             raise self._topic_not_found(name)
         return config
 
+    def find_topic(self, name: str) -> TopicConfig | None:
+        """The topic's config, None when there is none (no sentence made: a route table asks often)."""
+        return self.store.find_topic(name)
+
+    # --- what doors that hold requests for messages ask, never waiting ------------------------
+
+    def indexed_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's indexed end, never waiting for the dispatcher (an event loop asks);
+        LookupError when the queue is gone."""
+        return self.store.indexed_offset(topic, queue_id)
+
+    def add_arrival_listener(self, listener) -> None:
+        """Call ``listener()`` (on the dispatcher's thread: it must return at once) whenever newly
+        indexed messages become readable."""
+        self.store.add_arrival_listener(listener)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.store.config.max_message_bytes
+
+    @property
+    def store_host_bytes(self) -> bytes:
+        """The broker's address as its records store it (what RocketMQ's message ids begin with)."""
+        return self.store.config.store_host_bytes
+
     def describe_topic(self, name: str, wait_for_index: bool = False) -> tuple[TopicConfig, list[QueueOffsets]]:
         """The topic and its queues' offsets: the indexed ends (``queue_offsets``), or with
         ``wait_for_index`` everything stored before the call (an offset query: read-your-writes)."""

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def spark_schema(include_properties: bool = False) -> StructType:
-    """The read schema (``rmq_spark.consumer.range_reader.read_schema``), as Spark types; ``read()`` yields exactly its Arrow form."""
+    """The read schema (``range_reader.read_schema``), as Spark types; ``read()`` yields exactly its Arrow form."""
     fields = [
         StructField("topic", StringType()), StructField("broker", StringType()), StructField("queue_id", IntegerType()),
         StructField("queue_offset", LongType()), StructField("body", BinaryType()),

@@ -12,36 +12,28 @@ from broker_sim.broker import Broker
 from broker_sim.core.limits import ClientLimits
 from forwarder import OTHER_CLIENT_IP, Forwarder
 from rmq_wire.contract import broker_pb2 as pb
-from rmq_wire.contract import broker_pb2_grpc as pb_grpc
-from rmq_wire.contract import pop_pb2, pop_pb2_grpc
+from rmq_wire.contract import pop_pb2
 from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
 from rmq_wire.rocketmq_v2 import messaging_pb2_grpc as v2_grpc
+from support.grpc_client import Client
 from support.waits import wait_until
 
 LIMIT = 2
 TIMEOUT_S = 20.0
 
 
-class Client:
-    def __init__(self, endpoint: str):
-        self.channel = grpc.insecure_channel(endpoint)
-        self.admin = pb_grpc.AdminStub(self.channel)
-        self.messaging = pb_grpc.MessagingStub(self.channel)
-        self.pop = pop_pb2_grpc.PopStub(self.channel)
-        self.v2 = v2_grpc.MessagingServiceStub(self.channel)
+def list_topics(client: Client):
+    return client.admin.ListTopics(pb.ListTopicsRequest(), timeout=TIMEOUT_S)
 
-    def list_topics(self):
-        return self.admin.ListTopics(pb.ListTopicsRequest(), timeout=TIMEOUT_S)
 
-    def long_poll(self, topic: str):
-        """A pop that waits (nothing to pop): a call held in flight."""
-        return self.pop.Pop.future(pop_pb2.PopRequest(group="g", topic=topic, queue_id=-1, max_messages=1,
-                                                      invisible_time_ms=60_000, poll_time_ms=15_000),
-                                   timeout=TIMEOUT_S)
+def long_poll(client: Client, topic: str):
+    """A pop that waits (nothing to pop): a call held in flight."""
+    return client.pop.Pop.future(pop_pb2.PopRequest(group="g", topic=topic, queue_id=-1, max_messages=1,
+                                                    invisible_time_ms=60_000, poll_time_ms=15_000), timeout=TIMEOUT_S)
 
-    def close(self):
-        self.channel.close()
 
+def v2_stub(client: Client) -> v2_grpc.MessagingServiceStub:
+    return v2_grpc.MessagingServiceStub(client.channel)
 
 @pytest.fixture
 def broker(tmp_path):
@@ -65,14 +57,14 @@ def test_a_client_past_its_calls_in_flight_is_refused_and_another_is_served(brok
         for name in ("idle", "orders"):
             local.admin.CreateTopic(pb.CreateTopicRequest(topic=pb.Topic(name=name, queue_count=1,
                                                                          queue_type=pb.SIMPLE_CQ)), timeout=TIMEOUT_S)
-        polls = [local.long_poll("idle") for _ in range(LIMIT)]
-        code, reason, details = wait_until(lambda: refused(local.list_topics), "the third call is refused")
+        polls = [long_poll(local, "idle") for _ in range(LIMIT)]
+        code, reason, details = wait_until(lambda: refused(lambda: list_topics(local)), "the third call is refused")
         assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_REQUESTS")
         assert "client 127.0.0.1 has 2 requests being served" in details
         assert "--max-requests-in-flight-per-ip" in details and "retry later" in details
 
         # RocketMQ 5's door answers in the response's status, as its proxy's flow control does
-        route = local.v2.QueryRoute(v2.QueryRouteRequest(topic=v2.Resource(name="orders")), timeout=TIMEOUT_S)
+        route = v2_stub(local).QueryRoute(v2.QueryRouteRequest(topic=v2.Resource(name="orders")), timeout=TIMEOUT_S)
         assert route.status.code == v2.TOO_MANY_REQUESTS and "max-requests-in-flight-per-ip" in route.status.message
 
         # another address: served, sends and reads, on both contracts
@@ -83,14 +75,14 @@ def test_a_client_past_its_calls_in_flight_is_refused_and_another_is_served(brok
             ranges=[pb.ReadRange(topic="orders", queue_id=0, start_offset=0)]), timeout=TIMEOUT_S) if r.record_count],
             "the message is readable")
         assert read[0].record_count == 1
-        assert other.v2.QueryRoute(v2.QueryRouteRequest(topic=v2.Resource(name="orders")),
+        assert v2_stub(other).QueryRoute(v2.QueryRouteRequest(topic=v2.Resource(name="orders")),
                                    timeout=TIMEOUT_S).status.code == v2.OK
         assert broker.calls_in_flight.calls == {"127.0.0.1": LIMIT}
         assert OTHER_CLIENT_IP not in broker.calls_in_flight.calls
 
         for poll in polls:  # the held calls end: their room comes back
             poll.cancel()
-        wait_until(lambda: refused(local.list_topics) is None, "the client is served again")
+        wait_until(lambda: refused(lambda: list_topics(local)) is None, "the client is served again")
         assert broker.calls_in_flight.calls == {}
     finally:
         local.close()

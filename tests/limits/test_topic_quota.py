@@ -13,41 +13,17 @@ from broker_sim.core.limits import ClientLimits
 from broker_sim.doors.remoting import RemotingOptions
 from forwarder import Forwarder
 from rmq_wire.contract import broker_pb2 as pb
-from rmq_wire.contract import broker_pb2_grpc as pb_grpc
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
+from support.grpc_client import Client, refusal
 
 TIMEOUT_S = 10.0
 
 
-class Client:
-    def __init__(self, endpoint: str):
-        self.channel = grpc.insecure_channel(endpoint)
-        self.admin = pb_grpc.AdminStub(self.channel)
-        self.messaging = pb_grpc.MessagingStub(self.channel)
-
-    def create(self, name: str, queues: int = 1):
-        topic = pb.Topic(name=name, queue_count=queues, queue_type=pb.SIMPLE_CQ)
-        return self.admin.CreateTopic(pb.CreateTopicRequest(topic=topic), timeout=TIMEOUT_S)
-
-    def refusal(self, name: str, queues: int = 1) -> tuple:
-        try:
-            self.create(name, queues)
-        except grpc.RpcError as err:
-            return err.code(), dict(err.trailing_metadata() or ()).get("rmq-reason"), err.details()
-        raise AssertionError(f"topic {name} was created")
-
-    def send_and_read(self, topic: str) -> bool:
-        self.messaging.Send(pb.SendRequest(topic=topic, single=pb.SingleMessage(body=b"hi")), timeout=TIMEOUT_S)
-        for _ in range(500):  # until the dispatcher indexed it
-            answers = self.messaging.ReadRanges(pb.ReadRangesRequest(
-                ranges=[pb.ReadRange(topic=topic, queue_id=0, start_offset=0)]), timeout=TIMEOUT_S)
-            if any(answer.record_count for answer in answers):
-                return True
-        return False
-
-    def close(self):
-        self.channel.close()
-
+def send_and_read(client: Client, topic: str) -> bool:
+    """A message sent to queue 0 of a new topic is stored and read back."""
+    client.send_single(topic)
+    client.wait_readable(topic, 0, 1)
+    return True
 
 @pytest.fixture
 def broker(tmp_path):
@@ -71,12 +47,12 @@ def test_a_client_past_its_topics_is_refused_and_another_creates_sends_and_reads
     local, other = clients
     assert local.create("a").created and local.create("b").created
     assert not local.create("a").created  # the same topic again: no room taken
-    code, reason, details = local.refusal("c")
+    code, reason, details = refusal(local.create, "c")
     assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
     assert "client 127.0.0.1 has created 2 topics" in details and "--max-topics-created-per-client" in details
     assert broker.core.store.find_topic("c") is None
 
-    assert other.create("c").created and other.send_and_read("c")
+    assert other.create("c").created and send_and_read(other, "c")
 
     local.admin.DeleteTopic(pb.DeleteTopicRequest(name="a"), timeout=TIMEOUT_S)  # its room comes back
     assert local.create("d").created
@@ -85,7 +61,7 @@ def test_a_client_past_its_topics_is_refused_and_another_creates_sends_and_reads
 def test_a_client_past_its_queues_is_refused(clients):
     local, other = clients
     assert local.create("eight", 8).created
-    code, reason, details = local.refusal("three", 3)
+    code, reason, details = refusal(local.create, "three", 3)
     assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
     assert "queues created by client 127.0.0.1 to 11, over its limit of 10" in details
     assert local.create("two", 2).created and other.create("three", 3).created
@@ -119,13 +95,13 @@ def test_the_broker_wide_limits_refuse_every_client(tmp_path):
         local, other = Client(broker.endpoint), Client(forwarder.endpoint)
         try:
             assert local.create("a").created and other.create("b").created
-            code, reason, details = other.refusal("c")
+            code, reason, details = refusal(other.create, "c")
             assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
             assert f"this broker holds {own + 2} topics, its limit (--max-topics)" in details
             local.admin.DeleteTopic(pb.DeleteTopicRequest(name="a"), timeout=TIMEOUT_S)
-            _code, _reason, details = other.refusal("c", 100)  # with b's queue: one too many
+            _code, _reason, details = refusal(other.create, "c", 100)  # with b's queue: one too many
             assert f"over its limit of {own_queues + 100} (--max-queues)" in details
-            assert other.create("c", 8).created and other.send_and_read("c")
+            assert other.create("c", 8).created and send_and_read(other, "c")
         finally:
             local.close()
             other.close()

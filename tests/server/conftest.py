@@ -2,7 +2,7 @@ import pytest
 
 from broker_sim.broker import Broker
 from broker_sim.store import StoreConfig
-from server_rpc import Client
+from support.grpc_client import Client
 
 # Small commitlog segments: reads and writes cross segment files.
 CONFIG = StoreConfig(segment_bytes=16 << 20, simple_cq_units_per_file=64, batch_cq_units_per_file=16)

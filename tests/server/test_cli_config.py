@@ -15,7 +15,7 @@ import pytest
 from broker_sim.broker_conf import ROCKETMQ_FLAGS
 from broker_sim.cli import arguments, broker_of, parser
 from broker_sim.doors.checks import CheckSettings
-from server_rpc import Client
+from support.grpc_client import Client
 from test_server_lifecycle import LISTENING, START_TIMEOUT_S, STOP_TIMEOUT_S, BrokerProcess, cli_command
 
 ROOT = Path(__file__).resolve().parents[2]

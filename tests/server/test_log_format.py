@@ -11,7 +11,7 @@ import re
 import grpc
 import pytest
 
-from server_rpc import Client
+from support.grpc_client import Client
 from test_server_lifecycle import BrokerProcess
 
 ISO_UTC_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")

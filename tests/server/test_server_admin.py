@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from rmq_wire.contract import broker_pb2 as pb
-from server_rpc import CALL_TIMEOUT_S, refusal
+from support.grpc_client import CALL_TIMEOUT_S, refusal
 
 NOT_FOUND, INVALID = grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT
 CONFLICT = grpc.StatusCode.ALREADY_EXISTS

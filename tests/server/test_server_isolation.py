@@ -20,8 +20,8 @@ from broker_sim.store import StoreConfig
 from broker_sim.store.paths import StorePaths
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import pop_pb2, pop_pb2_grpc
-from server_rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Client
 from support import waits
+from support.grpc_client import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Client
 
 # No BDP probing: the client's window stays at its initial 64 KiB, so a stream that is not read
 # stops a 1 MiB response on the broker's side.

@@ -24,7 +24,7 @@ from broker_sim.broker import BindError, Broker
 from broker_sim.store import DataDirInUseError, StoreConfig
 from broker_sim.store.paths import StorePaths
 from rmq_wire.contract import broker_pb2 as pb
-from server_rpc import Client, filler_batch
+from support.grpc_client import Client, filler_batch
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0

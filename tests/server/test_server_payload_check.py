@@ -12,7 +12,7 @@ import zstandard
 
 from rmq_wire.codec import compress, encode_messages
 from rmq_wire.contract import broker_pb2 as pb
-from server_rpc import refusal
+from support.grpc_client import refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 MESSAGES = [(b"m%d" % i, {"p": "v"}, None, "T", None) for i in range(3)]

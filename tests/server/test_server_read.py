@@ -10,7 +10,7 @@ import pytest
 from broker_sim.doors.contract.servicers import CHUNK_BYTES
 from broker_sim.store import encode_message_batch
 from rmq_wire.contract import broker_pb2 as pb
-from server_rpc import filler_batch, stream_refusal
+from support.grpc_client import filler_batch, stream_refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 SIZES = [3, 5, 2, 7]  # inner batches at bases 0, 3, 8, 10; max offset 17

@@ -10,7 +10,7 @@ import grpc
 from broker_sim.broker import Broker
 from broker_sim.store.paths import StorePaths
 from rmq_wire.contract import broker_pb2 as pb
-from server_rpc import Client, refusal, stream_refusal
+from support.grpc_client import Client, refusal, stream_refusal
 from test_server_read import READ_REFUSALS, read_request
 from test_server_send import MALFORMED_SENDS
 

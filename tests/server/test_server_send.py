@@ -11,7 +11,7 @@ from broker_sim.store import encode_message_batch
 from rmq_wire import record as fmt
 from rmq_wire.codec import encode_messages
 from rmq_wire.contract import broker_pb2 as pb
-from server_rpc import refusal
+from support.grpc_client import refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

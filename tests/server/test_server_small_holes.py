@@ -7,7 +7,7 @@ import pytest
 from broker_sim.store.errors import ECHO_CHARS
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import pop_pb2, pop_pb2_grpc
-from server_rpc import refusal
+from support.grpc_client import refusal
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

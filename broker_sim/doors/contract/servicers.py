@@ -97,7 +97,7 @@ class AdminServicer(pb_grpc.AdminServicer):
     def _any_past(self, known: list) -> bool:
         for topic, queue_id, offset in known:
             try:
-                if self._core.store.indexed_offset(topic, queue_id) > offset:
+                if self._core.indexed_offset(topic, queue_id) > offset:
                     return True
             except LookupError:  # the queue is gone: the answer says so
                 return True
@@ -107,7 +107,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         """The waits of GetOffsets, woken by the store's arrivals (made on the door's loop, at its first wait)."""
         if self._pull_hold is None:
             self._pull_hold = PullHold(asyncio.get_running_loop(), self._core.limits.max_parked_pulls)
-            self._core.store.add_arrival_listener(self._pull_hold.arrived)
+            self._core.add_arrival_listener(self._pull_hold.arrived)
         return self._pull_hold
 
     def _offsets(self, request):

@@ -147,7 +147,7 @@ class BrokerRequests:
                                                        "one at a time")
             transaction_id = properties.get(fmt.PROPERTY_UNIQ_KEY) or f"{connection.remote}-{request.opaque}"
         if batch:
-            body = _inflated(request.body, self.core.store.config.max_message_bytes) \
+            body = _inflated(request.body, self.core.max_message_bytes) \
                 if sys_flag & fmt.SysFlag.COMPRESSED else request.body  # the C++ client compresses its batches
             content = self._batch_content(body, config, properties, tags)
         else:
@@ -159,7 +159,7 @@ class BrokerRequests:
         if transaction_id:  # offsets come at the commit: the id only has to be one a client can decode
             self.checks.opened(transaction_id, fields.text("producerGroup", ""), topic,
                                fmt.check_immunity_s(properties) * 1000)
-            msg_id = fmt.message_id(self.core.store.config.store_host_bytes, next(self._half_ids))
+            msg_id = fmt.message_id(self.core.store_host_bytes, next(self._half_ids))
             return request.response(ResponseCode.SUCCESS, ext_fields={
                 "msgId": msg_id, "queueId": str(queue_id), "queueOffset": "0", "transactionId": transaction_id})
         header = {"queueId": str(outcome.queue_id), "queueOffset": str(outcome.base_offset)}

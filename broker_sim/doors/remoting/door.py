@@ -92,10 +92,10 @@ class RemotingDoor:
         self.core = core
         self.server.memory = core.memory  # one budget for every door
         self.server.metrics = core.metrics
-        self.hold.end_offset = core.store.indexed_offset
+        self.hold.end_offset = core.indexed_offset
         self.clients.consumers = core.consumers
         local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
-                            self.core.list_topics, self.core.store.find_topic)
+                            self.core.list_topics, self.core.find_topic)
         self.routes = RouteTable(local)
         self.checks = checks = TransactionChecks(core, self.check_settings)
         broker = BrokerRequests(self.core, self.clients, checks, self.options.broker_name, self.options.cluster_name,
@@ -112,7 +112,7 @@ class RemotingDoor:
         self.server.close_listeners.append(self.clients.forget)
         port = self.server.start()
         checks.start(transactions.ask, "rmq-remoting-txn-check")
-        self.core.store.add_arrival_listener(self.hold.arrived)
+        self.core.add_arrival_listener(self.hold.arrived)
         if self.options.name_servers:
             self._registrar.start()
             self._registrar.wake()  # the first registration at once

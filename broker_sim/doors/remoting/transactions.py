@@ -73,7 +73,7 @@ class TransactionRequests:
 
     def _check_request(self, transaction_id: str, half: bytes) -> RemotingCommand:
         topic = fmt.decode_record(half).topic
-        store_host = self.core.store.config.store_host_bytes
+        store_host = self.core.store_host_bytes
         header = {"topic": topic, "tranStateTableOffset": "0", "commitLogOffset": "0",
                   "msgId": transaction_id, "transactionId": transaction_id,
                   "offsetMsgId": fmt.message_id(store_host, 0), "brokerName": self.broker_name}

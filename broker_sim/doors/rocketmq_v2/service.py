@@ -97,12 +97,12 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         self.checks = TransactionChecks(core, checks)
         self.inner = receipts.InnerReceipts()
         self.queues = QueueChooser()
-        self.hold = PullHold(loop, core.limits.max_parked_pulls, core.store.indexed_offset)
-        core.store.add_arrival_listener(self.hold.arrived)
+        self.hold = PullHold(loop, core.limits.max_parked_pulls, core.indexed_offset)
+        core.add_arrival_listener(self.hold.arrived)
 
     @property
     def max_body_bytes(self) -> int:
-        return self.core.store.config.max_message_bytes
+        return self.core.max_message_bytes
 
     def start(self) -> None:
         """Start checking transactions (at least every second, so that each is checked near

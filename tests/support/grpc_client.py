@@ -1,4 +1,4 @@
-"""Helpers of the tests of our gRPC door (broker_sim.doors.contract): the generated stubs over a real channel on
+"""A client of our gRPC contract for tests (broker_sim.doors.contract): the generated stubs over a real channel on
 127.0.0.1, refusals as (code, reason, details), ReadRanges answers grouped per range."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from broker_sim.store import decode_record, encode_message_batch
 from rmq_wire import record as fmt
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import broker_pb2_grpc as pb_grpc
+from rmq_wire.contract import pop_pb2_grpc
 
 WAIT_S = 10.0
 CALL_TIMEOUT_S = 20.0
@@ -19,13 +20,14 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 80 << 20), ("grpc.max_sen
 
 
 class Client:
-    """Both stubs over one channel; every call has a deadline."""
+    """The contract's stubs over one channel (``admin``, ``messaging``, ``pop``); every call has a deadline."""
 
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
         self.channel = grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
         self.admin = pb_grpc.AdminStub(self.channel)
         self.messaging = pb_grpc.MessagingStub(self.channel)
+        self.pop = pop_pb2_grpc.PopStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()
