@@ -310,7 +310,7 @@ class RemotingServer:
         self.check_request: Callable[[RemotingCommand], None] | None = None  # raises to refuse one (ACLs)
         self.host, self.port = host, port
         self.limits = limits or ClientLimits()
-        self.memory = MemoryBudget.of(self.limits)  # the door's start sets the broker's one budget
+        self.memory: MemoryBudget | None = None  # the broker's one budget (the core's), given before ``start``
         self.closing_log = ThrottledLog(log, shared=True, summary=CLOSED_FOR_LIMITS)
         self.metrics = NO_METRICS  # the broker's, once the door serves a core
         self.tls = tls
@@ -335,7 +335,9 @@ class RemotingServer:
         return self.port
 
     def start(self) -> int:
-        """Serve (binding first unless ``bind`` did); the port."""
+        """Serve (binding first unless ``bind`` did); the port. ``memory`` must be given first."""
+        if self.memory is None:
+            raise RuntimeError("the remoting server starts with the broker's memory budget: set memory first")
         if self._socket is None:
             self.bind()
         self._thread.start()
