@@ -16,6 +16,7 @@ SECRET_KEY_VARIABLE = "RMQ_SECRET_KEY"
 # Transaction and sink ids: the broker refuses others, the SDK checks them before sending.
 TRANSACTION_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:@+=-]{1,255}$")
 TRANSACTION_ID_RULE = "1 to 255 letters, digits or . _ : @ + = -"
+MAX_OFFSETS_WAIT_MS = 30_000  # the longest a long-polling offsets request (GetOffsetsRequest.wait_ms) waits
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,6 @@ class TransactionChecks:
     def __init__(self, core, settings: CheckSettings, clock_ms=lambda: time.monotonic() * 1000):
         self.core = core
         self.settings = settings
-        self.interval_ms = settings.interval_ms
-        self.check_max = settings.check_max
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._open: dict[str, OpenTransaction] = {}
@@ -60,7 +58,7 @@ class TransactionChecks:
     def start(self, ask: Callable[[OpenTransaction, bytes], bool], name: str, period_ms: int | None = None) -> None:
         """Check the due transactions with ``ask`` (see ``check_once``) every ``period_ms``
         (default: the check interval), on a thread named ``name``, until ``stop``."""
-        period_s = (self.interval_ms if period_ms is None else period_ms) / 1000
+        period_s = (self.settings.interval_ms if period_ms is None else period_ms) / 1000
         self._checker = ServiceThread(name, period_s, lambda: self._check_on_interval(ask),
                                       task="checking transactions")
         self._checker.start()
@@ -85,7 +83,7 @@ class TransactionChecks:
         asked. How many were asked."""
         asked = 0
         for transaction in self._due():
-            if transaction.checks >= self.check_max:
+            if transaction.checks >= self.settings.check_max:
                 log.warning("transaction %s unanswered after %d checks: rolled back", transaction.transaction_id,
                             transaction.checks, extra={"transaction": transaction.transaction_id,
                                                        "topic": transaction.topic, "producer": transaction.owner})
@@ -106,7 +104,7 @@ class TransactionChecks:
         now = self._clock_ms()
         with self._lock:
             return [t for t in self._open.values()
-                    if now >= t.first_check_ms and now - t.sent_ms >= self.interval_ms * (t.checks + 1)]
+                    if now >= t.first_check_ms and now - t.sent_ms >= self.settings.interval_ms * (t.checks + 1)]
 
     def _roll_back(self, transaction_id: str) -> None:
         try:

@@ -8,6 +8,7 @@ from rmq_spark.client.connect import connect
 from rmq_spark.client.transport import TransportConfig
 from rmq_spark.errors import ConfigError, GroupBusyError
 from rmq_spark.structs import BrokerStats, GroupInfo, GroupOffset, QueueOffsets, QueueType, TopicInfo
+from rmq_wire.types import MAX_OFFSETS_WAIT_MS
 
 
 class Admin:
@@ -25,7 +26,7 @@ class Admin:
         Deadlines, retries and TLS.
     """
 
-    MAX_WAIT_MS = 30_000  # the longest a long poll of offsets waits (the broker's cap too)
+    MAX_WAIT_MS = MAX_OFFSETS_WAIT_MS  # the longest a long poll of offsets waits (the broker's cap)
 
     def __init__(self, endpoint: str | None = None, transport: TransportConfig | None = None, *,
                  name_server: str | None = None):

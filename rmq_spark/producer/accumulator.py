@@ -7,7 +7,7 @@ import threading
 from typing import Callable
 
 from rmq_spark.errors import BufferFullError
-from rmq_spark.producer.batch import BatchKey, ProducerBatch, SendFuture, new_future
+from rmq_spark.producer.batch import BatchKey, ProducerBatch, SendFuture
 from rmq_spark.producer.config import ProducerConfig
 from rmq_spark.structs import Message
 
@@ -28,7 +28,6 @@ class RecordAccumulator:
         self.now_ms = now_ms
         self.next_queue = next_queue  # the queue of a new batch of messages that take turns
         self._total_bytes = config.total_batch_max_bytes
-        self._batch_max_bytes = config.batch_max_bytes
         self._open: dict[tuple, ProducerBatch] = {}
         self._ready: collections.deque[ProducerBatch] = collections.deque()
         self._held_bytes = 0
@@ -58,15 +57,8 @@ class RecordAccumulator:
                 broker, queue_id = queue or self.next_queue(message.topic)
                 batch = self._open[key] = ProducerBatch(BatchKey(message.topic, queue_id, message.tags, broker),
                                                         self.now_ms())
-            # ProducerBatch.append, written out: a call less on the hottest path
-            index = len(batch.messages)
-            batch.messages.append(message)
-            batch.body_bytes += size
-            if callback is not None:
-                batch._callbacks.append(callback)
-                batch._indexes.append(index)
-            future = new_future((batch, index))
-            if batch.body_bytes < self._batch_max_bytes:
+            future = batch.append(message, callback)
+            if batch.body_bytes < self.config.batch_max_bytes:
                 return future, False
             del self._open[key]
             self._ready.append(batch)

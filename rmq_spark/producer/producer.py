@@ -112,7 +112,6 @@ class Producer:
         # set and cleared without a lock, which 64 threads blocked in send would contend for).
         self._blocked_send = False
         self._sender.on_idle = self._on_idle
-        self._auto_batch = self.config.auto_batch
         self._closed = False
         self._close_lock = threading.Lock()
         # Every batch is answered within its delivery timeout (an attempt begun before it runs out
@@ -266,7 +265,7 @@ class Producer:
             self._transport.close()
 
     def _batched(self, message: Message) -> bool:
-        return (self._auto_batch and not message.topic.startswith(RETRY_TOPIC_PREFIX)
+        return (self.config.auto_batch and not message.topic.startswith(RETRY_TOPIC_PREFIX)
                 and not (message.properties and any(name in message.properties for name in _UNBATCHABLE_PROPERTIES)))
 
     def _check_open(self) -> None:

@@ -139,7 +139,7 @@ class Router:
     def placed_queue(self, message: Message) -> tuple[str, int] | None:
         """The queue a message names or its keys choose; None for a message that takes a turn
         (its topic's route is known then, so that taking the turn needs no call)."""
-        route = self._routes.get(message.topic) or self.route(message.topic)
+        route = self.route(message.topic)
         if message.queue_id is not None:
             return route.queues[_slot_of(route, message.broker, message.queue_id, "the message")]
         if self.by_keys and message.keys:

@@ -27,14 +27,13 @@ from broker_sim.doors.hold import PullHold
 from rmq_wire import record as fmt
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import broker_pb2_grpc as pb_grpc
-from rmq_wire.types import InnerBatchIds, QueueType
+from rmq_wire.types import MAX_OFFSETS_WAIT_MS, InnerBatchIds, QueueType
 
 DEFAULT_READ_BUDGET = 64 << 20  # ReadRanges' byte budget when the request gives 0
 CHUNK_BYTES = 4 << 20  # records per ReadRanges response, at most (a larger record travels alone)
 _RESPONSES_PER_STEP = 256  # ranges answered in one hand-off to the pool, at most: steps stay short
 CORRUPTED_LISTED = 100  # damaged records BrokerStats lists (it counts all)
 STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
-MAX_OFFSETS_WAIT_MS = 30_000  # the longest a GetOffsets may wait for messages
 STEP_HOLDS_BYTES = 3 * CHUNK_BYTES  # what a ReadRanges step may leave held, at most: a chunk twice, the next begun
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}

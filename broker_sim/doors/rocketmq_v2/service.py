@@ -107,7 +107,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     def start(self) -> None:
         """Start checking transactions (at least every second, so that each is checked near
         its due time)."""
-        period_ms = max(50, min(self.checks.interval_ms, 1000))
+        period_ms = max(50, min(self.checks.settings.interval_ms, 1000))
         self.checks.start(self._ask, "rmq-v2-txn-check", period_ms)
 
     def stop(self) -> None:
