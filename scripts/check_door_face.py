@@ -19,8 +19,9 @@ def reaches(path: Path) -> list[str]:
             owner = node.value
             name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
             if name in ("core", "_core"):
-                found.append(f"{path.relative_to(DOORS.parent.parent)}:{node.lineno}: {name}.{node.attr}")
-    return found
+                where = f"{path.relative_to(DOORS.parent.parent)}:{node.lineno}"
+                found.append((node.lineno, f"{where}: {name}.{node.attr}"))
+    return [line for _lineno, line in sorted(found)]
 
 
 def main() -> int:

@@ -317,6 +317,20 @@ def test_two_brokers_each_have_a_queue_0(broker_sim_cluster):
         {"broker": "broker-b", "queue_id": 0, "body": b"to b"}]
 
 
+def test_a_long_poll_over_more_queues_than_suspended_pulls_answers_at_once(broker_sim_remoting):
+    """Past MAX_SUSPENDED_PULLS queues no pull is held for each (that would load the brokers more
+    than polling): the offsets come at once, not after the 20 s asked for."""
+    from rmq_spark.client.remoting_transport import MAX_SUSPENDED_PULLS
+
+    name = unique("sdk-long-poll-many", broker_sim_remoting)
+    with Admin(name_server=broker_sim_remoting.namesrv) as admin:
+        admin.create_topic(name, MAX_SUSPENDED_PULLS + 1, "SimpleCQ")
+        past = {(q.topic, q.broker, q.queue_id): q.max_offset for q in admin.offsets([name])[name]}
+        started = time.monotonic()
+        assert len(admin.offsets([name], past=past, wait_ms=20_000)[name]) == MAX_SUSPENDED_PULLS + 1
+        assert time.monotonic() - started < 15
+
+
 def test_what_rocketmq_cannot_do_is_refused_saying_why(broker_sim_remoting):
     ns = broker_sim_remoting.namesrv
     with pytest.raises(ConfigError, match="are broker_sim's"):

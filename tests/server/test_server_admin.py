@@ -118,6 +118,16 @@ def test_get_offsets_of_every_topic_is_capped(client):
     assert pages(client) == [(["w1"], "w2"), (["w2", "x"], "")]
 
 
+def test_a_long_poll_of_offsets_longer_than_the_cap_is_refused_saying_the_cap(client):
+    """GetOffsetsRequest.wait_ms is at most 30,000 (rmq_wire.types.MAX_OFFSETS_WAIT_MS); a raw client
+    asking more is told the cap, before anything waits."""
+    client.create("long-poll", 1)
+    request = pb.GetOffsetsRequest(topics=["long-poll"], wait_ms=40_000,
+                                   known=[pb.TopicOffsets(topic="long-poll", queues=[pb.QueueOffsets(queue_id=0)])])
+    code, _reason, details = refusal(client.admin.GetOffsets, request, timeout=CALL_TIMEOUT_S)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "wait_ms 40000 is more than 30,000" in details
+
+
 def test_offset_for_timestamp(client):
     client.create("t", 2, pb.BATCH_CQ)
     first = client.send_inner("t", 0, [(b"x", {}, 0)] * 3)
