@@ -103,8 +103,12 @@ class Sender:
         elif on_answered is not None:
             on_answered()
 
-    def _call(self, pending: list, attempt: int, release, on_answered=None) -> None:
+    def _call(self, pending: list, attempt: int, release, on_answered=None, last_errors=None) -> None:
         left_ms = min(batch.deadline_ms for batch, _send in pending) - self.now_ms()
+        if last_errors is not None and left_ms <= 0:  # its time ran out while it waited to be sent again
+            for (batch, send), error in zip(pending, last_errors):
+                _answer(batch, self._out_of_time(batch, send, error), None, release)
+            return
         timeout_ms = max(1, int(min(self.config.request_timeout_ms, left_ms)))
         for batch, _send in pending:
             batch.attempts += 1
@@ -144,7 +148,7 @@ class Sender:
                 else:
                     batch.maybe_stored = True
                 if retry_by_ms < batch.deadline_ms:
-                    retry.append((batch, send))
+                    retry.append((batch, send, outcome))
                     continue
                 if isinstance(outcome, RequestTimeoutError) and batch.refusal is not None:
                     outcome = batch.refusal  # the last attempt ran out of the time left: the broker's reason says more
@@ -172,9 +176,13 @@ class Sender:
         failed.__cause__ = error
         return failed
 
-    def _retry(self, pending: list, attempt: int, release) -> None:
-        """Send again after the backoff, from a timer thread (retries are rare)."""
-        timer = threading.Timer(self.transport.backoff_s(attempt), self._call, (pending, attempt + 1, release))
+    def _retry(self, failed: list, attempt: int, release) -> None:
+        """Send again after the backoff, from a timer thread (retries are rare); ``failed`` holds
+        (batch, send, its error): a batch whose delivery time is spent by then fails with that error,
+        not with an attempt left no time."""
+        pending, errors = [(batch, send) for batch, send, _error in failed], [error for *_, error in failed]
+        timer = threading.Timer(self.transport.backoff_s(attempt), self._call,
+                                (pending, attempt + 1, release, None, errors))
         timer.daemon = True
         timer.start()
 

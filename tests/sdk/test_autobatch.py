@@ -24,6 +24,7 @@ from rmq_spark.structs import InnerBatchIds
 from rmq_wire.contract.broker_pb2 import InnerBatch, SendManyRequest, SendRequest
 from sdk_helpers import wait_indexed
 from support.clock import Clock
+from support.waits import wait_until
 
 
 @pytest.fixture
@@ -297,6 +298,23 @@ def test_retries_end_at_the_delivery_timeout_with_the_last_error(endpoint, clock
     assert producer._accumulator.held_bytes == 0
     with Admin(endpoint) as admin:
         assert admin.offsets([topic])[topic][0].max_offset == 1  # every attempt, stored once
+    producer.close()
+
+
+def test_a_retry_whose_delivery_time_ran_out_while_it_waited_fails_with_the_error_it_waited_on(endpoint, clock,
+                                                                                                  topic):
+    """The delivery time runs out during a retry's backoff: the batch fails with the error the retry
+    was for (the lost answer), after one attempt, not with an attempt left no time (a timeout)."""
+    producer = stepped(endpoint, clock, request_timeout_ms=30_000, delivery_timeout_ms=30_000,
+                       transport=TransportConfig(retry_backoff_ms=300, retry_backoff_max_ms=300))
+    CallSpy(producer, lose_answers=10**9)
+    future = producer.send_async(Message(topic, b"x", queue_id=0))
+    clock.now += producer.config.batch_max_delay_ms
+    producer.timer.tick()
+    wait_until(lambda: future._batch.maybe_stored, "the lost answer, and its retry decided")
+    clock.now += 30_000  # before the retry's 300 ms backoff ends
+    assert isinstance(future.exception(10), BrokerUnavailableError) and "answer was lost" in str(future.exception())
+    assert "after 1 attempt(s)" in str(future.exception())
     producer.close()
 
 
