@@ -49,7 +49,7 @@ from bench import report  # noqa: E402
 from bench.process_memory import process_cpu_s  # noqa: E402
 from bench.spark_read_bench import run_to_noop  # noqa: E402
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader  # noqa: E402
-from rmq_spark.client.pulls import PULLS_PER_QUEUE  # noqa: E402
+from rmq_spark.client.remoting.pulls import PULLS_PER_QUEUE  # noqa: E402
 
 BODY_BYTES = 1024
 BATCH = 32

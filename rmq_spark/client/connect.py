@@ -17,7 +17,7 @@ def transport_type(*, name_server: bool) -> type[Transport]:
     protocol (``name_server``: through name servers, to any RocketMQ cluster). Each is imported
     when first asked for, so that a program using one never loads the other's protocol."""
     if name_server:
-        from rmq_spark.client.remoting_transport import RemotingTransport
+        from rmq_spark.client.remoting import RemotingTransport
 
         return RemotingTransport
     from rmq_spark.client.grpc_transport import GrpcTransport

@@ -3,7 +3,7 @@
 The producer, the readers, the pop consumer, Admin and Transactions call a ``Transport`` and
 never a wire format. Two transports build on this module, which knows neither: for an endpoint,
 ``GrpcTransport`` (grpc_transport.py, our own gRPC contract, one broker); for name servers,
-``RemotingTransport`` (remoting_transport.py, RocketMQ's remoting protocol to any RocketMQ
+``RemotingTransport`` (the package remoting/, RocketMQ's remoting protocol to any RocketMQ
 cluster, broker_sim's remoting door included). ``connect`` (connect.py) picks one.
 
 What a transport can do beyond the calls every transport answers is declared on ``Transport``

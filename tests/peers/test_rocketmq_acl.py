@@ -28,7 +28,7 @@ from rmq_spark import (
     RangeReader,
     TransportConfig,
 )
-from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.client.remoting import RemotingTransport
 
 # All on one worker (the Spark session's): one broker with ACLs is started, not one per worker.
 pytestmark = [pytest.mark.peers, pytest.mark.xdist_group("spark")]

@@ -1,4 +1,4 @@
-"""A real RocketMQ's ACL refusals become our sentence (rmq_spark/client/acl_refusals.py): the remarks
+"""A real RocketMQ's ACL refusals become our sentence (rmq_spark/client/remoting/acl_refusals.py): the remarks
 RocketMQ 5's ACL 2.0 answers with NO_PERMISSION (checked against the broker itself in
 tests/peers/test_rocketmq_acl.py) and the Java text RocketMQ 4's ACL 1.0 answers with SYSTEM_ERROR
 (its AclException's messages, as PlainPermissionManager writes them); other remarks are left alone."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_spark.client.acl_refusals import acl_refusal
+from rmq_spark.client.remoting.acl_refusals import acl_refusal
 from rmq_spark.errors import AuthenticationError, PermissionDeniedError
 
 WHAT = "broker broker-a refused a send to topic 'orders'"

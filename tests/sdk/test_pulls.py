@@ -14,7 +14,7 @@ from concurrent.futures import Future
 import pytest
 
 from rmq_spark import CorruptedRecordError, DataLossError, OffsetRange, RangeReader
-from rmq_spark.client.routes import PERM_READ, BrokerQueues, TopicRoute
+from rmq_spark.client.remoting.routes import PERM_READ, BrokerQueues, TopicRoute
 from rmq_spark.errors import BrokerUnavailableError
 from rmq_wire.record import SysFlag, encode_message, encode_message_batch, encode_properties
 from rmq_wire.remoting import RemotingCommand, ResponseCode
@@ -137,12 +137,12 @@ def reader_of():
         reader = RangeReader(name_server="127.0.0.1:9", transport=None, **options)
         transport = reader._transport
         route = TopicRoute(TOPIC, (BrokerQueues(BROKER, "127.0.0.1:10911", 1, 1, PERM_READ),))
-        transport.route = lambda topic, refresh=False, last_known=True: route
-        transport.request_many = broker.request_many
-        transport.wait = lambda future, address, code, timeout_ms=None: _result(future)
-        transport.backoff_s = lambda attempt: 0.001
+        transport.names.route = lambda topic, refresh=False, last_known=True: route
+        transport.calls.request_many = broker.request_many
+        transport.calls.wait = lambda future, address, code, timeout_ms=None: _result(future)
+        transport.calls.backoff_s = lambda attempt: 0.001
         if pulls_per_queue is not None:
-            transport._pulls.pulls_per_queue = pulls_per_queue
+            transport.pulls.pulls_per_queue = pulls_per_queue
         made.append((reader, broker))
         return reader, broker
 

@@ -31,7 +31,7 @@ from rmq_spark import (
 )
 from rmq_spark.cli import main as rmq_admin
 from rmq_spark.client.message_ids import UniqueKeys, deterministic_keys
-from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.client.remoting import RemotingTransport
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode, fastjson
 
 _names = itertools.count()
@@ -239,8 +239,9 @@ def test_an_ack_of_many_deliveries_is_one_batch_ack_and_what_was_not_acked_comes
     with PopConsumer(name_server=target.namesrv, group=group, topics=name, poll_ms=1000, invisible_ms=3000,
                      max_messages=32) as consumer:
         transport, codes = consumer._transport, []
-        invoke = transport._invoke
-        transport._invoke = lambda address, code, *args, **kw: codes.append(code) or invoke(address, code, *args, **kw)
+        calls = transport.calls
+        invoke = calls.invoke
+        calls.invoke = lambda address, code, *args, **kw: codes.append(code) or invoke(address, code, *args, **kw)
         seen, deadline = [], time.monotonic() + 60
         while len(seen) < len(bodies) and time.monotonic() < deadline:
             deliveries = consumer.receive()
@@ -265,7 +266,7 @@ def test_a_broker_s_version_is_read_from_its_answers(target):
     transport = RemotingTransport(target.namesrv, TransportConfig())
     try:
         masters = transport.names.masters()
-        versions = {transport.broker_version(address).name for address in masters.values()}
+        versions = {transport.calls.broker_version(address).name for address in masters.values()}
     finally:
         transport.close()
     assert versions == ({target.cluster.version} if target.kind.startswith("rocketmq") else {None})
@@ -320,7 +321,7 @@ def test_two_brokers_each_have_a_queue_0(broker_sim_cluster):
 def test_a_long_poll_over_more_queues_than_suspended_pulls_answers_at_once(broker_sim_remoting):
     """Past MAX_SUSPENDED_PULLS queues no pull is held for each (that would load the brokers more
     than polling): the offsets come at once, not after the 20 s asked for."""
-    from rmq_spark.client.remoting_transport import MAX_SUSPENDED_PULLS
+    from rmq_spark.client.remoting.offsets import MAX_SUSPENDED_PULLS
 
     name = unique("sdk-long-poll-many", broker_sim_remoting)
     with Admin(name_server=broker_sim_remoting.namesrv) as admin:

@@ -9,7 +9,7 @@ import pytest
 from rmq_spark import ConfigError, Message, TransportConfig
 from rmq_spark.client.connect import connect, transport_type
 from rmq_spark.client.grpc_transport import GrpcTransport
-from rmq_spark.client.remoting_transport import TRANSACTIONS_REFUSED, RemotingTransport
+from rmq_spark.client.remoting import TRANSACTIONS_REFUSED, RemotingTransport
 from rmq_spark.client.transport import InnerBatch, Send, Transport
 from rmq_wire.codec import Codec, Compression
 

@@ -17,7 +17,7 @@ import signal
 from pyspark import TaskContext
 from pyspark.worker import main as _worker_main
 
-from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.client.remoting import RemotingTransport
 
 HALF = 100
 _send_half = RemotingTransport.send_half

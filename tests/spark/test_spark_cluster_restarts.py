@@ -24,7 +24,7 @@ from pyspark import cloudpickle
 
 import peers
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader, TransportConfig
-from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.client.remoting import RemotingTransport
 from rmq_spark.errors import BrokerUnavailableError
 from rmq_spark.spark import RocketMQBatchDataSource
 

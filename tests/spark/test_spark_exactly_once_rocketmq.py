@@ -27,7 +27,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from peers.rocketmq import digest, java_pull
 from rmq_spark import Admin, Message, OffsetRange, Producer, RangeReader
-from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.client.remoting.halves import Halves
 from rmq_spark.spark import RocketMQBatchDataSource, sink, sink_rocketmq
 from spark_helpers import forget_commit, wait_for
 
@@ -137,7 +137,7 @@ def test_a_stream_is_written_exactly_once_and_a_replayed_micro_batch_writes_noth
 _COMMITTER = textwrap.dedent("""
     import pickle, sys, time
     from pyspark.sql.types import BinaryType, StructField, StructType
-    from rmq_spark.client.remoting_transport import RemotingTransport
+    from rmq_spark.client.remoting import RemotingTransport
     from rmq_spark.spark import RocketMQBatchDataSource
 
     options, messages, batch_id, marker = pickle.load(open(sys.argv[1], "rb"))
@@ -159,7 +159,7 @@ _WRITER = textwrap.dedent("""
     import pickle, sys, time
     import pyarrow as pa
     from pyspark.sql.types import BinaryType, StructField, StructType
-    from rmq_spark.client.remoting_transport import RemotingTransport
+    from rmq_spark.client.remoting import RemotingTransport
     from rmq_spark.spark import RocketMQBatchDataSource, sink, sink_rocketmq
 
     options, bodies, marker = pickle.load(open(sys.argv[1], "rb"))
@@ -234,7 +234,7 @@ def test_a_writer_killed_mid_write_and_retried_writes_each_row_once(target, tmp_
     options = writer_options(target, topic, tmp_path / "checkpoint")
     killed_halfway(_WRITER, (options, rows(0, 400)), tmp_path)  # 200 rows prepared, then the task died
     answered, lock, release = [], threading.Lock(), threading.Event()
-    answer_check = RemotingTransport._answer_check
+    answer_check = Halves.answer_check
 
     def recorded(self, connection, command):  # every answer of this process from now on
         answer_check(self, connection, command)
@@ -242,7 +242,7 @@ def test_a_writer_killed_mid_write_and_retried_writes_each_row_once(target, tmp_
             answered.extend(self.checks_answered.items())
             self.checks_answered.clear()
 
-    monkeypatch.setattr(RemotingTransport, "_answer_check", recorded)
+    monkeypatch.setattr(Halves, "answer_check", recorded)
     monkeypatch.setattr(sink, "_micro_batch", lambda: 0)
     monkeypatch.setattr(sink_rocketmq, "CHECK_IMMUNITY_S", 1)
     retried = stream_writer(options).write(task(rows(0, 400)))  # Spark tries the task again

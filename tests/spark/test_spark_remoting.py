@@ -20,7 +20,7 @@ import pytest
 from peers.rocketmq import body, java_produce
 from remoting_targets import broker_sim_target, with_rocketmq4, with_rocketmq4_by_queue_type
 from rmq_spark import Admin, ConfigError, Message, Producer, TransportConfig
-from rmq_spark.client.remoting_transport import RemotingTransport
+from rmq_spark.client.remoting import RemotingTransport
 from rmq_wire.remoting import RemotingConnection, RequestCode, ResponseCode
 from spark_helpers import run_available_now
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from rmq_spark.errors import BrokerError, BrokerUnavailableError, TopicNotFoundError
+from rmq_wire.record import AUTO_CREATE_TOPIC
 from rmq_wire.remoting import RequestCode, ResponseCode, fastjson
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ PERM_WRITE = 0x2  # RocketMQ's PermName
 PERM_READ = 0x4
 MASTER_ID = "0"  # brokerAddrs key of a broker set's master
 REFRESH_S = 30.0
+NEW_TOPIC_QUEUES = 4  # what a first send asks of a topic it creates (RocketMQ's producers' defaultTopicQueueNums)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,13 @@ class TopicRoute:
         """(broker, queue id) of every queue written to."""
         return [(b.broker, q) for b in self.brokers if b.perm & PERM_WRITE for q in range(b.write_queues)]
 
+    def named(self, broker: str) -> str:
+        """``broker``, or the topic's only broker for "" (a queue named without its broker)."""
+        return broker or self.only_broker()
+
     def address(self, broker: str) -> str:
+        """The master address of ``broker`` ("": the topic's only broker)."""
+        broker = self.named(broker)
         for entry in self.brokers:
             if entry.broker == broker:
                 return entry.address
@@ -137,11 +145,13 @@ class NameServers:
             raise failure  # a refusal that holds for every name server (TLS, credentials): as it is
         raise BrokerUnavailableError(f"no name server answers ({';'.join(self.addresses)}): {failure}") from failure
 
-    def route(self, topic: str, refresh: bool = False, last_known: bool = False) -> TopicRoute:
+    def route(self, topic: str, refresh: bool = False, last_known: bool = True) -> TopicRoute:
         """The topic's route, cached for ``refresh_s``. Where no broker serves it now:
         TopicNotFoundError, or BrokerUnavailableError when no broker at all is registered (the
-        cluster is down or restarting). ``last_known``: for reads and sends, the topic's last
-        known route instead while the name servers have none or cannot be reached."""
+        cluster is down or restarting). ``last_known``: for reads, sends, pops and offsets, the
+        topic's last known route instead while the name servers have none or cannot be reached
+        (its brokers say if the topic is gone); False for what must be true now (creating,
+        deleting)."""
         now = self._clock()
         with self._lock:
             cached = self._routes.get(topic)
@@ -187,6 +197,27 @@ class NameServers:
                                  f"{servers} now (brokers {', '.join(masters)}): create it (mqadmin updateTopic, or "
                                  "Admin(name_server=...).create_topic); if its brokers are down or restarting, it is "
                                  "served again once they register")
+
+    def send_route(self, topic: str) -> TopicRoute:
+        """The route a send to ``topic`` takes: its own, or where it does not exist yet and the
+        brokers create topics on a first send (RocketMQ's autoCreateTopicEnable: they serve TBW102),
+        TBW102's brokers with RocketMQ's producer's NEW_TOPIC_QUEUES at most, as RocketMQ's
+        producers send a new topic's first messages; TopicNotFoundError otherwise."""
+        try:
+            return self.route(topic)
+        except TopicNotFoundError:
+            try:
+                stand_in = self.route(AUTO_CREATE_TOPIC)
+            except TopicNotFoundError:
+                servers = ";".join(self.addresses)
+                raise TopicNotFoundError(f"topic {topic!r} is not served by any broker registered at the name servers "
+                                         f"{servers} now, and they create no topic on a first send "
+                                         f"(autoCreateTopicEnable=false): create it first (mqadmin updateTopic -n "
+                                         f"{servers} -c <cluster> -t {topic}); if it exists and its brokers are down "
+                                         "or restarting, it is served again once they register") from None
+        return TopicRoute(topic, tuple(replace(entry, read_queues=min(entry.read_queues, NEW_TOPIC_QUEUES),
+                                               write_queues=min(entry.write_queues, NEW_TOPIC_QUEUES))
+                                       for entry in stand_in.brokers if entry.perm & PERM_WRITE))
 
     def forget(self, topic: str) -> None:
         """A broker said it does not have the topic: nothing of its route is kept."""

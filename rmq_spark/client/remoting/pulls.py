@@ -44,6 +44,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+from rmq_spark.client.remoting.calls import Calls
+from rmq_spark.client.remoting.refusals import refused
+from rmq_spark.client.remoting.routes import NameServers
 from rmq_spark.client.transport import RangeChunk, ReadStatus
 from rmq_spark.errors import BrokerUnavailableError, CodecError, RequestTimeoutError, TopicNotFoundError
 from rmq_wire.codec._bytes import ChainError, entry_starts
@@ -105,15 +108,19 @@ class _Slice:
 
 
 class Pulls:
-    def __init__(self, transport, pulls_per_queue: int = PULLS_PER_QUEUE):
-        self.transport = transport
+    """``pull_group``: the consumer group the pulls name (settable: the transport's)."""
+
+    def __init__(self, calls: Calls, names: NameServers, pull_group: str, pulls_per_queue: int = PULLS_PER_QUEUE):
+        self.calls = calls
+        self.names = names
+        self.pull_group = pull_group
         self.pulls_per_queue = pulls_per_queue
 
     def read(self, ranges: Sequence, max_bytes: int, tag_filter: str) -> Iterator[RangeChunk]:
         """``Transport.read_ranges``: chunks of each range's records as the pulls are answered
         (a range's in order), then a done chunk per range; at most about ``max_bytes`` in all
         (a range the budget stopped ends FOUND where it got to, or BUDGET_EXHAUSTED)."""
-        deadline = time.monotonic() + self.transport.config.timeout_ms / 1000
+        deadline = time.monotonic() + self.calls.config.timeout_ms / 1000
         brokers: dict = {}  # (topic, broker named) -> (its address, the broker): asked once a read, not a range
         read = []
         for index, r in enumerate(ranges):
@@ -122,7 +129,7 @@ class Pulls:
                 brokers[key] = self._broker(*key, deadline)
             address, broker = brokers[key]
             read.append(_Range(index, r.topic, broker, r.queue_id, address, r.start, r.end))
-        return _Read(self.transport, read, max_bytes, tag_filter, max(1, self.pulls_per_queue), deadline).run()
+        return _Read(self, read, max_bytes, tag_filter, max(1, self.pulls_per_queue), deadline).run()
 
     def _broker(self, topic: str, named: str, deadline: float) -> tuple[str, str]:
         """The address and name of the broker a topic's range is read from, waited for while the
@@ -130,11 +137,11 @@ class Pulls:
         failures = 0
         while True:
             try:
-                route = self.transport.route(topic, refresh=failures > 0, last_known=True)
+                route = self.names.route(topic, refresh=failures > 0)
                 if named and all(entry.broker != named for entry in route.brokers):
                     raise TopicNotFoundError(f"topic {topic!r} has no route to broker {named} at the name servers "
                                              f"now (its brokers: {', '.join(b.broker for b in route.brokers)})")
-                broker = self.transport.broker_of(route, named)
+                broker = route.named(named)
                 return route.address(broker), broker
             except (BrokerUnavailableError, RequestTimeoutError, TopicNotFoundError) as away:
                 # a topic without a route is waited for only where the range names its broker: it
@@ -144,15 +151,16 @@ class Pulls:
                 if not failures:
                     log.warning("topic %s has no route to its broker %s now (%s): asked again until the read's "
                                 "deadline", topic, named or "(its only one)", away)
-                time.sleep(min(self.transport.backoff_s(min(failures, 5)), max(0.0, deadline - time.monotonic())))
+                time.sleep(min(self.calls.backoff_s(min(failures, 5)), max(0.0, deadline - time.monotonic())))
                 failures += 1
 
 
 class _Read:
     """One ``Pulls.read``: its ranges, the slices ready to be pulled, what was received."""
 
-    def __init__(self, transport, ranges: list, max_bytes: int, tag_filter: str, depth: int, deadline: float):
-        self.transport = transport
+    def __init__(self, pulls: Pulls, ranges: list, max_bytes: int, tag_filter: str, depth: int, deadline: float):
+        self.pulls = pulls
+        self.calls = pulls.calls
         self.deadline = deadline
         self.unreachable: set[str] = set()  # brokers whose failure was logged, until they answer again
         self.ranges = ranges
@@ -202,7 +210,7 @@ class _Read:
                     continue
                 r = piece.range
                 try:
-                    answer = self.transport.wait(future, r.address, RequestCode.PULL_MESSAGE)
+                    answer = self.calls.wait(future, r.address, RequestCode.PULL_MESSAGE)
                 except (BrokerUnavailableError, RequestTimeoutError) as err:
                     self._unreachable(piece, err, deadline)
                     continue
@@ -309,7 +317,7 @@ class _Read:
             log.warning("broker %s (%s) cannot be reached (%s); its pulls are retried until the read's deadline",
                         r.broker, r.address, error)
             self.unreachable.add(r.address)
-        piece.retry_at = time.monotonic() + self.transport.backoff_s(min(piece.failures, 5))
+        piece.retry_at = time.monotonic() + self.calls.backoff_s(min(piece.failures, 5))
         piece.failures += 1
         self.ready.append(piece)
 
@@ -322,12 +330,12 @@ class _Read:
         for piece in pieces:
             r = piece.range
             wanted = MAX_MESSAGES if piece.end is None else max(1, min(MAX_MESSAGES, piece.end - piece.next_offset))
-            many.append({"consumerGroup": self.transport.pull_group, "topic": r.topic, "queueId": r.queue_id,
+            many.append({"consumerGroup": self.pulls.pull_group, "topic": r.topic, "queueId": r.queue_id,
                          "queueOffset": piece.next_offset, "maxMsgNums": wanted, "sysFlag": PULL_SUBSCRIPTION,
                          "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": self.subscription,
                          "subVersion": int(time.time() * 1000), "expressionType": "TAG"})
         try:
-            futures = self.transport.request_many(address, RequestCode.PULL_MESSAGE, many)
+            futures = self.calls.request_many(address, RequestCode.PULL_MESSAGE, many)
         except BrokerUnavailableError as err:
             self.refusal = err
             return False
@@ -366,8 +374,8 @@ class _Read:
                 piece.status, piece.next_offset = ReadStatus.OFFSET_OVERFLOW, r.max_offset
             return None
         if answer.code == ResponseCode.TOPIC_NOT_EXIST:
-            self.transport.names.forget(r.topic)
-        raise self.transport.refused(answer, f"broker {r.broker} refused a pull of {r.topic!r} queue "
+            self.pulls.names.forget(r.topic)
+        raise refused(answer, f"broker {r.broker} refused a pull of {r.topic!r} queue "
                                              f"{r.queue_id} at offset {piece.next_offset}")
 
     def _found(self, piece: _Slice, answer) -> RangeChunk | None:

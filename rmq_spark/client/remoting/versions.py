@@ -11,7 +11,7 @@ What RocketMQ 4 lacks, read from 4.9.7's broker: topic attributes, so BatchCQ (i
 UPDATE_AND_CREATE_TOPIC drops ``queue.type`` and makes a SimpleCQ topic without a word, which
 is why a BatchCQ topic is refused here before it is asked for), and pop consumption (its
 broker answers POP_MESSAGE with REQUEST_CODE_NOT_SUPPORTED). RocketMQ 5.0.0 to 5.1.2 pop, but ack
-one message a request: BATCH_ACK_MESSAGE came with 5.1.3. Used by remoting_transport.py.
+one message a request: BATCH_ACK_MESSAGE came with 5.1.3. Asked by calls.py (``Calls.require``).
 """
 
 from __future__ import annotations
