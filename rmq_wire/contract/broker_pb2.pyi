@@ -54,14 +54,16 @@ BUDGET_EXHAUSTED: RangeStatus
 RECORD_CORRUPTED: RangeStatus
 
 class Topic(_message.Message):
-    __slots__ = ("name", "queue_count", "queue_type")
+    __slots__ = ("name", "queue_count", "queue_type", "perm")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_count: int
     queue_type: QueueType
-    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., queue_type: _Optional[_Union[QueueType, str]] = ...) -> None: ...
+    perm: int
+    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., queue_type: _Optional[_Union[QueueType, str]] = ..., perm: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("topic",)
@@ -102,6 +104,22 @@ class DescribeTopicResponse(_message.Message):
     topic: Topic
     queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
     def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("name", "queue_count", "perm")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue_count: int
+    perm: int
+    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
+
+class UpdateTopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()
@@ -182,7 +200,7 @@ class BrokerStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatsResponse(_message.Message):
-    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode", "dispatch_lag_ms", "corrupted_records", "corrupted", "disk_failure")
+    __slots__ = ("topics", "queues", "commitlog_min_offset", "commitlog_max_offset", "commitlog_flushed_offset", "dispatched_offset", "dispatch_lag_bytes", "messages_put", "messages_read", "resident_memory_bytes", "data_dir", "flush_mode", "dispatch_lag_ms", "corrupted_records", "corrupted", "disk_failure", "broker_name")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +217,7 @@ class BrokerStatsResponse(_message.Message):
     CORRUPTED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     CORRUPTED_FIELD_NUMBER: _ClassVar[int]
     DISK_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     topics: int
     queues: int
     commitlog_min_offset: int
@@ -215,7 +234,8 @@ class BrokerStatsResponse(_message.Message):
     corrupted_records: int
     corrupted: _containers.RepeatedCompositeFieldContainer[CorruptedRecord]
     disk_failure: str
-    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., dispatch_lag_ms: _Optional[int] = ..., corrupted_records: _Optional[int] = ..., corrupted: _Optional[_Iterable[_Union[CorruptedRecord, _Mapping]]] = ..., disk_failure: _Optional[str] = ...) -> None: ...
+    broker_name: str
+    def __init__(self, topics: _Optional[int] = ..., queues: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., commitlog_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., messages_put: _Optional[int] = ..., messages_read: _Optional[int] = ..., resident_memory_bytes: _Optional[int] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., dispatch_lag_ms: _Optional[int] = ..., corrupted_records: _Optional[int] = ..., corrupted: _Optional[_Iterable[_Union[CorruptedRecord, _Mapping]]] = ..., disk_failure: _Optional[str] = ..., broker_name: _Optional[str] = ...) -> None: ...
 
 class CorruptedRecord(_message.Message):
     __slots__ = ("commitlog_offset", "size", "topic", "queue_id", "first_offset", "end_offset", "reason", "found_by")
@@ -452,3 +472,49 @@ class ListGroupsResponse(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[ConsumerGroup]
     def __init__(self, groups: _Optional[_Iterable[_Union[ConsumerGroup, _Mapping]]] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: bool = ...) -> None: ...
+
+class QueryMessagesRequest(_message.Message):
+    __slots__ = ("topic", "key", "unique_key", "begin_ms", "end_ms", "max_messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_KEY_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    unique_key: bool
+    begin_ms: int
+    end_ms: int
+    max_messages: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., unique_key: bool = ..., begin_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class QueryMessagesResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: bytes
+    def __init__(self, records: _Optional[bytes] = ...) -> None: ...
+
+class GetMessageRequest(_message.Message):
+    __slots__ = ("commitlog_offset",)
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    commitlog_offset: int
+    def __init__(self, commitlog_offset: _Optional[int] = ...) -> None: ...
+
+class GetMessageResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: bytes
+    def __init__(self, record: _Optional[bytes] = ...) -> None: ...

@@ -84,6 +84,26 @@ class AdminStub(object):
                 request_serializer=rmq__wire_dot_contract_dot_broker__pb2.ListGroupsRequest.SerializeToString,
                 response_deserializer=rmq__wire_dot_contract_dot_broker__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
+        self.UpdateTopic = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Admin/UpdateTopic',
+                request_serializer=rmq__wire_dot_contract_dot_broker__pb2.UpdateTopicRequest.SerializeToString,
+                response_deserializer=rmq__wire_dot_contract_dot_broker__pb2.UpdateTopicResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Admin/DeleteGroup',
+                request_serializer=rmq__wire_dot_contract_dot_broker__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=rmq__wire_dot_contract_dot_broker__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
+        self.QueryMessages = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Admin/QueryMessages',
+                request_serializer=rmq__wire_dot_contract_dot_broker__pb2.QueryMessagesRequest.SerializeToString,
+                response_deserializer=rmq__wire_dot_contract_dot_broker__pb2.QueryMessagesResponse.FromString,
+                _registered_method=True)
+        self.GetMessage = channel.unary_unary(
+                '/rmq_spark.protocol.v1.Admin/GetMessage',
+                request_serializer=rmq__wire_dot_contract_dot_broker__pb2.GetMessageRequest.SerializeToString,
+                response_deserializer=rmq__wire_dot_contract_dot_broker__pb2.GetMessageResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer(object):
@@ -149,6 +169,30 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +245,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListGroups,
                     request_deserializer=rmq__wire_dot_contract_dot_broker__pb2.ListGroupsRequest.FromString,
                     response_serializer=rmq__wire_dot_contract_dot_broker__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'UpdateTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTopic,
+                    request_deserializer=rmq__wire_dot_contract_dot_broker__pb2.UpdateTopicRequest.FromString,
+                    response_serializer=rmq__wire_dot_contract_dot_broker__pb2.UpdateTopicResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=rmq__wire_dot_contract_dot_broker__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=rmq__wire_dot_contract_dot_broker__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'QueryMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessages,
+                    request_deserializer=rmq__wire_dot_contract_dot_broker__pb2.QueryMessagesRequest.FromString,
+                    response_serializer=rmq__wire_dot_contract_dot_broker__pb2.QueryMessagesResponse.SerializeToString,
+            ),
+            'GetMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessage,
+                    request_deserializer=rmq__wire_dot_contract_dot_broker__pb2.GetMessageRequest.FromString,
+                    response_serializer=rmq__wire_dot_contract_dot_broker__pb2.GetMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -473,6 +537,114 @@ class Admin(object):
             '/rmq_spark.protocol.v1.Admin/ListGroups',
             rmq__wire_dot_contract_dot_broker__pb2.ListGroupsRequest.SerializeToString,
             rmq__wire_dot_contract_dot_broker__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Admin/UpdateTopic',
+            rmq__wire_dot_contract_dot_broker__pb2.UpdateTopicRequest.SerializeToString,
+            rmq__wire_dot_contract_dot_broker__pb2.UpdateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Admin/DeleteGroup',
+            rmq__wire_dot_contract_dot_broker__pb2.DeleteGroupRequest.SerializeToString,
+            rmq__wire_dot_contract_dot_broker__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Admin/QueryMessages',
+            rmq__wire_dot_contract_dot_broker__pb2.QueryMessagesRequest.SerializeToString,
+            rmq__wire_dot_contract_dot_broker__pb2.QueryMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.protocol.v1.Admin/GetMessage',
+            rmq__wire_dot_contract_dot_broker__pb2.GetMessageRequest.SerializeToString,
+            rmq__wire_dot_contract_dot_broker__pb2.GetMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
