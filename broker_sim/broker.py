@@ -26,6 +26,7 @@ from broker_sim.common.faults import BrokerError
 from broker_sim.core import AUTO_CREATE_TOPICS, AutoCreateTopics, BrokerCore, CoreOptions
 from broker_sim.core.limits import ClientLimits
 from broker_sim.core.metrics import NO_METRICS, BrokerMetrics
+from broker_sim.doors import BROKER_NAME
 from broker_sim.doors.checks import DEFAULT_CHECKS, CheckSettings
 from broker_sim.doors.contract.pop_servicer import PopServicer
 from broker_sim.doors.contract.serialized import serializer
@@ -36,7 +37,7 @@ from broker_sim.doors.grpc_common import MalformedRequest, timed
 from broker_sim.doors.grpc_limits import CallsInFlight, max_streams_per_connection
 from broker_sim.doors.metrics_http import METRICS_AUTH, MetricsServer
 from broker_sim.doors.remoting import RemotingDoor, RemotingOptions
-from broker_sim.doors.rocketmq_v2 import MessagingService, V2Options
+from broker_sim.doors.rocketmq_v2 import MessagingService
 from broker_sim.doors.rocketmq_v2.acl import DEMANDS as V2_DEMANDS
 from broker_sim.doors.tls import TlsOptions
 from broker_sim.pop import PopConfig
@@ -75,7 +76,8 @@ class Broker:
     the offsets and the store cleanly (no ``abort`` marker is left). ``transaction_config``
     and ``transaction_clock_ms`` (tests inject a clock) set up the transaction service;
     ``pop_config`` and ``pop_now_ms`` (a clock, for tests) the pop service; ``transaction_checks``
-    how both RocketMQ doors check their producers' open transactions back. ``limits`` bounds
+    how both RocketMQ doors check their producers' open transactions back, and ``broker_name`` how
+    both name the broker in routes (RocketMQ's brokerName). ``limits`` bounds
     what one client may hold (core/limits.py): calls in flight per address on this port,
     connections, requests and unread answers on the remoting port, topics and queues created.
     With ``acl`` (the accounts of an ACL file), every door checks each request's signature and
@@ -93,7 +95,7 @@ class Broker:
                  transaction_config: TransactionConfig | None = None, transaction_clock_ms=wall_clock_ms,
                  pop_config: PopConfig | None = None, pop_now_ms=wall_clock_ms,
                  stream_write_timeout_s: float = STREAM_WRITE_TIMEOUT_S, remoting: RemotingOptions | None = None,
-                 v2: V2Options | None = None, transaction_checks: CheckSettings = DEFAULT_CHECKS,
+                 broker_name: str = BROKER_NAME, transaction_checks: CheckSettings = DEFAULT_CHECKS,
                  limits: ClientLimits | None = None, acl: Guard | None = None,
                  tls: TlsOptions | None = None, accept_state_loss: bool = False, metrics_port: int | None = None,
                  auto_create_topics: AutoCreateTopics | None = AUTO_CREATE_TOPICS, metrics_host: str | None = None,
@@ -125,10 +127,10 @@ class Broker:
         self.pop_now_ms = pop_now_ms
         self.remoting_options = remoting
         self.transaction_checks = transaction_checks  # both RocketMQ doors', one object
+        self.broker_name = broker_name  # both RocketMQ doors' too
         self.acl = acl
         self.tls = tls
         self.remoting: RemotingDoor | None = None
-        self.v2_options = v2 or _v2_like(remoting)
         self.v2: MessagingService | None = None
         self.core: BrokerCore | None = None
         self.calls_in_flight: CallsInFlight | None = None  # the gRPC port's calls per client, once started
@@ -230,8 +232,8 @@ class Broker:
     def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
         """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""
         admin, messaging = make_servicers(core, self.stream_write_timeout_s)
-        self.v2 = MessagingService(core, (_store_ip(self.host), port), self.v2_options, loop.loop,
-                                   self.transaction_checks)
+        self.v2 = MessagingService(core, (_store_ip(self.host), port), loop.loop, broker_name=self.broker_name,
+                                   checks=self.transaction_checks)
         ours = GrpcAdmission(self.acl, DEMANDS) if self.acl is not None else None
         v2s = GrpcAdmission(self.acl, V2_DEMANDS) if self.acl is not None else None
         metrics = core.metrics
@@ -247,7 +249,8 @@ class Broker:
         if self.remoting_options is None:
             return None
         door = RemotingDoor(self.host, _store_ip(self.host), self.remoting_options, self.limits, self.acl,
-                            self.tls.ssl_context() if self.tls is not None else None, self.transaction_checks)
+                            self.tls.ssl_context() if self.tls is not None else None, self.transaction_checks,
+                            self.broker_name)
         try:
             door.bind()
         except OSError as err:
@@ -399,13 +402,6 @@ def _stop_http(server) -> None:
 def _snake(method: str) -> str:
     """A gRPC method's name as RocketMQ names request codes: ``SendMessage`` -> ``send_message``."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", method).lower()
-
-
-def _v2_like(remoting: RemotingOptions | None) -> V2Options:
-    """The v2 door's settings: the remoting door's broker name, if any (one broker, one name)."""
-    if remoting is None:
-        return V2Options()
-    return V2Options(remoting.broker_name)
 
 
 def _parser(message_type):

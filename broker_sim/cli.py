@@ -48,6 +48,7 @@ from broker_sim.acl import MAX_CLOCK_SKEW_S, AclConfigError, Guard  # noqa: E402
 from broker_sim.common.logs import LOG_FORMATS, formatter  # noqa: E402
 from broker_sim.core import AutoCreateTopics  # noqa: E402
 from broker_sim.core.limits import ClientLimits  # noqa: E402
+from broker_sim.doors import BROKER_NAME  # noqa: E402
 from broker_sim.doors.checks import CheckSettings  # noqa: E402
 from broker_sim.doors.tls import TlsOptions  # noqa: E402
 from broker_sim.store import (  # noqa: E402
@@ -275,7 +276,7 @@ def parser() -> argparse.ArgumentParser:
                              f"{AutoCreateTopics.queue_type.value}, the batch model's)")
 
     cluster = p.add_argument_group("RocketMQ cluster (with --remoting-port)")
-    cluster.add_argument("--broker-name", default="broker-a", metavar="NAME",
+    cluster.add_argument("--broker-name", default=BROKER_NAME, metavar="NAME",
                          help="this broker's name in routes (default: broker-a)")
     cluster.add_argument("--cluster-name", default="DefaultCluster", metavar="NAME",
                          help="its cluster's name (default: DefaultCluster)")
@@ -286,10 +287,11 @@ def parser() -> argparse.ArgumentParser:
     txn = p.add_argument_group("transactions")
     txn.add_argument("--transaction-timeout-ms", type=int, default=TransactionConfig.timeout_ms, metavar="MS",
                      help="roll back a transaction with no batch prepared for this long (default: 900000, 15 min)")
-    txn.add_argument("--transaction-check-interval-ms", type=positive_int, default=30_000, metavar="MS",
+    txn.add_argument("--transaction-check-interval-ms", type=positive_int, default=CheckSettings.interval_ms,
+                     metavar="MS",
                      help="remoting: check a transactional message left unknown this long with its producer, again "
                           "every interval (default: 30000, RocketMQ's)")
-    txn.add_argument("--transaction-check-max", type=positive_int, default=15, metavar="N",
+    txn.add_argument("--transaction-check-max", type=positive_int, default=CheckSettings.check_max, metavar="N",
                      help="remoting: roll back a transactional message still unknown after this many checks, "
                           "whether or not a producer of its group could be asked (default: 15, RocketMQ's)")
 
@@ -398,14 +400,15 @@ def broker_of(p: argparse.ArgumentParser, args: argparse.Namespace):
     if args.remoting_port is not None:
         from broker_sim.doors.remoting import RemotingOptions
 
-        remoting = RemotingOptions(args.remoting_port, args.broker_name, args.cluster_name, args.namesrv)
+        remoting = RemotingOptions(args.remoting_port, args.cluster_name, args.namesrv)
     elif args.namesrv:
         p.error("--namesrv registers the remoting door with name servers: give --remoting-port too")
     from broker_sim.broker import Broker  # after the settings are checked: grpc takes a moment to import
 
     try:
         broker = Broker(data_dir, args.host, args.port, config, transaction_config=transaction_config,
-                        remoting=remoting, transaction_checks=checks, limits=limits, acl=acl, tls=tls,
+                        remoting=remoting, broker_name=args.broker_name, transaction_checks=checks, limits=limits,
+                        acl=acl, tls=tls,
                         accept_state_loss=args.accept_state_loss,
                         metrics_port=args.metrics_port, auto_create_topics=_auto_create_topics(args),
                         metrics_host=args.metrics_host, metrics_auth=args.metrics_auth)

@@ -14,4 +14,9 @@
 A door imports the core's face (``broker_sim.core``), ``broker_sim.acl`` and ``rmq_wire``; never
 ``store``, ``pop``, ``txn`` or ``schedule``, and never another door. Only the broker's assembly
 (``broker_sim.broker``) imports the doors. ``make lint`` checks both (pyproject.toml).
+
+The broker's name (RocketMQ's brokerName), in the routes of both RocketMQ doors, is one setting
+of the broker's (``Broker(broker_name=...)``, ``--broker-name``), its default here.
 """
+
+BROKER_NAME = "broker-a"  # RocketMQ's brokerName as its example broker.conf names the first broker

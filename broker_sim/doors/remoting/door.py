@@ -14,6 +14,7 @@ from broker_sim.acl import Guard
 from broker_sim.common.service_thread import ServiceThread
 from broker_sim.core import BrokerCore, BrokerError, Reason
 from broker_sim.core.limits import ClientLimits
+from broker_sim.doors import BROKER_NAME
 from broker_sim.doors.checks import DEFAULT_CHECKS, CheckSettings, TransactionChecks
 from broker_sim.doors.hold import PullHold
 from broker_sim.doors.remoting.acl import RemotingAdmission
@@ -39,8 +40,9 @@ class RemotingOptions:
     ----------
     port : int
         Where the broker and its name server listen (0: any free port).
-    broker_name, cluster_name : str
-        How routes name this broker (RocketMQ's brokerName, brokerClusterName).
+    cluster_name : str
+        How routes name this broker's cluster (RocketMQ's brokerClusterName); its name is the
+        broker's (``broker_name``, both RocketMQ doors').
     name_servers : tuple of str
         Other name servers ("host:port") this broker registers with, every
         ``register_interval_ms`` (registerNameServerPeriod, 30 s).
@@ -50,7 +52,6 @@ class RemotingOptions:
     """
 
     port: int = 9876
-    broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     name_servers: tuple = field(default_factory=tuple)
     register_interval_ms: int = 30_000
@@ -65,9 +66,10 @@ class RemotingDoor:
 
     def __init__(self, host: str, advertised_ip: str, options: RemotingOptions, limits: ClientLimits | None = None,
                  guard: Guard | None = None, tls: ssl.SSLContext | None = None,
-                 checks: CheckSettings = DEFAULT_CHECKS):
+                 checks: CheckSettings = DEFAULT_CHECKS, broker_name: str = BROKER_NAME):
         self.core: BrokerCore | None = None
         self.options = options
+        self.broker_name = broker_name
         self.check_settings = checks
         self.guard = guard
         self.clients = ClientRegistry()
@@ -94,15 +96,15 @@ class RemotingDoor:
         self.server.metrics = core.metrics
         self.hold.end_offset = core.indexed_offset
         self.clients.consumers = core.consumers
-        local = LocalBroker(self.options.cluster_name, self.options.broker_name, self.address,
+        local = LocalBroker(self.options.cluster_name, self.broker_name, self.address,
                             self.core.list_topics, self.core.find_topic)
         self.routes = RouteTable(local)
         self.checks = checks = TransactionChecks(core, self.check_settings)
-        broker = BrokerRequests(self.core, self.clients, checks, self.options.broker_name, self.options.cluster_name,
+        broker = BrokerRequests(self.core, self.clients, checks, self.broker_name, self.options.cluster_name,
                                 self.address, self.hold)
         handlers = {code: Handler(call) for code, call in NameServer(self.routes).handlers().items()}
         handlers.update(broker.handlers())
-        transactions = TransactionRequests(self.core, self.clients, checks, self.options.broker_name)
+        transactions = TransactionRequests(self.core, self.clients, checks, self.broker_name)
         handlers.update({code: Handler(call) for code, call in transactions.handlers().items()})
         handlers.update({code: Handler(call, blocking) for code, (call, blocking) in
                          PopRequests(self.core).handlers().items()})
@@ -116,7 +118,7 @@ class RemotingDoor:
         if self.options.name_servers:
             self._registrar.start()
             self._registrar.wake()  # the first registration at once
-        log.info("remoting door (broker %s and name server) serving on %s", self.options.broker_name, self.address)
+        log.info("remoting door (broker %s and name server) serving on %s", self.broker_name, self.address)
         return port
 
     def _record_topic(self, physical_offset: int) -> str | None:
@@ -178,5 +180,5 @@ class RemotingDoor:
         return Credentials(admin.access_key, admin.secret_key) if admin is not None else None
 
     def _identity(self) -> dict:
-        return {"brokerName": self.options.broker_name, "brokerAddr": self.address,
+        return {"brokerName": self.broker_name, "brokerAddr": self.address,
                 "clusterName": self.options.cluster_name, "brokerId": 0}

@@ -2,6 +2,6 @@
 core on the broker's gRPC port, beside our own contract: the official 5.x clients use
 broker_sim with only their endpoint changed."""
 
-from broker_sim.doors.rocketmq_v2.service import MessagingService, V2Options
+from broker_sim.doors.rocketmq_v2.service import MessagingService
 
-__all__ = ["MessagingService", "V2Options"]
+__all__ = ["MessagingService"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 
 from broker_sim.core import (
     BrokerCore,
@@ -23,6 +22,7 @@ from broker_sim.core import (
     parse_tag_filter,
     refused,
 )
+from broker_sim.doors import BROKER_NAME
 from broker_sim.doors.checks import DEFAULT_CHECKS, CheckSettings, TransactionChecks
 from broker_sim.doors.grpc_acl import caller
 from broker_sim.doors.grpc_common import RefusedRequest, answering, peer_host
@@ -53,19 +53,6 @@ MIN_LONG_POLLING_MS, MAX_LONG_POLLING_MS = 5_000, 20_000
 MAX_RECEIVE_BATCH = 32
 PULL_MAX_BYTES = 4 << 20
 
-@dataclass(frozen=True)
-class V2Options:
-    """The v2 door's settings.
-
-    Attributes
-    ----------
-    broker_name : str
-        How routes name this broker.
-    """
-
-    broker_name: str = "broker-a"
-
-
 def answered(response_type):
     """A unary handler whose refusals become the response's status."""
     return answering(lambda error: response_type(status=refusal_status(error)))
@@ -88,11 +75,11 @@ def _name(resource, what: str, code: int) -> str:
 class MessagingService(v2_grpc.MessagingServiceServicer):
     """The door. ``address`` ("ip", port) is where clients reach it: routes name it."""
 
-    def __init__(self, core: BrokerCore, address: tuple[str, int], options: V2Options, loop,
+    def __init__(self, core: BrokerCore, address: tuple[str, int], loop, *, broker_name: str = BROKER_NAME,
                  checks: CheckSettings = DEFAULT_CHECKS):
         self.core = core
         self.address = address
-        self.options = options
+        self.broker_name = broker_name  # how routes name this broker
         self.clients = Clients()
         self.checks = TransactionChecks(core, checks)
         self.inner = receipts.InnerReceipts()
@@ -120,7 +107,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
 
     def _broker(self) -> v2.Broker:
         host, port = self.address
-        return v2.Broker(name=self.options.broker_name, id=0, endpoints=v2.Endpoints(
+        return v2.Broker(name=self.broker_name, id=0, endpoints=v2.Endpoints(
             scheme=v2.IPv4, addresses=[v2.Address(host=host, port=port)]))
 
     @answered(v2.QueryRouteResponse)
