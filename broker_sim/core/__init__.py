@@ -19,7 +19,7 @@ from broker_sim.core.errors import BrokerError, Reason, refused
 from broker_sim.core.reads import OffsetRange, RangeCursor, RangeStatus, ReadBudget
 from broker_sim.core.sends import EarlyBatchSend, InnerBatchSend, SendOutcome, SendRequest, SingleSend
 from broker_sim.pop import AckStatus, retry_topic
-from broker_sim.store import ZERO_HOST, TopicConfig
+from broker_sim.store import PERM_READ, PERM_READ_WRITE, PERM_WRITE, ZERO_HOST, TopicConfig
 from broker_sim.txn import TxnState
 
 __all__ = [
@@ -29,4 +29,5 @@ __all__ = [
     "Reason", "SendOutcome", "SendRequest", "SingleSend", "parse_tag_filter", "refused",
     # what the doors need of the parts below the core
     "ZERO_HOST", "AckStatus", "TopicConfig", "TxnState", "retry_topic",
+    "PERM_READ", "PERM_WRITE", "PERM_READ_WRITE",  # a topic's permission, RocketMQ's PermName bits
 ]

@@ -29,7 +29,7 @@ from broker_sim.core.groups import GroupTable, LiveConsumers
 from broker_sim.core.limits import ClientLimits, GroupQuota, MemoryBudget, TopicQuota
 from broker_sim.core.metrics import NO_METRICS, NoMetrics, gauge
 from broker_sim.core.reads import OffsetRange, RangeCursor, ReadBudget
-from broker_sim.pop import PopConfig, PopService, ReviveService
+from broker_sim.pop import PopConfig, PopService, ReviveService, retry_topic
 from broker_sim.pop.state import decode_key
 from broker_sim.schedule import ScheduleService
 from broker_sim.store import (
@@ -45,6 +45,7 @@ from broker_sim.store import (
     TagFilter,
     TopicConfig,
     echo,
+    perm_problem,
     system_topic_problem,
     wall_clock_ms,
 )
@@ -258,18 +259,48 @@ class BrokerCore:
     # --- topics ----------------------------------------------------------------------------
 
     def create_topic(self, name: str, queue_count: int, queue_type: QueueType,
-                     client: str = "") -> tuple[TopicConfig, bool]:
+                     client: str = "", perm: int = 0) -> tuple[TopicConfig, bool]:
         """The topic, and whether this call created it (False: it existed, the same). ``client``
-        (limits.client_key) is who asks: its topics and queues created are limited."""
+        (limits.client_key) is who asks: its topics and queues created are limited. ``perm``
+        (RocketMQ's PermName bits: 4 read, 2 write, 6 both): the new topic's, 0 for both; a
+        topic that exists is the same whatever its perm when ``perm`` is 0."""
         if not name:
             raise invalid("the topic name is empty; name the topic")
         _check_not_system(name, "create")
         with self.gate:
             status, detail = self.quota.create(client, name, queue_count, queue_type,
-                                               lambda: self.store.create_topic(name, queue_count, queue_type))
+                                               lambda: self.store.create_topic(name, queue_count, queue_type, perm))
             if status not in (CreateStatus.CREATED, CreateStatus.ALREADY_EXISTS):
                 raise from_create(status, detail)
             return self.topic(name), status is CreateStatus.CREATED
+
+    def update_topic(self, name: str, queue_count: int = 0, perm: int = 0, client: str = "") -> TopicConfig:
+        """Change a topic's queue count and perm (0: as it is), as RocketMQ's updateTopic: more
+        queues add queues (counted as created by ``client``, as ``create_topic`` counts them);
+        fewer leave the queues past the count unserved, out of routes, sends and reads, their
+        messages and offsets kept and served again if the count grows back; perm 4 refuses
+        sends, 2 reads. The topic as it is now."""
+        if not name:
+            raise invalid("the topic name is empty; name the topic to update")
+        _check_not_system(name, "update")
+        if queue_count < 0:
+            raise invalid(f"queue count {queue_count} is negative: give the queues the topic is to have, or 0 to "
+                          "keep its count")
+        if perm and perm_problem(perm):
+            raise invalid(perm_problem(perm) + ", or 0 to keep the topic's")
+        with self.gate:
+            before = self.topic(name)
+            config, detail = self.quota.update(client, name, queue_count,
+                                               lambda: self.store.update_topic(name, queue_count, perm))
+            if config is None:
+                raise self._topic_not_found(name) if self.store.find_topic(name) is None else invalid(detail)
+        if (config.queue_count, config.perm) != (before.queue_count, before.perm):
+            log.info("topic %s updated: %d -> %d queues, perm %d -> %d%s", echo(name), before.queue_count,
+                     config.queue_count, before.perm, config.perm,
+                     f" ({config.stored_queues - config.queue_count} queues kept out of service)"
+                     if config.stored_queues > config.queue_count else "",
+                     extra={"topic": name, "client": client or None})
+        return config
 
     def sending_topic(self, name: str, client: str = "", new_topic_queues: int = 0) -> TopicConfig:
         """The topic a send goes to; where sends create topics (``auto_create``) and it does not
@@ -286,19 +317,26 @@ class BrokerCore:
                      self.auto_create.queue_type.value, extra={"topic": name, "client": client or None})
         return config
 
-    def delete_topic(self, name: str) -> bool:
-        """Delete a topic with its group offsets and pop state; False when there is no such topic."""
+    def delete_topic(self, name: str, group_topics: bool = False) -> bool:
+        """Delete a topic with its group offsets and pop state; False when there is no such topic.
+        A consumer group's retry and dead-letter topics (``%RETRY%``, ``%DLQ%``), which the
+        broker makes, are refused unless ``group_topics``: RocketMQ's admins may delete them
+        (mqadmin deleteTopic, deleteSubGroup -c), and a group's next retry makes its topic again."""
         if not name:
             raise invalid("the topic name is empty; name the topic to delete")
-        _check_not_system(name, "delete")
+        if not (group_topics and name.startswith((fmt.RETRY_TOPIC_PREFIX, fmt.DLQ_TOPIC_PREFIX))):
+            _check_not_system(name, "delete")
         with self.gate:
-            deleted = self.store.delete_topic(name)
-            if deleted:
-                self.quota.forget(name)
-                self.metrics.forget_topic(name)
-                self.offsets.remove_topic(name)
-                self.pop_service.forget_topic(name)
-            return deleted
+            return self._delete_topic(name)
+
+    def _delete_topic(self, name: str) -> bool:
+        deleted = self.store.delete_topic(name)
+        if deleted:
+            self.quota.forget(name)
+            self.metrics.forget_topic(name)
+            self.offsets.remove_topic(name)
+            self.pop_service.forget_topic(name)
+        return deleted
 
     def topic(self, name: str) -> TopicConfig:
         """The topic's config; TOPIC_NOT_FOUND naming the topics that exist."""
@@ -421,6 +459,7 @@ class BrokerCore:
         if it asks for a delay: the answer then gives the offset in the schedule queue, as
         RocketMQ's does); refusals raise."""
         sends.check_send(request)
+        _check_writable(self.store.find_topic(request.topic))
         stored = self._delayed(request) if sends.asks_delay(request) else request
         with self.gate:
             # A prepared send is checked as a plain one, then kept aside by the transaction service.
@@ -474,6 +513,7 @@ class BrokerCore:
 
     def _cursor(self, index: int, r: OffsetRange, tags, budget: ReadBudget) -> RangeCursor:
         config = self.topic(r.topic)
+        _check_readable(config)
         _check_queue(config, r.queue_id)
         where = f"range {index} ({r.topic!r} queue {r.queue_id})"
         if r.start < 0:
@@ -499,6 +539,7 @@ class BrokerCore:
             raise invalid(f"max messages {max_messages}: ask for 1 or more")
         with self.gate:
             config = self.topic(topic)
+            _check_readable(config)
             _check_queue(config, queue_id)
             cursor = RangeCursor(self, config, queue_id, offset, None, tag_filter, ReadBudget(max_bytes, max_messages),
                                  group)
@@ -562,6 +603,41 @@ class BrokerCore:
                 names = self._known_groups()
         return [(name, self.consumers.of(name)) for name in names]
 
+    def delete_group(self, group: str, clean_offsets: bool = True, topics: bool = True) -> bool:
+        """Forget a consumer group: its settings (orderly), and with ``clean_offsets`` its
+        committed offsets, its pop state (messages in flight, pull offsets), its quota entry
+        and its metrics series; with ``topics`` its retry topics (``%RETRY%{group}``, pop's
+        ``%RETRY%{group}+{topic}``) and its dead-letter topic ``%DLQ%{group}`` too, as RocketMQ's
+        mqadmin deleteSubGroup -c deletes them. Consumers connected now are not disconnected:
+        their next heartbeat, pop or commit makes the group again. False when the broker knew no
+        such group."""
+        _check_group(group)
+        with self.gate:
+            known = group in self._known_groups() or self.pop_service.has_group(group)
+            retry_topics = self._group_topics(group) if topics else []
+            known = known or bool(retry_topics)
+            self.groups.forget(group)
+            self.consumers.forget(group)
+            if clean_offsets:
+                self.pop_service.forget_group(group)  # first: a pop's commit could write offsets back
+                self.offsets.remove_group(group)
+                self.group_quota.forget(group)
+                self.metrics.forget_group(group)
+            for name in retry_topics:
+                self._delete_topic(name)
+        if known:
+            log.info("consumer group %s deleted%s%s", echo(group), "" if clean_offsets else " (its offsets kept)",
+                     f", with topics {', '.join(retry_topics)}" if retry_topics else "", extra={"group": group})
+        return known
+
+    def _group_topics(self, group: str) -> list[str]:
+        """The group's retry and dead-letter topics that exist: ``%RETRY%{group}``, ``%DLQ%{group}``,
+        and pop's ``%RETRY%{group}+{topic}`` of the topics that exist or that the group popped."""
+        names = {fmt.RETRY_TOPIC_PREFIX + group, fmt.DLQ_TOPIC_PREFIX + group}
+        names.update(retry_topic(group, t.name) for t in self.store.all_topics())
+        names.update(t for t in self.pop_service.popped_topics(group) if t.startswith(fmt.RETRY_TOPIC_PREFIX))
+        return sorted(name for name in names if self.store.find_topic(name) is not None)
+
     def _group_exists(self, group: str) -> bool:
         return bool(self.offsets.query(group)) or self.groups.orderly(group) or self.pop_service.has_group(group)
 
@@ -584,6 +660,7 @@ class BrokerCore:
         result. ``client`` (who pops, as the door knows it) is a live consumer of the group now;
         ``quota_client`` (limits.client_key) is charged for a group this makes."""
         tags = parse_tag_filter(tag_filter)
+        _check_readable(self.store.find_topic(topic), "peeking")
         self.group_quota.admit(quota_client, group, self._group_exists)
         self.consumers.seen(group, client or "(pop)")
         with self.gate:
@@ -659,6 +736,16 @@ class BrokerCore:
         """The stored record at a commitlog position (what an offsetMsgId names), copied."""
         with self.gate:
             return self._record_at(physical_offset)
+
+    def message_topic(self, physical_offset: int) -> str | None:
+        """The topic of the record at a commitlog position, None when no message starts there:
+        what an ACL check of a read by offset asks before it reads."""
+        try:
+            return fmt.decode_record(self.message_at(physical_offset)).topic
+        except BrokerError as err:
+            if err.reason is Reason.MESSAGE_NOT_FOUND:
+                return None
+            raise
 
     def query_messages(self, topic: str, key: str, max_messages: int, begin_ms: int, end_ms: int,
                        unique_key: bool = False) -> list[bytes]:
@@ -860,6 +947,23 @@ def _check_queue(config: TopicConfig, queue_id: int) -> None:
     if not 0 <= queue_id < config.queue_count:
         raise refused(Reason.QUEUE_NOT_FOUND, f"topic {config.name!r} has queues 0 to "
                                               f"{config.queue_count - 1}; there is no queue {queue_id}")
+
+
+def _check_writable(config: TopicConfig | None) -> None:
+    """PERMISSION_DENIED, as RocketMQ's NO_PERMISSION, for a topic without write perm."""
+    if config is not None and not config.writable:
+        raise refused(Reason.PERMISSION_DENIED, f"the topic[{config.name}] sending message is forbidden: its perm "
+                                                f"is {config.perm} (read only); an admin makes it writable by "
+                                                "updating the topic with perm 6 (rmq-admin, mqadmin updateTopic -p 6)")
+
+
+def _check_readable(config: TopicConfig | None, verb: str = "pulling") -> None:
+    """PERMISSION_DENIED, as RocketMQ's NO_PERMISSION, for a topic without read perm (its pull
+    says "pulling", its pop "peeking")."""
+    if config is not None and not config.readable:
+        raise refused(Reason.PERMISSION_DENIED, f"the topic[{config.name}] {verb} message is forbidden: its perm is "
+                                                f"{config.perm} (write only); an admin makes it readable by updating "
+                                                "the topic with perm 6 (rmq-admin, mqadmin updateTopic -p 6)")
 
 
 def _check_group(group: str) -> None:

@@ -43,6 +43,13 @@ class GroupTable:
                 write_atomically(self._path, json.dumps(table, indent=1).encode())
                 self._orderly = wanted
 
+    def forget(self, group: str) -> bool:
+        """Drop the group's settings (it was deleted); whether it had any."""
+        had = self.orderly(group)
+        if had:
+            self.update(group, False)
+        return had
+
 
 CONSUMER_EXPIRY_MS = 120_000  # RocketMQ's channelExpiredTimeout: a client unheard of this long is gone
 
@@ -73,6 +80,11 @@ class LiveConsumers:
             clients.pop(client, None)
             if not clients:
                 self._seen.pop(group, None)
+
+    def forget(self, group: str) -> None:
+        """The group was deleted: its consumers are seen again at their next heartbeat or pop."""
+        with self._lock:
+            self._seen.pop(group, None)
 
     def of(self, group: str) -> list[str]:
         """The group's clients seen within the expiry, sorted."""

@@ -369,6 +369,7 @@ class TopicQuota:
         self._store = store
         self._lock = threading.Lock()  # a check and its creation are one step
         self._created: dict[str, dict[str, int]] = {}  # client -> {topic: queues} it created
+        self._added: dict[str, dict[str, int]] = {}  # client -> {topic: queues} its updates added
         self.refusal_log = ThrottledLog(log)  # a client creating topics in a loop is refused each time
 
     def create(self, client: str, name: str, queue_count: int, queue_type, make: Callable[[], tuple]) -> tuple:
@@ -389,36 +390,63 @@ class TopicQuota:
                 self._created.setdefault(client, {})[name] = queue_count
             return status, detail
 
+    def update(self, client: str, name: str, queue_count: int, make: Callable[[], tuple]) -> tuple:
+        """``make()`` (the store's update: (config, detail)) if ``client`` may add the queues a
+        higher ``queue_count`` adds: queues past those the topic holds count as created by
+        ``client``, as a creation's (fewer, or held queues served again, add none). Raises
+        LIMIT_EXCEEDED past a limit, changing nothing (logged, at a bounded rate per client)."""
+        with self._lock:
+            existing = self._store.find_topic(name)
+            added = queue_count - existing.stored_queues if existing is not None and queue_count else 0
+            if added > 0:
+                try:
+                    self._check_queues(client, f"{added} more queues of topic {echo(name)}", added,
+                                       self._store.all_topics())
+                except BrokerError as limit:
+                    self.refusal_log.warning("topic update refused: %s", limit.message, key=client,
+                                             extra={"topic": name, "client": client or None, "queues": queue_count})
+                    raise
+            config, detail = make()
+            if config is not None and added > 0 and client:
+                mine = self._added.setdefault(client, {})
+                mine[name] = mine.get(name, 0) + added
+            return config, detail
+
     def forget(self, name: str) -> None:
         """The topic was deleted: its creator may create another in its place."""
         with self._lock:
-            for client, created in list(self._created.items()):
-                if created.pop(name, None) is not None and not created:
-                    del self._created[client]
+            for table in (self._created, self._added):
+                for client, counted in list(table.items()):
+                    if counted.pop(name, None) is not None and not counted:
+                        del table[client]
 
     def _check(self, client: str, name: str, queue_count: int, topics: list) -> None:
         limits = self.limits
-        queues = sum(topic.queue_count for topic in topics)
         if len(topics) >= limits.max_topics:
             raise _limit(f"this broker holds {len(topics)} topics, its limit (--max-topics): topic {echo(name)} "
                          "was not created. Delete topics no longer used, or raise --max-topics")
-        if queues + queue_count > limits.max_queues:
-            raise _limit(f"topic {echo(name)} with {queue_count} queues would bring this broker to "
-                         f"{queues + queue_count} queues, over its limit of {limits.max_queues} (--max-queues): "
-                         "create fewer queues, delete topics no longer used, or raise --max-queues")
-        if not client:
-            return
         created = self._created.get(client, {})
-        if len(created) >= limits.max_topics_created_per_client:
+        if client and len(created) >= limits.max_topics_created_per_client:
             raise _limit(f"client {client} has created {len(created)} topics, its limit "
                          f"(--max-topics-created-per-client): topic {echo(name)} was not created. Delete topics it "
                          "no longer uses, or raise --max-topics-created-per-client")
-        mine = sum(created.values())
+        self._check_queues(client, f"topic {echo(name)} with {queue_count} queues", queue_count, topics)
+
+    def _check_queues(self, client: str, what: str, queue_count: int, topics: list) -> None:
+        """LIMIT_EXCEEDED when ``queue_count`` more queues (``what``) pass the broker's or the client's limit."""
+        limits = self.limits
+        queues = sum(topic.stored_queues for topic in topics)  # queues an update took out of service hold data too
+        if queues + queue_count > limits.max_queues:
+            raise _limit(f"{what} would bring this broker to {queues + queue_count} queues, over its limit of "
+                         f"{limits.max_queues} (--max-queues): create fewer queues, delete topics no longer used, "
+                         "or raise --max-queues")
+        if not client:
+            return
+        mine = sum(self._created.get(client, {}).values()) + sum(self._added.get(client, {}).values())
         if mine + queue_count > limits.max_queues_created_per_client:
-            raise _limit(f"topic {echo(name)} with {queue_count} queues would bring the queues created by client "
-                         f"{client} to {mine + queue_count}, over its limit of "
-                         f"{limits.max_queues_created_per_client} (--max-queues-created-per-client): create fewer "
-                         "queues, delete topics it no longer uses, or raise the limit")
+            raise _limit(f"{what} would bring the queues created by client {client} to {mine + queue_count}, over "
+                         f"its limit of {limits.max_queues_created_per_client} (--max-queues-created-per-client): "
+                         "create fewer queues, delete topics it no longer uses, or raise the limit")
 
 
 def _limit(sentence: str) -> BrokerError:
@@ -454,4 +482,12 @@ class GroupQuota:
                                          extra={"group": group, "client": client})
                 raise error
             made.add(group)
+
+    def forget(self, group: str) -> None:
+        """The group was deleted: the client that made it may make another in its place."""
+        with self._lock:
+            for client, made in list(self._made.items()):
+                made.discard(group)
+                if not made:
+                    del self._made[client]
 

@@ -80,6 +80,9 @@ class NoMetrics:
     def forget_topic(self, topic: str) -> None:
         pass
 
+    def forget_group(self, group: str) -> None:
+        pass
+
 
 NO_METRICS = NoMetrics()
 
@@ -138,6 +141,12 @@ class BrokerMetrics(NoMetrics):
         with self._lock:
             self._in.pop(topic, None)
             for key in [key for key in self._out if key[0] == topic]:
+                del self._out[key]
+
+    def forget_group(self, group: str) -> None:
+        """The consumer group was deleted: its series go with it (a group made again starts anew)."""
+        with self._lock:
+            for key in [key for key in self._out if key[1] == group]:
                 del self._out[key]
 
     def _counted(self) -> list[Metric]:

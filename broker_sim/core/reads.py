@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from broker_sim.core.errors import BrokerError, Reason, refused
-from broker_sim.store import GetStatus, TagFilter, TopicConfig
+from broker_sim.store import GetStatus, TagFilter, TopicConfig, same_topic
 
 
 class RangeStatus(enum.Enum):
@@ -157,7 +157,7 @@ class RangeCursor:
 
     def _deleted(self) -> bool:
         """The topic was deleted (and maybe created again) since the read began."""
-        return self._core.store.find_topic(self.config.name) is not self.config
+        return not same_topic(self._core.find_topic(self.config.name), self.config)
 
     def _deleted_error(self) -> BrokerError:
         return refused(Reason.TOPIC_NOT_FOUND, f"topic {self.config.name!r} was deleted while it was being read; "

@@ -735,6 +735,30 @@ class PopService:
                 del self._rotation[rotation]
             return len(keys)
 
+    def forget_group(self, group: str) -> int:
+        """Drop the pop state of a deleted consumer group (its invisible records and its pull
+        offsets on every queue), so that a group made again under the name pops from its
+        committed offsets, or the queues' starts; returns how many records went. Handles of
+        the dropped records stop working."""
+        with self._lock:
+            keys = [key for key, ck in self._checkpoints.items() if ck.group == group]
+            queues = [where for where in self._queues if where[0] == group]
+            self.state.write([], keys + [pull_key(queue_prefix(name, topic), queue_id)
+                                         for name, topic, queue_id in queues])
+            for key in keys:
+                del self._checkpoints[key]
+            for where in queues:
+                del self._queues[where]
+            for rotation in [r for r in self._rotation if r[0] == group]:
+                del self._rotation[rotation]
+            self._groups.discard(group)
+            return len(keys)
+
+    def popped_topics(self, group: str) -> set[str]:
+        """The topics whose queues ``group`` popped (its retry topics among them)."""
+        with self._lock:
+            return {topic for name, topic, _queue in self._queues if name == group}
+
     # --- checks and lifecycle ----------------------------------------------------------------
 
     def _check_group(self, group: str) -> None:

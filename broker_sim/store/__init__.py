@@ -41,11 +41,22 @@ from broker_sim.store.status import (
     QueueRecords,
     StoredBatch,
 )
-from broker_sim.store.topics import QueueType, TopicConfig, creation_problem, system_topic_problem
+from broker_sim.store.topics import (
+    PERM_READ,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    QueueType,
+    TopicConfig,
+    creation_problem,
+    perm_problem,
+    same_topic,
+    system_topic_problem,
+)
 from rmq_wire.record import Compression, SysFlag, decode_record, encode_message_batch
 
 __all__ = [
-    "DEFAULT_FLUSH_INTERVAL_MS", "DEFAULT_PUT", "NAME_DIGITS", "ZERO_HOST", "BatchPut", "Compression",
+    "DEFAULT_FLUSH_INTERVAL_MS", "DEFAULT_PUT", "NAME_DIGITS", "PERM_READ", "PERM_READ_WRITE", "PERM_WRITE",
+    "ZERO_HOST", "BatchPut", "Compression",
     "ConsumerOffsetTable",
     "CorruptedRecord", "CreateStatus", "DataDirInUseError", "DiskFailedError", "DiskFullError", "DiskGuard",
     "FlushMode", "GetResult", "GetStatus", "IndexUnit", "LogPositions", "MappedFile", "MessageStore",
@@ -54,7 +65,7 @@ __all__ = [
     "StoreClosedError", "StoreConfig", "StoreError", "StorePaths", "StoredBatch", "SysFlag",
     "TagFilter", "TopicConfig", "UnknownQueueError", "UnknownTopicError", "creation_problem", "decode_record", "echo",
     "encode_message_batch", "file_name",
-    "full_at_start_sentence",
+    "full_at_start_sentence", "perm_problem", "same_topic",
     "close_checked", "open_checked", "stamp_problem", "system_topic_problem", "wall_clock_ms",
 ]
 

@@ -22,7 +22,7 @@ from broker_sim.store.status import (
     PutStatus,
     QueueRecords,
 )
-from broker_sim.store.topics import QueueType, TopicConfig, TopicTable, unknown_topic
+from broker_sim.store.topics import QueueType, TopicConfig, TopicTable, same_topic, unknown_topic
 from rmq_wire import record as fmt
 
 # INNER_BASE, added under the append lock: name, separators and up to 19 digits.
@@ -204,13 +204,22 @@ class Appends:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
         if self.disk.failure:
             return PutResult(PutStatus.DISK_FAILED, self.disk.failure)
+        def still_served() -> bool:  # not deleted (and made again), nor the queue hidden by an update
+            now = self.topics.get(topic)
+            return same_topic(now, config) and queue_id < now.queue_count
+
         try:
-            appended = self.commitlog.append(topic, queue_id, records, lambda: self.topics.get(topic) is config)
+            appended = self.commitlog.append(topic, queue_id, records, still_served)
         except DiskFullError as err:
             return PutResult(PutStatus.DISK_FULL, err.message)
         except OSError as err:  # the append was undone, but the disk cannot be trusted any more
             return PutResult(PutStatus.DISK_FAILED, str(self.disk.fail("a write", err)))
         if appended is None:
+            now = self.topics.get(topic)
+            if same_topic(now, config):
+                return PutResult(PutStatus.QUEUE_NOT_FOUND, f"queue {queue_id} of topic {topic!r} was taken out of "
+                                 f"service while the message was being stored (the topic has {now.queue_count} "
+                                 "queues now); nothing was stored")
             return PutResult(PutStatus.TOPIC_NOT_FOUND, f"topic {topic!r} was deleted while the message was being "
                              f"stored; nothing was stored. {unknown_topic(topic, self.topics)}")
         if self._sync and flush:

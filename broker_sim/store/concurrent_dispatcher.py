@@ -290,7 +290,7 @@ class ConcurrentDispatcher(Dispatcher):
         if topic is None:
             skipped = members
         else:
-            skipped = members & ((index.queue_ids >= topic.queue_count) | (index.positions < topic.created_at_offset))
+            skipped = members & ((index.queue_ids >= topic.stored_queues) | (index.positions < topic.created_at_offset))
         if skipped.any():
             first = int(np.argmax(skipped))
             self._warn_once(name, "record at %d names topic %r queue %d, which does not exist (or was deleted since): "

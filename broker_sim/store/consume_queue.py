@@ -360,7 +360,7 @@ class ConsumeQueueTable:
             root = self.paths.topic_index(topic.queue_type, topic.name)
             if root.is_dir():
                 for child in root.iterdir():
-                    if child.name.isdigit() and int(child.name) < topic.queue_count:
+                    if child.name.isdigit() and int(child.name) < topic.stored_queues:
                         self.get(topic.name, int(child.name), topic.queue_type)
 
     def get(self, topic: str, queue_id: int, queue_type: QueueType) -> ConsumeQueue:

@@ -95,6 +95,18 @@ class ConsumerOffsetTable:
         after a crash would make its groups skip the messages of a topic created again."""
         return self._remove(lambda name: name == topic)
 
+    def remove_group(self, group: str) -> int:
+        """Forget every offset ``group`` committed (the group was deleted); returns how many.
+        Written at once: offsets that came back after a crash would make a group made again
+        under the name skip messages."""
+        with self._lock:
+            removed = len(self._offsets.pop(group, {}))
+            if removed:
+                self._version += 1
+        if removed:
+            self.flush()
+        return removed
+
     def keep_topics(self, topics: set[str]) -> int:
         """Forget every group's offsets of topics not in ``topics`` (deleted by a delete that a
         crash cut short before its offsets were removed); returns how many."""

@@ -88,7 +88,7 @@ class Dispatcher:
         topic_raw = buf[at + 1 : at + 1 + topic_len]
         properties = buf[at + 3 + topic_len : pos + total]
         topic = self.topics.get(topic_raw.decode())
-        if topic is None or queue_id >= topic.queue_count or position < topic.created_at_offset:
+        if topic is None or queue_id >= topic.stored_queues or position < topic.created_at_offset:
             self._warn_once(topic_raw, "record at %d names topic %r queue %d, which does not exist (or was "
                             "deleted since): not indexed", position, topic_raw, queue_id)
             return position + total

@@ -118,15 +118,28 @@ class MessageStore(Appends, Reads):
 
     # --- topics ----------------------------------------------------------------------------
 
-    def create_topic(self, name: str, queue_count: int, queue_type=QueueType.SIMPLE_CQ) -> tuple[CreateStatus, str]:
+    def create_topic(self, name: str, queue_count: int, queue_type=QueueType.SIMPLE_CQ,
+                     perm: int = 0) -> tuple[CreateStatus, str]:
         """Create a topic; returns (status, a sentence saying what was wrong, if anything).
+        ``perm``: RocketMQ's PermName bits (0: read and write; see ``TopicTable.create``).
 
         The topic records the commitlog's end as its creation offset: records below it belong
         to an earlier topic of the same name and are never indexed into this one."""
         with self._admin_lock:
             if self.topics.get(name) is None and topic_name_problem(name) is None:
                 self.queues.remove_files(name)  # left by a deletion that a crash cut short
-            return self.topics.create(name, queue_count, queue_type, created_at_offset=self.commitlog.max_offset)
+            return self.topics.create(name, queue_count, queue_type, created_at_offset=self.commitlog.max_offset,
+                                      perm=perm)
+
+    def update_topic(self, name: str, queue_count: int = 0, perm: int = 0) -> tuple[TopicConfig | None, str]:
+        """Change a topic's queue count and perm (0: as it is); (the topic now, "") or (None,
+        what was wrong). Queues past a lower count keep their messages and indexes, unserved:
+        sends and reads of them are refused, and served again, at the offsets they stopped at,
+        when the count grows back. The change is made with appends paused: a send that checked
+        a queue the update hides is refused, not stored out of sight."""
+        with self._admin_lock:
+            with self.commitlog.appends_paused():
+                return self.topics.update(name, queue_count, perm)
 
     def delete_topic(self, name: str) -> bool:
         """Delete a topic and its index files; False when there is no such topic.

@@ -19,7 +19,7 @@ from broker_sim.store.dispatcher import Dispatcher
 from broker_sim.store.errors import StoreClosedError, UnknownQueueError, UnknownTopicError
 from broker_sim.store.integrity import CorruptedRecord, CorruptionReport, VerifiedRecords, record_problem
 from broker_sim.store.status import GetResult, GetStatus, LogPositions, StoredBatch
-from broker_sim.store.topics import QueueType, TopicTable, unknown_topic
+from broker_sim.store.topics import QueueType, TopicTable, same_topic, unknown_topic
 from rmq_wire import record as fmt
 
 log = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ class Reads:
         def indexed() -> bool:
             found = self.queues.find(topic, queue_id)
             return (found is not None and found.max_offset >= wanted) or self._closed \
-                or self.topics.get(topic) is not config or self.dispatcher.stalled
+                or not same_topic(self.topics.get(topic), config) or self.dispatcher.stalled
 
         self.dispatcher.wake()
         with self._dispatched:

@@ -211,7 +211,7 @@ class _Redispatch:
         except UnicodeDecodeError:
             return None
         config = self.topics.get(topic)
-        if config is None or not 0 <= queue_id < config.queue_count or record.position < config.created_at_offset:
+        if config is None or not 0 <= queue_id < config.stored_queues or record.position < config.created_at_offset:
             return None
         end = min(total, len(view)) if record.header_intact else len(view)
         properties = bytes(view[at + 3 + view[at] : end])
@@ -240,7 +240,7 @@ def _queues_that_lost_units(queues: ConsumeQueueTable, queue_table: list, topics
     damaged = {}
     for topic, queue_id, max_offset, indexed_end in queue_table:
         config = topics.get(topic)
-        if config is None or queue_id >= config.queue_count or indexed_end > tail:
+        if config is None or queue_id >= config.stored_queues or indexed_end > tail:
             continue
         queue = queues.get(topic, queue_id, config.queue_type)
         if queue.max_offset < max_offset:

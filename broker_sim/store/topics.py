@@ -1,4 +1,9 @@
-"""Topics: name, queue count and queue type, fixed at creation and persisted as JSON.
+"""Topics: name, queue count, queue type and permission, persisted as JSON.
+
+The queue type is fixed at creation; the queue count and the permission (RocketMQ's PermName
+bits: 4 read, 2 write) change by ``update``, as RocketMQ's updateTopic changes them. Fewer
+queues leave the queues past the count unserved (``queues_kept`` remembers how many hold data):
+their indexes stay, so their offsets go on where they stopped when the count grows back.
 
 A topic also records the commitlog offset at its creation (``created_at_offset``): records of
 an earlier topic of the same name (deleted since) all lie below it, and the dispatcher skips
@@ -6,24 +11,25 @@ them, so a topic deleted and created again never gets the old records back, not 
 recovery re-dispatches the log. topics.json files written before this field load it as 0.
 
 The table is a snapshot, ``topics.json``, and a journal beside it, ``topics.journal``: a
-creation or deletion appends one JSON line to the journal and syncs it, so its cost does not
+creation, update or deletion appends one JSON line to the journal and syncs it, so its cost does not
 grow with the number of topics. When the journal holds more lines than the snapshot has
 topics (and at close), the table is written as a new snapshot (atomically, by rename) and the
 journal emptied. Loading replays the journal over the snapshot; a torn last line (a crash
 while it was written: never acknowledged) is dropped. A topics.json of an older broker loads
-as it is, with no journal.
+as it is, with no journal; a topic written without ``perm`` reads as 6 (read and write).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import itertools
 import json
 import logging
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker_sim.common.files import fsync_dir, write_atomically
@@ -38,14 +44,54 @@ log = logging.getLogger(__name__)
 TOPIC_NAME = re.compile(r"^[%|+a-zA-Z0-9_-]+$")
 MAX_QUEUES = 65536
 MIN_JOURNAL_LINES = 1024  # a journal this long is compacted, at the least
+# RocketMQ's PermName bits of a topic.
+PERM_WRITE = 2
+PERM_READ = 4
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
+PERMS = (PERM_WRITE, PERM_READ, PERM_READ_WRITE)  # what a topic may have here (mqadmin's "2|4|6")
+_INCARNATIONS = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class TopicConfig:
+    """A topic's settings. ``queue_count`` queues are served (sent to, read, routed);
+    ``queues_kept`` (0: as many) is how many hold data, more after an update lowered the count:
+    the store keeps indexing and holding those. ``incarnation`` tells the topic from another of
+    the same name made after a deletion (an update keeps it): compare with ``same_topic``."""
+
     name: str
     queue_count: int
     queue_type: QueueType
     created_at_offset: int = 0  # the commitlog's end when the topic was created
+    perm: int = PERM_READ_WRITE
+    queues_kept: int = 0
+    incarnation: int = field(default_factory=lambda: next(_INCARNATIONS), compare=False, repr=False)
+
+    @property
+    def stored_queues(self) -> int:
+        """The queues whose messages the store keeps and indexes: served or not."""
+        return max(self.queue_count, self.queues_kept)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+
+def same_topic(config: TopicConfig | None, other: TopicConfig | None) -> bool:
+    """Whether two configs are of one topic: the same creation, maybe updated since (not one
+    deleted and made again under the name)."""
+    return config is not None and other is not None and config.incarnation == other.incarnation
+
+
+def perm_problem(perm) -> str | None:
+    """Why ``perm`` cannot be a topic's permission, or None."""
+    if perm not in PERMS:
+        return f"perm {perm!r}: use 2 (write only), 4 (read only) or 6 (read and write), RocketMQ's PermName bits"
+    return None
 
 
 def creation_problem(name: str, queue_count: int, queue_type) -> str | None:
@@ -111,25 +157,52 @@ class TopicTable:
     def all(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
-    def create(self, name: str, queue_count: int, queue_type, created_at_offset: int = 0) -> tuple[CreateStatus, str]:
-        problem = creation_problem(name, queue_count, queue_type)
+    def create(self, name: str, queue_count: int, queue_type, created_at_offset: int = 0,
+               perm: int = 0) -> tuple[CreateStatus, str]:
+        """Create a topic; ``perm`` 0: read and write (and a topic that exists has the same
+        settings whatever its perm), another: the new topic's, which one that exists must have."""
+        problem = creation_problem(name, queue_count, queue_type) or (perm_problem(perm) if perm else None)
         if problem:
             return CreateStatus.INVALID, problem
         queue_type = QueueType.parse(queue_type)
         with self._lock:
             existing = self._topics.get(name)
             if existing:
-                if (existing.queue_count, existing.queue_type) == (queue_count, queue_type):
+                if (existing.queue_count, existing.queue_type) == (queue_count, queue_type) \
+                        and perm in (0, existing.perm):
                     return CreateStatus.ALREADY_EXISTS, f"topic {name!r} already exists with the same settings"
                 return CreateStatus.CONFLICT, (
-                    f"topic {name!r} exists with {existing.queue_count} queues of type {existing.queue_type.value}; "
-                    "queue count and type are fixed at creation: delete the topic first or use another name"
+                    f"topic {name!r} exists with {existing.queue_count} queues of type {existing.queue_type.value} "
+                    f"and perm {existing.perm}; the queue type is fixed at creation (delete the topic first or use "
+                    "another name), the queue count and perm change by an update of the topic"
                 )
-            config = TopicConfig(name, queue_count, queue_type, created_at_offset)
+            config = TopicConfig(name, queue_count, queue_type, created_at_offset, perm or PERM_READ_WRITE)
             self._append({"create": _to_json(config)})
             self._topics[name] = config
             self._compact_if_long()
             return CreateStatus.CREATED, ""
+
+    def update(self, name: str, queue_count: int = 0, perm: int = 0) -> tuple[TopicConfig | None, str]:
+        """Change a topic's queue count and perm (0: as it is), journaled before it is made;
+        (the topic as it is now, "") or (None, what was wrong). Fewer queues keep the queues
+        past the count (``queues_kept``); more serve the kept ones again first."""
+        if queue_count and (not isinstance(queue_count, int) or not 1 <= queue_count <= MAX_QUEUES):
+            return None, f"queue count {queue_count!r}: use 1 to {MAX_QUEUES}"
+        if perm and perm_problem(perm):
+            return None, perm_problem(perm)
+        with self._lock:
+            existing = self._topics.get(name)
+            if existing is None:
+                return None, unknown_topic(name, self)
+            count = queue_count or existing.queue_count
+            kept = max(existing.stored_queues, count)
+            config = dataclasses.replace(existing, queue_count=count, perm=perm or existing.perm,
+                                         queues_kept=kept if kept > count else 0)
+            if config != existing:
+                self._append({"update": _to_json(config)})
+                self._topics[name] = config
+                self._compact_if_long()
+            return self._topics[name], ""
 
     def clamp_created_at(self, tail: int) -> list[str]:
         """Lower ``created_at_offset`` to ``tail`` where it is above it (recovery cut the log
@@ -232,8 +305,11 @@ def _replay_journal(path: Path, topics: dict[str, TopicConfig]) -> int:
     for number, line in enumerate(lines[:-1], 1):
         try:
             entry = json.loads(line)
-            if "create" in entry:
-                config = _from_json(entry["create"])
+            if "create" in entry or "update" in entry:
+                config = _from_json(entry.get("create") or entry["update"])
+                existing = topics.get(config.name)
+                if "update" in entry and existing is not None:  # the same topic: its incarnation stays
+                    config = dataclasses.replace(config, incarnation=existing.incarnation)
                 topics[config.name] = config
             else:
                 topics.pop(entry["delete"], None)
@@ -250,12 +326,20 @@ def _replay_journal(path: Path, topics: dict[str, TopicConfig]) -> int:
 
 
 def _from_json(item: dict) -> TopicConfig:
+    perm = int(item.get("perm", PERM_READ_WRITE))
+    if perm_problem(perm):
+        raise ValueError(perm_problem(perm))
     return TopicConfig(item["name"], item["queue_count"], QueueType(item["queue_type"]),
-                       int(item.get("created_at_offset", 0)))
+                       int(item.get("created_at_offset", 0)), perm, int(item.get("queues_kept", 0)))
 
 
 def _to_json(topic: TopicConfig) -> dict:
     item = {"name": topic.name, "queue_count": topic.queue_count, "queue_type": topic.queue_type.value}
-    if topic.created_at_offset:  # 0, the default, is left out: such files read the same everywhere
+    # Defaults are left out: such files read the same everywhere (a broker before perm reads them too).
+    if topic.created_at_offset:
         item["created_at_offset"] = topic.created_at_offset
+    if topic.perm != PERM_READ_WRITE:
+        item["perm"] = topic.perm
+    if topic.queues_kept > topic.queue_count:
+        item["queues_kept"] = topic.queues_kept
     return item
