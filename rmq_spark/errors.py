@@ -97,6 +97,11 @@ class GroupNotFoundError(RmqError, LookupError):
     """The consumer group has popped nothing on this broker (acks need a group that popped)."""
 
 
+class MessageNotFoundError(RmqError, LookupError):
+    """No stored message has the id asked for (a message id naming no record, or a key no message
+    of the topic holds)."""
+
+
 class GroupBusyError(RmqError):
     """The consumer group has live consumers, so its offsets are not moved under them."""
 
@@ -194,6 +199,7 @@ _BY_REASON = {
     "TRANSACTION_INCOMPLETE": TransactionIncompleteError,
     "SERVICE_NOT_AVAILABLE": BrokerUnavailableError,
     "GROUP_NOT_FOUND": GroupNotFoundError,
+    "MESSAGE_NOT_FOUND": MessageNotFoundError,
     "RECEIPT_HANDLE_INVALID": InvalidReceiptHandleError,
     "RECEIPT_HANDLE_EXPIRED": ReceiptHandleExpiredError,
     "SEND_IN_PROGRESS": SendInProgressError,

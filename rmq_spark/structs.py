@@ -57,6 +57,15 @@ def is_system_topic(name: str) -> bool:
     return name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIXES) or name.endswith("_REPLY_TOPIC")
 
 
+PERM_WRITE = 0x2  # RocketMQ's PermName: a topic's queues take sends
+PERM_READ = 0x4  # ... and are read
+
+
+def perm_text(perm: int) -> str:
+    """A topic's permission as mqadmin's -p reads it: "rw" (6), "r" (4), "w" (2), "-" (0)."""
+    return ("r" if perm & PERM_READ else "") + ("w" if perm & PERM_WRITE else "") or "-"
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     """A topic. Through a name server (RocketMQ's remoting protocol) a topic may be served by
@@ -67,6 +76,7 @@ class TopicInfo:
     queue_count: int
     queue_type: QueueType
     brokers: tuple = ()
+    perm: int = PERM_READ | PERM_WRITE  # RocketMQ's PermName bits (its first broker's, through name servers)
 
     @property
     def queues(self) -> list[tuple[str, int]]:
@@ -282,4 +292,62 @@ class ReceivedMessage(NamedTuple):
     reconsume_times: int
     receipt_handle: str
     properties: dict
+    broker: str = ""
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A broker of a cluster, as the name servers list it (through our door: the one broker)."""
+
+    cluster: str
+    name: str
+    address: str  # its master's address (through our door: the endpoint)
+
+
+@dataclass(frozen=True)
+class BrokerQueues:
+    """One broker's part of a topic's route (RocketMQ's QueueData, with its master's address): its
+    queues 0 .. read_queues - 1 are read, 0 .. write_queues - 1 written, as ``perm`` allows."""
+
+    broker: str
+    address: str  # the master's address (through our door: the endpoint)
+    read_queues: int
+    write_queues: int
+    perm: int
+
+
+@dataclass(frozen=True)
+class ConsumerConnection:
+    """A consumer of a group connected to a broker now, as it says in its heartbeats (through our
+    door the client id alone: the broker knows no more)."""
+
+    group: str
+    client_id: str
+    address: str = ""
+    language: str = ""
+    version: str = ""
+    broker: str = ""
+    subscriptions: tuple = ()  # (topic, expression) of the group's subscriptions
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message as a broker stores it (one stored record: an inner batch is one record of many
+    messages, ``messages`` of them, its body the batch's payload), found by key or by id.
+    ``message_id`` is RocketMQ's offset message id (store host and commitlog offset), which
+    finds the record again (``rmq-admin message get``); ``unique_key`` the id its producer gave."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    message_id: str
+    unique_key: str
+    keys: str
+    tags: str
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    properties: dict
+    body: bytes
+    messages: int = 1
     broker: str = ""

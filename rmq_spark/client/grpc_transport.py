@@ -8,6 +8,7 @@ a pop answer and of a ReadRanges answer are views of the received bytes (``_lead
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from typing import Callable, Iterator, Sequence
 
 import grpc
 
+from rmq_spark.client.stored import offset_message_id, stored_messages
 from rmq_spark.client.tls import read_pem, tls_mismatch
 from rmq_spark.client.transport import (
     AckFailure,
@@ -31,8 +33,13 @@ from rmq_spark.client.transport import (
 )
 from rmq_spark.errors import ClosedError, ConfigError, RmqError, TopicNotFoundError, error_for
 from rmq_spark.structs import (
+    PERM_READ,
+    PERM_WRITE,
+    BrokerInfo,
+    BrokerQueues,
     BrokerStats,
     CommitResult,
+    ConsumerConnection,
     CorruptedRecord,
     GroupInfo,
     GroupOffset,
@@ -44,6 +51,7 @@ from rmq_spark.structs import (
     QueueType,
     SinkBatchStatus,
     SinkInfo,
+    StoredMessage,
     TopicInfo,
     TransactionInfo,
     TransactionOutcome,
@@ -186,6 +194,45 @@ class GrpcTransport(Transport):
                                CorruptedRecord(c.commitlog_offset, c.size, c.topic, c.queue_id, c.first_offset,
                                                c.end_offset, c.reason, c.found_by) for c in r.corrupted),
                            r.disk_failure)
+
+    # --- what operators look at and change ------------------------------------------------------
+
+    def update_topic(self, name: str, queue_count: int = 0, perm: int = 0) -> TopicInfo:
+        request = pb.UpdateTopicRequest(name=name, queue_count=queue_count, perm=perm)
+        return _topic(self._call(self._admin.UpdateTopic, request).topic)
+
+    def delete_group(self, group: str) -> bool:
+        return self._call(self._admin.DeleteGroup, pb.DeleteGroupRequest(group=group)).deleted
+
+    def topic_route(self, topic: str) -> list[BrokerQueues]:
+        info, _queues = self.describe_topic(topic)
+        return [BrokerQueues(self._broker_name(), self.endpoint, info.queue_count, info.queue_count, info.perm)]
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [BrokerInfo("", self._broker_name(), self.endpoint)]
+
+    def broker_status(self, broker: str = "") -> dict[str, str]:
+        stats = self.broker_stats()
+        return {field.name: str(getattr(stats, field.name)) for field in dataclasses.fields(stats)
+                if field.name != "corrupted"}
+
+    def consumer_connections(self, group: str) -> list[ConsumerConnection]:
+        [info] = self.groups([group])
+        return [ConsumerConnection(group, client_id) for client_id in info.consumers]
+
+    def query_messages(self, topic: str, key: str, *, unique_key: bool = False, begin_ms: int = 0, end_ms: int = 0,
+                       max_messages: int = 32) -> list[StoredMessage]:
+        request = pb.QueryMessagesRequest(topic=topic, key=key, unique_key=unique_key, begin_ms=begin_ms,
+                                          end_ms=end_ms, max_messages=max_messages)
+        return stored_messages(self._call(self._admin.QueryMessages, request).records)
+
+    def message_by_offset_id(self, message_id: str) -> StoredMessage:
+        _address, offset = offset_message_id(message_id)  # one broker: its store host is this one
+        return stored_messages(self._call(self._admin.GetMessage, pb.GetMessageRequest(commitlog_offset=offset))
+                               .record)[0]
+
+    def _broker_name(self) -> str:
+        return self._call(self._admin.BrokerStats, pb.BrokerStatsRequest()).broker_name
 
     # --- messages ----------------------------------------------------------------------------------
 
@@ -369,7 +416,8 @@ def _credentials(config: TransportConfig) -> grpc.ChannelCredentials:
 
 
 def _topic(topic: pb.Topic) -> TopicInfo:
-    return TopicInfo(topic.name, topic.queue_count, _FROM_PB_QUEUE_TYPE[topic.queue_type])
+    return TopicInfo(topic.name, topic.queue_count, _FROM_PB_QUEUE_TYPE[topic.queue_type],
+                     perm=topic.perm or PERM_READ | PERM_WRITE)  # 0: a broker from before perms
 
 
 def _stored(r: pb.SendResponse) -> Stored:

@@ -30,8 +30,11 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 from rmq_spark.client.message_ids import UniqueKeys
 from rmq_spark.errors import ConfigError, RmqError
 from rmq_spark.structs import (
+    BrokerInfo,
+    BrokerQueues,
     BrokerStats,
     CommitResult,
+    ConsumerConnection,
     Credentials,
     GroupInfo,
     GroupOffset,
@@ -42,6 +45,7 @@ from rmq_spark.structs import (
     QueueType,
     SinkBatchStatus,
     SinkInfo,
+    StoredMessage,
     TopicInfo,
     TransactionInfo,
 )
@@ -336,6 +340,47 @@ class Transport(ABC):
 
     @abstractmethod
     def broker_stats(self) -> BrokerStats: ...
+
+    # what operators look at and change (rmq-admin; RocketMQ's mqadmin)
+
+    @abstractmethod
+    def update_topic(self, name: str, queue_count: int = 0, perm: int = 0) -> TopicInfo:
+        """Change a topic that exists (0: leave that setting): its queue count per broker, its
+        permission (PERM_READ | PERM_WRITE bits), as RocketMQ's updateTopic does."""
+
+    @abstractmethod
+    def delete_group(self, group: str) -> bool:
+        """Forget a consumer group on every broker: its offsets and settings. False where no
+        broker knew it."""
+
+    @abstractmethod
+    def topic_route(self, topic: str) -> list[BrokerQueues]:
+        """Where ``topic`` is served now: each broker's part (one entry through our door)."""
+
+    @abstractmethod
+    def brokers(self) -> list[BrokerInfo]:
+        """The brokers of the cluster (through our door: the one broker)."""
+
+    @abstractmethod
+    def broker_status(self, broker: str = "") -> dict[str, str]:
+        """A broker's runtime figures by name, as it reports them (RocketMQ's brokerStatus; our
+        door's broker stats)."""
+
+    @abstractmethod
+    def consumer_connections(self, group: str) -> list[ConsumerConnection]:
+        """The consumers of ``group`` connected now, on every broker."""
+
+    @abstractmethod
+    def query_messages(self, topic: str, key: str, *, unique_key: bool = False, begin_ms: int = 0, end_ms: int = 0,
+                       max_messages: int = 32) -> list[StoredMessage]:
+        """The stored messages of ``topic`` whose KEYS hold ``key`` (``unique_key``: whose id, the
+        UNIQ_KEY its producer gave, is ``key``), stored between ``begin_ms`` and ``end_ms`` (0: now),
+        most recent first, at most ``max_messages`` from each broker."""
+
+    @abstractmethod
+    def message_by_offset_id(self, message_id: str) -> StoredMessage:
+        """The stored message RocketMQ's offset message id names (its store host and commitlog
+        offset: stored.offset_message_id)."""
 
     # messages
     @abstractmethod

@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_spark.client.transport import Transport
-from rmq_spark.errors import ConfigError, QueueNotFoundError, RmqError, TopicNotFoundError
-from rmq_spark.structs import Message, TopicInfo
+from rmq_spark.errors import ConfigError, PermissionDeniedError, QueueNotFoundError, RmqError, TopicNotFoundError
+from rmq_spark.structs import PERM_WRITE, Message, TopicInfo, perm_text
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,9 @@ class Router:
             info = self._transport.new_topic(name)
             if info is None:
                 raise
+        if not info.perm & PERM_WRITE:  # as RocketMQ's producers find no writable queue in such a route
+            raise PermissionDeniedError(f"topic {name!r} takes no sends: its permission is {perm_text(info.perm)!r} "
+                                        f"(read only); an admin opens it with rmq-admin topic update {name} --perm rw")
         return info
 
     def queue_for(self, message: Message) -> tuple[str, int]:

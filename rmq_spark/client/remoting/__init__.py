@@ -20,9 +20,11 @@ One module a subject:
 - ``calls.py``: connections, requests in flight, waits, retries, each broker's version
   (``versions.py``);
 - ``routes.py``: the name servers, topic routes, the route of a first send;
-- ``topics.py``: creating, deleting and listing topics;
+- ``topics.py``: creating, updating, deleting and listing topics;
 - ``offsets.py``: queue offsets, the long poll past offsets known, offsets by time;
-- ``groups.py``: consumer groups, their offsets and live consumers;
+- ``groups.py``: consumer groups, their offsets, live consumers and connections, deleting one;
+- ``cluster.py``: the cluster's brokers and a broker's runtime figures;
+- ``messages.py``: stored messages found by key, by the id their producer gave, by offset id;
 - ``sends.py``: sends of messages and batches;
 - ``pulls.py``: range reads by pulls;
 - ``pops.py``: pop, ack, invisible time, receipt handles;

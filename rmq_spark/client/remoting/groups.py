@@ -12,11 +12,12 @@ from rmq_spark.client.remoting.calls import Calls
 from rmq_spark.client.remoting.refusals import refused
 from rmq_spark.client.remoting.routes import NameServers
 from rmq_spark.client.remoting.topics import Topics
-from rmq_spark.errors import GroupNotFoundError
-from rmq_spark.structs import GroupInfo, GroupOffset
+from rmq_spark.errors import GroupNotFoundError, RmqError
+from rmq_spark.structs import ConsumerConnection, GroupInfo, GroupOffset
 from rmq_wire.remoting import RequestCode, ResponseCode, fastjson
 
 RETRY_PREFIX = "%RETRY%"  # a group's retry topic: %RETRY%{group}
+DLQ_PREFIX = "%DLQ%"  # and its dead-letter topic
 HEARTBEAT_S = 60.0  # a group announced to a broker is announced again after this
 
 
@@ -116,3 +117,44 @@ class Groups:
             elif answer.code != ResponseCode.SYSTEM_ERROR:  # SYSTEM_ERROR: no consumer of the group is connected
                 raise refused(answer, f"broker {broker} refused the consumers of group {group!r}")
         return [GroupInfo(group, tuple(sorted(consumers[group]))) for group in names]
+
+    def delete(self, group: str) -> bool:
+        """Forget ``group`` on every master, its offsets too (DELETE_SUBSCRIPTIONGROUP with
+        cleanOffset), and its retry and dead-letter topics, as ``mqadmin deleteSubGroup -r``
+        does. False where no broker knew it (no offsets, no consumer, no retry topic)."""
+        masters = self.names.masters()
+        known = bool(self._offsets_everywhere(group)) or bool(self.list([group])[0].consumers) or any(
+            RETRY_PREFIX + group in table for table in self.topics.configs(masters).values())
+        answers = self.calls.invoke_all([(address, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                          {"groupName": group, "cleanOffset": "true", "removeOffset": "true"})
+                                         for address in masters.values()])
+        for broker, answer in zip(masters, answers):
+            if answer.code != ResponseCode.SUCCESS:
+                raise refused(answer, f"broker {broker} refused to delete group {group!r}")
+        for topic in (RETRY_PREFIX + group, DLQ_PREFIX + group):
+            try:
+                self.topics.delete(topic)
+            except RmqError:  # a broker that keeps no such topic, or refuses it: the group is gone all the same
+                pass
+        return known
+
+    def connections(self, group: str) -> list[ConsumerConnection]:
+        """The consumers of ``group`` connected to each master now, as their heartbeats say
+        (GET_CONSUMER_CONNECTION_LIST; CONSUMER_NOT_ONLINE where none is)."""
+        masters = self.names.masters()
+        answers = self.calls.invoke_all([(address, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+                                         for address in masters.values()])
+        out = []
+        for broker, answer in zip(masters, answers):
+            if answer.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                continue
+            if answer.code != ResponseCode.SUCCESS:
+                raise refused(answer, f"broker {broker} refused the connections of group {group!r}")
+            body = fastjson.loads(answer.body)
+            subscriptions = tuple(sorted((topic, (data or {}).get("subString", "*"))
+                                         for topic, data in (body.get("subscriptionTable") or {}).items()))
+            for c in body.get("connectionSet") or []:
+                out.append(ConsumerConnection(group, c.get("clientId", ""), c.get("clientAddr", ""),
+                                              str(c.get("language", "")), str(c.get("version", "")), broker,
+                                              subscriptions))
+        return sorted(out, key=lambda c: (c.broker, c.client_id))

@@ -17,6 +17,7 @@ import orjson
 
 from rmq_spark.client.message_ids import UniqueKeys
 from rmq_spark.client.remoting.calls import Calls
+from rmq_spark.client.remoting.messages import Messages
 from rmq_spark.client.remoting.refusals import refused
 from rmq_spark.client.remoting.routes import NEW_TOPIC_QUEUES, NameServers
 from rmq_spark.client.remoting.sends import STORED, properties_text
@@ -39,9 +40,10 @@ COMMIT, ROLLBACK = "8", "12"  # MessageSysFlag.TRANSACTION_COMMIT_TYPE / ROLLBAC
 class Halves:
     """``checks_answered``: UNIQ_KEY -> the answer sent to a broker's check (committed or not)."""
 
-    def __init__(self, calls: Calls, names: NameServers, unique_keys: UniqueKeys, client_id: str):
+    def __init__(self, calls: Calls, names: NameServers, messages: Messages, unique_keys: UniqueKeys, client_id: str):
         self.calls = calls
         self.names = names
+        self.messages = messages
         self.unique_keys = unique_keys
         self.client_id = client_id
         self.checks_answered: dict[str, bool] = {}
@@ -220,21 +222,9 @@ class Halves:
     def message_exists(self, topic: str, broker: str, unique_key: str) -> bool:
         """Whether ``broker`` stores a message of ``topic`` with this UNIQ_KEY: a committed half
         message (the broker's index of keys; RocketMQ's mqadmin queryMsgByUniqueKey)."""
-        address = self.names.route(topic).address(broker)
-        answer = self.calls.invoke(address, RequestCode.QUERY_MESSAGE, {
-            "topic": topic, "key": unique_key, "maxNum": 32, "beginTimestamp": 0, "endTimestamp": 2**63 - 1,
-            "_UNIQUE_KEY_QUERY": "true"})
-        if answer.code == ResponseCode.QUERY_NOT_FOUND:
-            return False
-        if answer.code != ResponseCode.SUCCESS:
-            raise refused(answer, f"the broker at {address} could not look up message {unique_key} of {topic!r}")
-        body, at = memoryview(answer.body or b""), 0
-        while at < len(body):  # the index finds keys by hash: the records say which are this one
-            record = decode_record(body, at)
-            if record.topic == topic and record.properties.get("UNIQ_KEY") == unique_key:
-                return True
-            at += record.total_size
-        return False
+        broker = self.names.route(topic).named(broker)
+        return bool(self.messages.query(topic, unique_key, unique_key=True, begin_ms=0, end_ms=2**63 - 1,
+                                        broker=broker))
 
     def close(self) -> None:
         with self._lock:

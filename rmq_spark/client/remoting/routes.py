@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from rmq_spark.errors import BrokerError, BrokerUnavailableError, TopicNotFoundError
+from rmq_spark.structs import PERM_READ, PERM_WRITE, BrokerQueues
 from rmq_wire.record import AUTO_CREATE_TOPIC
 from rmq_wire.remoting import RequestCode, ResponseCode, fastjson
 
@@ -35,23 +36,9 @@ _LAST_KNOWN: dict[tuple[str, str], "TopicRoute"] = {}
 _ON_LAST_KNOWN: set[tuple[str, str]] = set()
 _LAST_KNOWN_LOCK = threading.Lock()
 
-PERM_WRITE = 0x2  # RocketMQ's PermName
-PERM_READ = 0x4
 MASTER_ID = "0"  # brokerAddrs key of a broker set's master
 REFRESH_S = 30.0
 NEW_TOPIC_QUEUES = 4  # what a first send asks of a topic it creates (RocketMQ's producers' defaultTopicQueueNums)
-
-
-@dataclass(frozen=True)
-class BrokerQueues:
-    """One broker's part of a topic: its queues 0 .. read_queues - 1 are read, 0 ..
-    write_queues - 1 written, as ``perm`` allows."""
-
-    broker: str
-    address: str  # the master's remoting address
-    read_queues: int
-    write_queues: int
-    perm: int
 
 
 @dataclass(frozen=True)

@@ -81,13 +81,48 @@ class Topics:
 
     def info(self, route: TopicRoute) -> TopicInfo:
         """The topic as its route and its first broker's config say (the queue type)."""
-        answer = self.calls.invoke(route.brokers[0].address, RequestCode.GET_TOPIC_CONFIG, {"topic": route.topic})
-        queue_type = QueueType.SIMPLE_CQ
-        if answer.code == ResponseCode.SUCCESS:
-            config = fastjson.loads(answer.body)
-            queue_type = _queue_type(config.get("topicConfig", config))
+        config = self._config(route.brokers[0].address, route.topic) or {}
         brokers = tuple((b.broker, b.read_queues) for b in route.brokers)
-        return TopicInfo(route.topic, sum(count for _b, count in brokers), queue_type, brokers)
+        return TopicInfo(route.topic, sum(count for _b, count in brokers), _queue_type(config), brokers,
+                         int(config.get("perm", route.brokers[0].perm)))
+
+    def _config(self, address: str, topic: str) -> dict | None:
+        """The broker's TopicConfig of ``topic``; None where it answers none."""
+        answer = self.calls.invoke(address, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+        if answer.code != ResponseCode.SUCCESS:
+            return None
+        config = fastjson.loads(answer.body)
+        return config.get("topicConfig", config)
+
+    def update(self, name: str, queue_count: int = 0, perm: int = 0) -> TopicInfo:
+        """Change a topic that exists on each of its brokers, as mqadmin updateTopic does
+        (UPDATE_AND_CREATE_TOPIC with the topic's config changed; 0: that setting as it is), and
+        wait for the name servers to route it so."""
+        route = self.names.route(name, refresh=True, last_known=False)
+        wanted = {}
+        for entry in route.brokers:
+            config = self._config(entry.address, name) or {}
+            fields = {"topic": name, "defaultTopic": AUTO_CREATE_TOPIC,
+                      "readQueueNums": queue_count or int(config.get("readQueueNums", entry.read_queues)),
+                      "writeQueueNums": queue_count or int(config.get("writeQueueNums", entry.write_queues)),
+                      "perm": perm or int(config.get("perm", entry.perm)),
+                      "topicFilterType": config.get("topicFilterType", "SINGLE_TAG"),
+                      "topicSysFlag": int(config.get("topicSysFlag", 0)), "order": str(bool(config.get("order")))
+                      .lower()}
+            answer = self.calls.invoke(entry.address, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+            if answer.code != ResponseCode.SUCCESS:
+                raise refused(answer, f"broker {entry.broker} ({entry.address}) refused to update topic {name!r}")
+            wanted[entry.broker] = (fields["readQueueNums"], fields["writeQueueNums"], fields["perm"])
+        timeout_ms = self.calls.config.timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:  # the brokers register the change with the name servers
+            route = self.names.route(name, refresh=True, last_known=False)
+            if {b.broker: (b.read_queues, b.write_queues, b.perm) for b in route.brokers} == wanted:
+                return self.info(route)
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError(f"topic {name!r} was updated on {', '.join(wanted)} but the name servers "
+                                          f"do not route it so after {timeout_ms} ms")
+            self.calls.sleep(0.1)
 
     def new(self, name: str) -> TopicInfo | None:
         """The topic a first send to ``name`` makes where the brokers create topics so; None where

@@ -10,8 +10,10 @@ from typing import Callable, Iterator, Sequence
 
 from rmq_spark.client.message_ids import UniqueKeys
 from rmq_spark.client.remoting.calls import Calls, client_id
+from rmq_spark.client.remoting.cluster import Cluster
 from rmq_spark.client.remoting.groups import Groups
 from rmq_spark.client.remoting.halves import Halves
+from rmq_spark.client.remoting.messages import Messages
 from rmq_spark.client.remoting.offsets import Offsets
 from rmq_spark.client.remoting.pops import Pops
 from rmq_spark.client.remoting.pulls import Pulls
@@ -30,8 +32,11 @@ from rmq_spark.client.transport import (
 )
 from rmq_spark.errors import ConfigError
 from rmq_spark.structs import (
+    BrokerInfo,
+    BrokerQueues,
     BrokerStats,
     CommitResult,
+    ConsumerConnection,
     GroupInfo,
     GroupOffset,
     HalfMessage,
@@ -41,6 +46,7 @@ from rmq_spark.structs import (
     QueueType,
     SinkBatchStatus,
     SinkInfo,
+    StoredMessage,
     TopicInfo,
     TransactionInfo,
 )
@@ -80,7 +86,9 @@ class RemotingTransport(Transport):
         self.sends = Sends(self.calls, self.names, self.unique_keys, self.check_write, self.write_form)
         self.pulls = Pulls(self.calls, self.names, pull_group)
         self.pops = Pops(self.calls, self.names)
-        self.halves = Halves(self.calls, self.names, self.unique_keys, self.client_id)
+        self.messages = Messages(self.calls, self.names)
+        self.halves = Halves(self.calls, self.names, self.messages, self.unique_keys, self.client_id)
+        self.cluster = Cluster(self.calls, self.names)
 
     def _asked(self, connection, command) -> None:
         self.halves.asked(connection, command)  # the only requests a broker sends a client: checks
@@ -136,7 +144,35 @@ class RemotingTransport(Transport):
 
     def broker_stats(self) -> BrokerStats:
         raise ConfigError("broker stats are broker_sim's (rmq-admin broker stats, through its endpoint); through "
-                          "name servers ask each broker with mqadmin brokerStatus")
+                          "name servers: rmq-admin broker status [BROKER] (RocketMQ's brokerStatus)")
+
+    # --- what operators look at and change ---------------------------------------------------------
+
+    def update_topic(self, name: str, queue_count: int = 0, perm: int = 0) -> TopicInfo:
+        return self.topics.update(name, queue_count, perm)
+
+    def delete_group(self, group: str) -> bool:
+        return self.consumer_groups.delete(group)
+
+    def topic_route(self, topic: str) -> list[BrokerQueues]:
+        return list(self.names.route(topic, refresh=True, last_known=False).brokers)
+
+    def brokers(self) -> list[BrokerInfo]:
+        return self.cluster.brokers()
+
+    def broker_status(self, broker: str = "") -> dict[str, str]:
+        return self.cluster.status(broker)
+
+    def consumer_connections(self, group: str) -> list[ConsumerConnection]:
+        return self.consumer_groups.connections(group)
+
+    def query_messages(self, topic: str, key: str, *, unique_key: bool = False, begin_ms: int = 0, end_ms: int = 0,
+                       max_messages: int = 32) -> list[StoredMessage]:
+        return self.messages.query(topic, key, unique_key=unique_key, begin_ms=begin_ms, end_ms=end_ms,
+                                   max_messages=max_messages)
+
+    def message_by_offset_id(self, message_id: str) -> StoredMessage:
+        return self.messages.by_offset_id(message_id)
 
     # --- messages ------------------------------------------------------------------------------
 
