@@ -32,7 +32,7 @@ from broker_sim.doors.contract.pop_servicer import PopServicer
 from broker_sim.doors.contract.serialized import serializer
 from broker_sim.doors.contract.servicers import STREAM_WRITE_TIMEOUT_S, make_servicers
 from broker_sim.doors.contract.txn_servicer import TransactionsServicer
-from broker_sim.doors.grpc_acl import DEMANDS, GrpcAdmission
+from broker_sim.doors.grpc_acl import GrpcAdmission, demands_of
 from broker_sim.doors.grpc_common import MalformedRequest, timed
 from broker_sim.doors.grpc_limits import CallsInFlight, max_streams_per_connection
 from broker_sim.doors.metrics_http import METRICS_AUTH, MetricsServer
@@ -231,10 +231,10 @@ class Broker:
 
     def _add_doors(self, server: grpc.aio.Server, core: BrokerCore, loop: "_LoopThread", port: int) -> None:
         """Our contract's services, and RocketMQ 5's MessagingService beside them on the same port."""
-        admin, messaging = make_servicers(core, self.stream_write_timeout_s)
+        admin, messaging = make_servicers(core, self.stream_write_timeout_s, self.broker_name)
         self.v2 = MessagingService(core, (_store_ip(self.host), port), loop.loop, broker_name=self.broker_name,
                                    checks=self.transaction_checks)
-        ours = GrpcAdmission(self.acl, DEMANDS) if self.acl is not None else None
+        ours = GrpcAdmission(self.acl, demands_of(core.message_topic)) if self.acl is not None else None
         v2s = GrpcAdmission(self.acl, V2_DEMANDS) if self.acl is not None else None
         metrics = core.metrics
         server.add_generic_rpc_handlers((

@@ -44,7 +44,7 @@ class Reason(str, enum.Enum):
     DISK_FULL = "DISK_FULL"
     DISK_FAILED = "DISK_FAILED"
     UNAUTHENTICATED = "UNAUTHENTICATED"  # no valid signature of a known account
-    PERMISSION_DENIED = "PERMISSION_DENIED"  # beyond the account's permissions, or another's transaction
+    PERMISSION_DENIED = "PERMISSION_DENIED"  # beyond the account's permissions, another's transaction, the topic's perm
     INTERNAL = "INTERNAL"
 
 

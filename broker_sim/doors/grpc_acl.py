@@ -6,7 +6,8 @@ its protocol (a gRPC status on ours, the response's Status on v2's), so nothing 
 The account of an admitted unary call is ``caller()`` while its handler runs: transactions
 belong to the account that opened them.
 
-What each method of our contract needs is below (``DEMANDS``); v2's is in v2/acl.py.
+What each method of our contract needs is below (``DEMANDS``, and ``demands_of`` for the one
+that reads a record to know its demand); v2's is in v2/acl.py.
 """
 
 from __future__ import annotations
@@ -147,6 +148,27 @@ def _group_and_topic(request) -> list:
     return [Demand.group(request.group), Demand.topic(request.topic, Perm.SUB)]
 
 
+def _message_at(record_topic: Callable[[int], "str | None"]) -> Callable:
+    """GetMessage: the SUB of the topic of the record at the offset, read first, which a refusal
+    names by the offset only (the remoting door's VIEW_MESSAGE_BY_ID does the same). No record
+    there: nothing (the handler answers that no message starts there)."""
+
+    def demands(request) -> list:
+        offset = request.commitlog_offset
+        topic = record_topic(offset) if offset >= 0 else None
+        if topic is None:
+            return []
+        return [Demand.topic(topic, Perm.SUB, f"the topic of the message at commitlog offset {offset}")]
+
+    return demands
+
+
+def demands_of(record_topic: Callable[[int], "str | None"]) -> dict:
+    """``DEMANDS`` with GetMessage's own: ``record_topic(offset)`` is the topic of the record at a
+    commitlog offset (None: no record), the core's ``message_topic``."""
+    return {**DEMANDS, "GetMessage": _message_at(record_topic)}
+
+
 DEMANDS = {
     "CreateTopic": lambda _r: [Demand.admin("create topics")],
     "DeleteTopic": lambda _r: [Demand.admin("delete topics")],
@@ -160,6 +182,14 @@ DEMANDS = {
     "QueryOffsets": lambda r: [Demand.group(r.group), *(Demand.topic(t, Perm.SUB) for t in r.topics)],
     "ListGroups": lambda r: [Demand.group(g) for g in r.groups] or [Demand.admin("list every group (name the "
                                                                                   "groups)")],
+    # An operator's, as RocketMQ's updateTopic and deleteSubGroup (ADMIN_CODE in plain_acl)
+    "UpdateTopic": lambda _r: [Demand.admin("change topics")],
+    "DeleteGroup": lambda _r: [Demand.admin("delete consumer groups")],
+    # A topic's messages by key: its SUB, as RocketMQ's QUERY_MESSAGE
+    "QueryMessages": _topic(Perm.SUB),
+    # A message by its commitlog offset may be any topic's: an admin's here; served with demands_of,
+    # the SUB of the topic of the record found there (read first, never named to a refused caller)
+    "GetMessage": lambda _r: [Demand.admin("read messages by commitlog offset")],
     "Send": _topic(Perm.PUB),
     "SendMany": lambda r: [Demand.topic(t, Perm.PUB) for t in {s.topic for s in r.sends}],
     "ReadRanges": lambda r: [Demand.topic(t, Perm.SUB) for t in {x.topic for x in r.ranges}],

@@ -88,7 +88,9 @@ UNAUTHENTICATED            UNAUTHENTICATED      the broker checks ACLs (--acl-fi
                                                 too far from the broker's clock (a replay)
 PERMISSION_DENIED          PERMISSION_DENIED    the account may not do this: publish to or read
                                                 a topic, use a group, manage topics, or end
-                                                another account's transaction; nothing happened
+                                                another account's transaction; or the topic's
+                                                perm forbids it (a send to a read-only topic,
+                                                a read of a write-only one); nothing happened
 INTERNAL                   INTERNAL             a fault of the broker (a bug): the sentence says
                                                 so, its log has the traceback
 =========================  ===================  ==============================================

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 from broker_sim.core import (
     BrokerCore,
@@ -19,6 +20,7 @@ from broker_sim.core import (
     TopicConfig,
 )
 from broker_sim.core.errors import BrokerError, Reason, bad_range, from_exception, invalid, refused
+from broker_sim.doors import BROKER_NAME
 from broker_sim.doors.contract.serialized import with_bytes_field
 from broker_sim.doors.grpc_acl import caller
 from broker_sim.doors.grpc_common import peer_host, translated, translated_stream
@@ -35,6 +37,9 @@ _RESPONSES_PER_STEP = 256  # ranges answered in one hand-off to the pool, at mos
 CORRUPTED_LISTED = 100  # damaged records BrokerStats lists (it counts all)
 STREAM_WRITE_TIMEOUT_S = 60.0  # a ReadRanges client that takes no response for this long has its stream ended
 STEP_HOLDS_BYTES = 3 * CHUNK_BYTES  # what a ReadRanges step may leave held, at most: a chunk twice, the next begun
+QUERY_DEFAULT_MESSAGES = 32  # QueryMessages' max_messages when the request gives 0 (mqadmin queryMsgByKey's)
+QUERY_MAX_MESSAGES = 64  # QueryMessages answers at most this many (RocketMQ's maxMsgsNumBatch)
+QUERY_MAX_BYTES = 16 << 20  # nor more records than this, whatever their number (the first always)
 
 _QUEUE_TYPES = {pb.SIMPLE_CQ: QueueType.SIMPLE_CQ, pb.BATCH_CQ: QueueType.BATCH_CQ}
 _QUEUE_TYPES_PB = {v: k for k, v in _QUEUE_TYPES.items()}
@@ -46,8 +51,11 @@ _RECORDS_FIELD = pb.ReadRangesResponse.DESCRIPTOR.fields_by_name["records"].numb
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, core: BrokerCore):
+    """``broker_name``: how RocketMQ's doors name this broker in routes (BrokerStats says it)."""
+
+    def __init__(self, core: BrokerCore, broker_name: str = BROKER_NAME):
         self._core = core
+        self.broker_name = broker_name
         self._pull_hold: PullHold | None = None
 
     @translated
@@ -59,8 +67,14 @@ class AdminServicer(pb_grpc.AdminServicer):
         if topic.name and queue_type is None:
             raise invalid(f"queue_type {enum_name(pb.QueueType, topic.queue_type)}: set SIMPLE_CQ (an index unit "
                           "per message) or BATCH_CQ (an index unit per batch)")
-        config, created = self._core.create_topic(topic.name, topic.queue_count, queue_type, client_of(context))
+        config, created = self._core.create_topic(topic.name, topic.queue_count, queue_type, client_of(context),
+                                                  perm=topic.perm)
         return pb.CreateTopicResponse(topic=_topic_pb(config), created=created)
+
+    @translated
+    def UpdateTopic(self, request, context):
+        config = self._core.update_topic(request.name, request.queue_count, request.perm, client_of(context))
+        return pb.UpdateTopicResponse(topic=_topic_pb(config))
 
     @translated
     def DeleteTopic(self, request, context):
@@ -128,7 +142,8 @@ class AdminServicer(pb_grpc.AdminServicer):
         fields = dataclasses.asdict(stats)
         corrupted = fields.pop("corrupted")
         return pb.BrokerStatsResponse(**fields, corrupted_records=len(corrupted),
-                                      corrupted=[pb.CorruptedRecord(**r) for r in corrupted[:CORRUPTED_LISTED]])
+                                      corrupted=[pb.CorruptedRecord(**r) for r in corrupted[:CORRUPTED_LISTED]],
+                                      broker_name=self.broker_name)
 
     @translated
     def CommitOffsets(self, request, context):
@@ -145,6 +160,41 @@ class AdminServicer(pb_grpc.AdminServicer):
     def ListGroups(self, request, context):
         return pb.ListGroupsResponse(groups=[pb.ConsumerGroup(name=name, consumers=consumers)
                                              for name, consumers in self._core.list_groups(list(request.groups))])
+
+    @translated
+    def DeleteGroup(self, request, context):
+        return pb.DeleteGroupResponse(deleted=self._core.delete_group(request.group))
+
+    @translated
+    def QueryMessages(self, request, context):
+        """Most recent first, at most QUERY_MAX_MESSAGES records and QUERY_MAX_BYTES (the first
+        record always)."""
+        if request.begin_ms < 0 or request.end_ms < 0:
+            raise invalid(f"begin_ms {request.begin_ms} / end_ms {request.end_ms}: give milliseconds since the "
+                          "epoch, or 0 (from the first message / until now)")
+        if request.max_messages < 0:
+            raise invalid(f"max_messages {request.max_messages} is negative: ask for 1 or more, or 0 for "
+                          f"{QUERY_DEFAULT_MESSAGES}")
+        end_ms = request.end_ms or int(time.time() * 1000)
+        if end_ms < request.begin_ms:
+            raise invalid(f"end_ms {end_ms} is before begin_ms {request.begin_ms}: the window is empty")
+        wanted = min(request.max_messages or QUERY_DEFAULT_MESSAGES, QUERY_MAX_MESSAGES)
+        found = self._core.query_messages(request.topic, request.key, wanted, request.begin_ms, end_ms,
+                                          request.unique_key)
+        kept, size = [], 0
+        for record in found:
+            if kept and size + len(record) > QUERY_MAX_BYTES:
+                break
+            kept.append(record)
+            size += len(record)
+        return pb.QueryMessagesResponse(records=b"".join(kept))
+
+    @translated
+    def GetMessage(self, request, context):
+        if request.commitlog_offset < 0:
+            raise invalid(f"commitlog_offset {request.commitlog_offset} is negative: give the offset a message id "
+                          "names (RocketMQ's offsetMsgId holds it)")
+        return pb.GetMessageResponse(record=self._core.message_at(request.commitlog_offset))
 
 
 class MessagingServicer(pb_grpc.MessagingServicer):
@@ -385,12 +435,14 @@ def enum_name(enum_type, value: int) -> str:
         return f"{value} (unknown)"
 
 def _topic_pb(config: TopicConfig):
-    return pb.Topic(name=config.name, queue_count=config.queue_count, queue_type=_QUEUE_TYPES_PB[config.queue_type])
+    return pb.Topic(name=config.name, queue_count=config.queue_count, queue_type=_QUEUE_TYPES_PB[config.queue_type],
+                    perm=config.perm)
 
 
 def _queues_pb(queues) -> list:
     return [pb.QueueOffsets(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset) for q in queues]
 
 
-def make_servicers(core: BrokerCore, write_timeout_s: float = STREAM_WRITE_TIMEOUT_S):
-    return AdminServicer(core), MessagingServicer(core, write_timeout_s)
+def make_servicers(core: BrokerCore, write_timeout_s: float = STREAM_WRITE_TIMEOUT_S,
+                   broker_name: str = BROKER_NAME):
+    return AdminServicer(core, broker_name), MessagingServicer(core, write_timeout_s)
