@@ -212,11 +212,13 @@ DEMANDS: dict[int, Callable[[RemotingCommand, RecordTopic], list[Demand]]] = {
     _C.GET_CONSUME_STATS: _consume_stats,
     # clients
     _C.HEART_BEAT: _heartbeat, _C.UNREGISTER_CLIENT: _producer_or_consumer, _C.GET_CONSUMER_LIST_BY_GROUP: _group,
+    _C.GET_CONSUMER_CONNECTION_LIST: _group,  # RocketMQ 5: GET on the group
     _C.LOCK_BATCH_MQ: _locks, _C.UNLOCK_BATCH_MQ: _locks,
     # the broker's and the cluster's: admins
     _C.UPDATE_AND_CREATE_TOPIC: _admin("create or change topics"),
     _C.DELETE_TOPIC_IN_BROKER: _admin("delete topics"), _C.DELETE_TOPIC_IN_NAMESRV: _admin("delete topics"),
     _C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _admin("create or change groups"),
+    _C.DELETE_SUBSCRIPTIONGROUP: _admin("delete groups"),
     _C.GET_ALL_TOPIC_CONFIG: _admin("read every topic's config"),
     _C.GET_BROKER_RUNTIME_INFO: _admin("read the broker's runtime info"),
     _C.QUERY_DATA_VERSION: _admin("read the broker's data version"),

@@ -17,6 +17,7 @@ import zlib
 import orjson
 
 from broker_sim.core import (
+    PERM_READ_WRITE,
     BrokerCore,
     EarlyBatchSend,
     InnerBatchSend,
@@ -97,6 +98,8 @@ class BrokerRequests:
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.QUERY_DATA_VERSION: self.data_version,
         }
         # Reads wait for the index to hold what was stored before them (read-your-writes): in
@@ -325,7 +328,7 @@ class BrokerRequests:
             return request.response(ResponseCode.SYSTEM_ERROR, f"the heartbeat's body is not HeartbeatData JSON: {bad}")
         if not isinstance(data, dict):
             return request.response(ResponseCode.SYSTEM_ERROR, "the heartbeat's body is not a HeartbeatData object")
-        for group in self.clients.heartbeat(connection, data):
+        for group in self.clients.heartbeat(connection, data, request.language, request.version):
             self.core.ensure_retry_topic(group, client_key(connection.client, request.account))
         return request.response(ResponseCode.SUCCESS)
 
@@ -341,6 +344,16 @@ class BrokerRequests:
         if not ids:
             return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} is connected")
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
+
+    def consumer_connections(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """mqadmin consumerConnection: the group's connected consumers (RocketMQ's
+        ConsumerConnection: connectionSet, subscriptionTable, consumeType, messageModel,
+        consumeFromWhere, from their heartbeats); CONSUMER_NOT_ONLINE when none is connected."""
+        group = Fields(request).text("consumerGroup")
+        found = self.clients.consumer_connection(group)
+        if found is None:
+            return request.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(found))
 
     def lock_batch(self, request: RemotingCommand, _connection) -> RemotingCommand:
         body = _json_body(request, "LockBatchRequestBody")
@@ -359,21 +372,41 @@ class BrokerRequests:
     # --- admin -----------------------------------------------------------------------------
 
     def create_topic(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        """mqadmin updateTopic: queue.type=BatchCQ in its attributes makes a BatchCQ topic."""
+        """mqadmin updateTopic: creates the topic, or updates one that exists, as RocketMQ's
+        broker does. broker_sim keeps one queue count for reads and writes: the larger of
+        readQueueNums and writeQueueNums (a queue still read stays served). queue.type=BatchCQ in
+        the attributes makes a BatchCQ topic; a queue type is fixed at creation, as RocketMQ's
+        (an update naming another is refused, one naming none keeps it)."""
         fields = Fields(request)
-        attributes = fields.text("attributes", "") or ""
-        queue_type = QueueType.BATCH_CQ if "queue.type=BatchCQ" in attributes else QueueType.SIMPLE_CQ
+        name = fields.text("topic")
         queues = max(fields.integer("writeQueueNums", 8), fields.integer("readQueueNums", 8))
-        config, _created = self.core.create_topic(fields.text("topic"), queues, queue_type,
-                                                  client_key(connection.client, request.account))
-        if config.queue_count != queues or config.queue_type is not queue_type:
-            return request.response(ResponseCode.SYSTEM_ERROR, f"topic {config.name} exists with "
-                                    f"{config.queue_count} {config.queue_type.value} queues: broker_sim does not "
-                                    "change a topic's queues; delete it and create it again")
+        perm = _topic_perm(fields.integer("perm", PERM_READ_WRITE))
+        queue_type = _queue_type(fields.text("attributes", "") or "")
+        client = client_key(connection.client, request.account)
+        existing = self.core.find_topic(name) if name else None
+        if existing is None:
+            self.core.create_topic(name, queues, queue_type or QueueType.SIMPLE_CQ, client, perm=perm)
+            return request.response(ResponseCode.SUCCESS)
+        if queue_type is not None and queue_type is not existing.queue_type:
+            raise refused(Reason.INVALID_ARGUMENT, f"attempt to update an unchangeable attribute. key: queue.type "
+                                                   f"(topic {name} is {existing.queue_type.value}: delete it and "
+                                                   f"create it again to make it {queue_type.value})")
+        self.core.update_topic(name, queues, perm, client)
         return request.response(ResponseCode.SUCCESS)
 
     def delete_topic(self, request: RemotingCommand, _connection) -> RemotingCommand:
-        self.core.delete_topic(Fields(request).text("topic"))
+        """mqadmin deleteTopic; a group's retry and dead-letter topics too, as RocketMQ's broker
+        deletes them (mqadmin deleteSubGroup -c asks for both)."""
+        self.core.delete_topic(Fields(request).text("topic"), group_topics=True)
+        return request.response(ResponseCode.SUCCESS)
+
+    def delete_group(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """mqadmin deleteSubGroup: the group's settings, and with cleanOffset (mqadmin's -r true)
+        its offsets, pop state and metrics too, as RocketMQ's broker forgets them (its retry and
+        dead-letter topics go by DELETE_TOPIC_IN_BROKER). SUCCESS whether or not the group was
+        known, as RocketMQ answers."""
+        fields = Fields(request)
+        self.core.delete_group(fields.text("groupName"), clean_offsets=fields.flag("cleanOffset"), topics=False)
         return request.response(ResponseCode.SUCCESS)
 
     def create_group(self, request: RemotingCommand, _connection) -> RemotingCommand:
@@ -512,7 +545,30 @@ def _json_body(request: RemotingCommand, what: str) -> dict:
 def _topic_json(config: TopicConfig) -> dict:
     attributes = {"+queue.type": "BatchCQ"} if config.queue_type is QueueType.BATCH_CQ else {}
     return {"topicName": config.name, "readQueueNums": config.queue_count, "writeQueueNums": config.queue_count,
-            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False, "attributes": attributes}
+            "perm": config.perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+            "attributes": attributes}
+
+
+def _topic_perm(perm: int) -> int:
+    """A topic's perm as UPDATE_AND_CREATE_TOPIC gives it: its read and write bits (PermName's
+    inherit bit means nothing here); neither is refused (broker_sim keeps a topic readable,
+    writable, or both)."""
+    if not perm & PERM_READ_WRITE or not 0 <= perm < 8:
+        raise refused(Reason.INVALID_ARGUMENT, f"perm {perm}: use 2 (write only), 4 (read only) or 6 (read and "
+                                               "write), PermName's bits")
+    return perm & PERM_READ_WRITE
+
+
+def _queue_type(attributes: str) -> QueueType | None:
+    """The queue type an updateTopic's attributes ("+queue.type=BatchCQ,+k=v") name; None: none."""
+    for item in attributes.split(","):
+        key, _, value = item.strip().lstrip("+").partition("=")
+        if key == "queue.type":
+            try:
+                return QueueType.parse(value)
+            except ValueError as bad:
+                raise refused(Reason.INVALID_ARGUMENT, f"attribute queue.type={value}: {bad}") from None
+    return None
 
 
 def _data_version() -> dict:

@@ -1,6 +1,7 @@
 """The clients the broker knows from their heartbeats (RocketMQ's ProducerManager,
 ConsumerManager and RebalanceLockManager): producer and consumer groups by connection, each
-consumer group's subscriptions and orderly consumers' queue locks."""
+consumer group's subscriptions and how it consumes (its ConsumerConnection, what mqadmin
+consumerConnection shows), and orderly consumers' queue locks."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ class _Client:
     connection: object
     producer_groups: set = field(default_factory=set)
     consumer_groups: set = field(default_factory=set)
+    language: str = "JAVA"  # its requests' (LanguageCode), and RocketMQ's version number
+    version: int = 0
 
 
 class ClientRegistry:
@@ -30,31 +33,40 @@ class ClientRegistry:
         self._lock = threading.Lock()
         self._clients: dict[int, _Client] = {}  # by id(connection)
         self._subscriptions: dict[str, dict[str, str]] = {}  # group -> topic -> expression
+        # group -> its last heartbeat's consumeType, messageModel, consumeFromWhere and
+        # subscriptionTable (topic -> SubscriptionData as the client sent it)
+        self._consuming: dict[str, dict] = {}
         self._locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}  # (group, topic, broker, queue)
 
-    def heartbeat(self, connection, data: dict) -> list[str]:
-        """Record a HeartbeatData; the clustering consumer groups in it (their retry topics are
-        due). Raises BrokerError for a field of the wrong type, recording nothing."""
+    def heartbeat(self, connection, data: dict, language: str = "JAVA", version: int = 0) -> list[str]:
+        """Record a HeartbeatData (sent in a request of ``language`` and ``version``); the
+        clustering consumer groups in it (their retry topics are due). Raises BrokerError for a
+        field of the wrong type, recording nothing."""
         client_id = bodies.text(data, "clientID", "HeartbeatData")
         producers = [bodies.text(p, "groupName", "producer data") for p in bodies.objects(data, "producerDataSet",
                                                                                            "HeartbeatData")]
         consumers = [(bodies.text(c, "groupName", "consumer data"),
-                      [(bodies.text(s, "topic", "subscription data"), bodies.text(s, "subString", "subscription data"))
-                       for s in bodies.objects(c, "subscriptionDataSet", "consumer data")],
-                      c.get("messageModel", "CLUSTERING"))  # Java's a name, the C++ client's a number
+                      [(bodies.text(s, "topic", "subscription data"), bodies.text(s, "subString", "subscription data"),
+                        s) for s in bodies.objects(c, "subscriptionDataSet", "consumer data")],
+                      c.get("messageModel", "CLUSTERING"), c)  # Java's a name, the C++ client's a number
                      for c in bodies.objects(data, "consumerDataSet", "HeartbeatData")]
         clustering = []
         with self._lock:
             client = self._clients.setdefault(id(connection), _Client(client_id, connection))
+            client.language, client.version = language, version
             client.producer_groups.update(producers)
-            for group, subscribed, model in consumers:
+            for group, subscribed, model, consumer in consumers:
                 client.consumer_groups.add(group)
                 subscriptions = self._subscriptions.setdefault(group, {})
-                for topic, expression in subscribed:
+                for topic, expression, _data in subscribed:
                     subscriptions[topic] = expression or "*"
+                self._consuming[group] = {
+                    "consumeType": consumer.get("consumeType"), "messageModel": model,
+                    "consumeFromWhere": consumer.get("consumeFromWhere"),
+                    "subscriptionTable": {topic: subscription for topic, _expression, subscription in subscribed}}
                 if model == "CLUSTERING":
                     clustering.append(group)
-        for group, _subscribed, _model in consumers:
+        for group, _subscribed, _model, _consumer in consumers:
             if self.consumers is not None:
                 self.consumers.seen(group, client_id)
         return clustering
@@ -80,6 +92,22 @@ class ClientRegistry:
             for group in groups:
                 if group:
                     self.consumers.gone(group, client_id)
+
+    def consumer_connection(self, group: str) -> dict | None:
+        """RocketMQ's ConsumerConnection of ``group``: its connected consumers (clientId,
+        clientAddr, language, version) and, from their last heartbeat, its subscriptions and how
+        it consumes; None when none of its consumers is connected."""
+        with self._lock:
+            clients = [c for c in self._clients.values() if group in c.consumer_groups]
+            if not clients:
+                return None
+            consuming = self._consuming.get(group, {})
+            connections = [{"clientId": c.client_id, "clientAddr": getattr(c.connection, "remote", ""),
+                            "language": c.language, "version": c.version}
+                           for c in sorted(clients, key=lambda c: c.client_id)]
+            return {"connectionSet": connections, "subscriptionTable": consuming.get("subscriptionTable", {}),
+                    "consumeType": consuming.get("consumeType"), "messageModel": consuming.get("messageModel"),
+                    "consumeFromWhere": consuming.get("consumeFromWhere")}
 
     def consumer_ids(self, group: str) -> list[str]:
         with self._lock:

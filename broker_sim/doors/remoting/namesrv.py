@@ -59,7 +59,7 @@ class LocalBroker(BrokerEntry):
 
     def queue_data(self, topic: str) -> dict | None:
         config = self._find(topic)
-        return None if config is None else queue_data(self.name, config.queue_count)
+        return None if config is None else queue_data(self.name, config.queue_count, config.perm)
 
     def topic_names(self):
         return [t.name for t in self._topics()]
@@ -67,7 +67,7 @@ class LocalBroker(BrokerEntry):
     def registered_topics(self) -> dict:
         """{name: TopicConfig as RocketMQ's JSON}, what this broker registers with name servers."""
         return {t.name: {"topicName": t.name, "readQueueNums": t.queue_count, "writeQueueNums": t.queue_count,
-                         "perm": PERM_READ_WRITE, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+                         "perm": t.perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
                          "attributes": {}} for t in self._topics()}
 
 
