@@ -14,6 +14,8 @@ import logging
 import time
 
 from broker_sim.core import (
+    PERM_READ,
+    PERM_WRITE,
     BrokerCore,
     BrokerError,
     RangeStatus,
@@ -65,6 +67,14 @@ def client_id_of(context) -> str:
     return ""
 
 
+def _permission(perm: int) -> int:
+    """A topic's PermName bits as the protocol's Permission (the proxy's convertToPermission)."""
+    readable, writable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if readable and writable:
+        return v2.READ_WRITE
+    return v2.READ if readable else v2.WRITE if writable else v2.NONE
+
+
 def _name(resource, what: str, code: int) -> str:
     name = resource.name.strip()
     if not name:
@@ -114,7 +124,10 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     def QueryRoute(self, request, context):
         config = self.core.topic(_name(request.topic, "topic", v2.ILLEGAL_TOPIC))
         broker = self._broker()
-        queues = [v2.MessageQueue(topic=request.topic, id=i, permission=v2.READ_WRITE, broker=broker,
+        # The proxy's genMessageQueueFromQueueData with one count for reads and writes: every queue
+        # READ_WRITE, READ or WRITE as the topic's perm says.
+        permission = _permission(config.perm)
+        queues = [v2.MessageQueue(topic=request.topic, id=i, permission=permission, broker=broker,
                                   accept_message_types=ACCEPTED_TYPES) for i in range(config.queue_count)]
         return v2.QueryRouteResponse(status=OK, message_queues=queues)
 
@@ -124,9 +137,12 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
         any other the broker as a whole (queue id -1), as the proxy assigns them."""
         config = self.core.topic(_name(request.topic, "topic", v2.ILLEGAL_TOPIC))
         group = _name(request.group, "consumer group", v2.ILLEGAL_CONSUMER_GROUP)
+        if not config.perm & PERM_READ:  # as the proxy answers a topic with no readable queue
+            raise V2Refusal(v2.FORBIDDEN, "no readable queue")
         ids = range(config.queue_count) if self.core.group_orderly(group) else [-1]
+        permission = _permission(config.perm)
         return v2.QueryAssignmentResponse(status=OK, assignments=[v2.Assignment(message_queue=v2.MessageQueue(
-            topic=request.topic, id=i, permission=v2.READ_WRITE, broker=self._broker())) for i in ids])
+            topic=request.topic, id=i, permission=permission, broker=self._broker())) for i in ids])
 
     @answered(v2.HeartbeatResponse)
     def Heartbeat(self, request, context):
