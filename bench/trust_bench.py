@@ -9,7 +9,7 @@ Rows, in one run, each on a fresh broker (1 KB messages, 16 queues, BatchCQ):
 
     python bench/trust_bench.py [--messages 100000] [--calls 2000]
 
-The certificates are made at run time (tests/tls/tls_certs.py), the ACL file is one admin account.
+The certificates are made at run time (tests/support/tls_certs.py), the ACL file is one admin account.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "tls"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from bench import report  # noqa: E402
 from broker_sim.testing import broker_process  # noqa: E402

@@ -7,7 +7,7 @@ keep it (the project's range, ``pyspark>=4.0,<4.4``, says so). The versions are 
     python -m peers.pyspark           # what `make pyspark-versions` runs: make the missing ones
 
 A venv is made again when pyproject.toml changes (its digest is kept in ``.installed``). The
-tests that run on each (``-m compat``) start from ``tests/spark/test_pyspark_versions.py``.
+tests that run on each (``-m compat``) start from ``tests/rmq_spark/spark/test_pyspark_versions.py``.
 """
 
 from __future__ import annotations

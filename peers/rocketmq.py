@@ -284,7 +284,7 @@ class RocketMQCluster:
         """Create a topic on the broker (queue.type BatchCQ, or RocketMQ's default SimpleCQ;
         message.type as given: the proxy takes only that type of message) as mqadmin's
         updateTopic does, by a request to the broker, and wait until the name server routes it.
-        (A request, not mqadmin: a JVM a topic costs seconds; tests/remoting/test_mqadmin.py
+        (A request, not mqadmin: a JVM a topic costs seconds; tests/end_to_end/test_mqadmin.py
         runs mqadmin itself.)"""
         if batch_cq and self.major < 5:
             raise ValueError(f"RocketMQ {self.version} has no BatchCQ: create the topic with batch_cq=False")

@@ -19,7 +19,12 @@ import pytest
 
 import peers
 from peers.process import JVM_OPTIONS_VARIABLE
-from remoting_targets import REAL_ROCKETMQ_TARGETS, TARGETS
+from support.remoting_targets import REAL_ROCKETMQ_TARGETS, TARGETS
+
+# What tests share (tests/support/): the fixtures of these modules reach every test.
+pytest_plugins = [
+    "support.acl", "support.brokers", "support.clock", "support.stores", "support.tls", "support.v2_target",
+]
 
 # The suite's JVMs (Spark's drivers, the peers, RocketMQ's Java clients) live seconds to minutes
 # on two cores, and spend much of their CPU in C2's compiler: a short Spark job's driver took 26
@@ -41,12 +46,13 @@ REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unha
 # The tests that start brokers, clients or fresh interpreters as processes (to kill them, fill
 # their disk, or run a client of another language): two thirds of the in-process tiers' time.
 PROCESS_TESTS = (
-    "acl/test_acl_cli.py", "acl/test_acl_rocketmq_clients.py", "pop/test_pop_crash.py",
-    "remoting/test_ali_ons.py", "remoting/test_cpp_client.py", "sdk/test_fork_safety.py",
-    "sdk/test_layers.py::test_every_module_imports_alone", "sdk/test_producer_restart.py", "sdk/test_slow_link.py",
-    "server/test_delete_durable.py", "server/test_server_disk_full.py", "server/test_server_lifecycle.py",
-    "store/test_recovery_crash.py", "tls/test_tls_cli.py", "tls/test_tls_official_clients.py",
-    "txn/test_txn_crash.py", "v2/test_python_client.py",
+    "broker_sim/pop/test_pop_crash.py", "broker_sim/store/test_recovery_crash.py", "broker_sim/test_delete_durable.py",
+    "broker_sim/test_disk_full.py", "broker_sim/test_lifecycle.py", "broker_sim/test_tls_cli.py",
+    "broker_sim/txn/test_txn_crash.py",
+    "end_to_end/test_acl_cli.py", "end_to_end/test_acl_rocketmq_clients.py", "end_to_end/test_ali_ons.py",
+    "end_to_end/test_cpp_client.py", "end_to_end/test_tls_official_clients.py", "end_to_end/test_v2_python_client.py",
+    "rmq_spark/client/test_fork_safety.py", "rmq_spark/producer/test_producer_restart.py",
+    "rmq_spark/producer/test_slow_link.py", "rmq_spark/test_layers.py::test_every_module_imports_alone",
 )
 
 
@@ -216,7 +222,7 @@ def rocketmq4_acl():
 @pytest.fixture(scope="session")
 def broker_sim_remoting(tmp_path_factory):
     """broker_sim in a process of its own, its remoting door (name server + broker) on one port."""
-    from remoting_targets import broker_sim_target
+    from support.remoting_targets import broker_sim_target
 
     with broker_sim_target(tmp_path_factory.mktemp("remoting-broker")) as target:
         yield target
@@ -225,7 +231,7 @@ def broker_sim_remoting(tmp_path_factory):
 @pytest.fixture(scope="session")
 def broker_sim_cluster(tmp_path_factory):
     """Two broker_sim processes, one cluster: the second registers with the first's name server."""
-    from remoting_targets import cluster_target
+    from support.remoting_targets import cluster_target
 
     with cluster_target(tmp_path_factory.mktemp("remoting-cluster")) as target:
         yield target
@@ -238,7 +244,7 @@ def target(request):
     broker_sim_cluster` or `-k "rocketmq]"` picks one); a scenario that RocketMQ 4 runs too
     says so (remoting_targets.with_rocketmq4: `-k rocketmq4`)."""
     if request.param in REAL_ROCKETMQ_TARGETS:
-        from remoting_targets import RocketMQTarget
+        from support.remoting_targets import RocketMQTarget
 
         return RocketMQTarget(request.getfixturevalue(request.param))
     return request.getfixturevalue("broker_sim_remoting" if request.param == "broker_sim" else request.param)
@@ -248,14 +254,14 @@ def target(request):
 def built_package(tmp_path_factory):
     """The package as a release makes it, `python -m build`: (the wheel, the sdist). Its tests
     share an xdist group (``package``), so that it is built once."""
-    import installs
+    from support import installs
 
     return installs.build(tmp_path_factory.mktemp("dist"))
 
 
 def _spark_kafka_jars() -> list:
     """Spark's Kafka connector, when the peers are fetched and built for this Spark or an older
-    one (the tests beside Kafka use it; the older PySparks' runs, tests/spark/test_pyspark_versions.py,
+    one (the tests beside Kafka use it; the older PySparks' runs, tests/rmq_spark/spark/test_pyspark_versions.py,
     go without)."""
     import pyspark
 

@@ -1,6 +1,11 @@
-"""A clock that tests move instead of sleeping."""
+"""A clock that tests move instead of sleeping; ``clock``, a fixture of every test (loaded by
+tests/conftest.py), is one at a time of this era (``ERA_MS``)."""
 
 from __future__ import annotations
+
+import pytest
+
+ERA_MS = 1_700_000_000_000  # where the ``clock`` fixture starts, in ms: a time of this era
 
 
 class Clock:
@@ -15,3 +20,10 @@ class Clock:
 
     def step(self, by: float) -> None:
         self.now += by
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock in ms at ``ERA_MS``, stepped by the test: what the broker's pop, schedule and
+    transaction services, and the producer's batch ages, are given instead of the time."""
+    return Clock(ERA_MS)
