@@ -289,7 +289,17 @@ def test_find_and_get_through_our_door(capsys, endpoint, topic_name, monkeypatch
     found = wait_until(lambda: (lambda r: len(r) == 2 and r)(ep_rows(capsys, endpoint, "message", "find", topic_name,
                                                                      "--key", "k1")), "both k1 messages found")
     assert sorted(r["body"] for r in found) == ["one", "three"]
-    [again] = ep_rows(capsys, endpoint, "message", "get", found[0]["message_id"])
+    [again] = ep_rows(capsys, endpoint, "message", "get", found[0]["message_id"])  # as a send's answer names it
     assert again["body"] == found[0]["body"]
-    [by_id] = ep_rows(capsys, endpoint, "message", "get", found[1]["unique_key"], "--topic", topic_name)
-    assert by_id["body"] == found[1]["body"]
+
+
+def test_a_message_sent_through_a_rocketmq_door_is_found_by_its_producer_s_id_through_ours(capsys,
+                                                                                         broker_sim_remoting):
+    target = broker_sim_remoting
+    topic = unique("uniq")
+    target.create_topic(topic, 1, batch_cq=False)
+    with Producer(name_server=target.namesrv) as producer:  # RocketMQ's sends: each message carries its UNIQ_KEY
+        producer.send(Message(topic, b"given", keys="k"))
+    [sent] = wait_until(lambda: rows(capsys, target, "message", "find", topic, "--key", "k"), "the message found")
+    [by_id] = ep_rows(capsys, target.endpoint, "message", "get", sent["unique_key"], "--topic", topic)
+    assert by_id["body"] == "given" and by_id["unique_key"] == sent["unique_key"] != ""
