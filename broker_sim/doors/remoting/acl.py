@@ -22,8 +22,9 @@ Stricter than RocketMQ, where it leaves a hole a user would not expect:
   are checked for nothing; here they are the broker's configuration and state, for admins (as
   our door's BrokerStats). QUERY_DATA_VERSION is RocketMQ 5's cluster GET: admin here, the ACL
   file granting nothing on the cluster.
-- REGISTER_BROKER, UNREGISTER_BROKER, DELETE_TOPIC_IN_NAMESRV: RocketMQ's name server checks
-  nothing; here they change routes for every client, for admins (brokers sign them as one).
+- REGISTER_BROKER, UNREGISTER_BROKER, DELETE_TOPIC_IN_NAMESRV, DELETE_KV_CONFIG: RocketMQ's name
+  server checks nothing; here they change routes (or the KV config) for every client, for admins
+  (brokers sign them as one).
 """
 
 from __future__ import annotations
@@ -223,4 +224,5 @@ DEMANDS: dict[int, Callable[[RemotingCommand, RecordTopic], list[Demand]]] = {
     _C.GET_BROKER_RUNTIME_INFO: _admin("read the broker's runtime info"),
     _C.QUERY_DATA_VERSION: _admin("read the broker's data version"),
     _C.REGISTER_BROKER: _admin("register brokers"), _C.UNREGISTER_BROKER: _admin("unregister brokers"),
+    _C.DELETE_KV_CONFIG: _admin("delete the name server's KV config"),
 }

@@ -139,7 +139,7 @@ class NameServer:
                 RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
                 RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
                 RequestCode.GET_TOPICS_BY_CLUSTER: self.topics_by_cluster,
-                RequestCode.GET_KV_CONFIG: self.kv_config,
+                RequestCode.GET_KV_CONFIG: self.kv_config, RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
                 RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic}
 
     def route(self, request: RemotingCommand, _connection) -> RemotingCommand:
@@ -190,6 +190,11 @@ class NameServer:
         fields = Fields(request)
         return request.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: "
                                 f"{fields.text('namespace', '')} Key: {fields.text('key', '')}")
+
+    def delete_kv_config(self, request: RemotingCommand, _connection) -> RemotingCommand:
+        """This name server keeps no KV config: nothing to delete, SUCCESS as RocketMQ's answers
+        (mqadmin's deleteTopic of a cluster, and deleteSubGroup -c, delete a topic's ORDER_TOPIC_CONFIG)."""
+        return request.response(ResponseCode.SUCCESS)
 
     def delete_topic(self, request: RemotingCommand, _connection) -> RemotingCommand:
         """Topics live on brokers here: deleting one on a broker drops it from the routes."""
