@@ -9,10 +9,11 @@ STAMP := $(VENV)/.installed-stamp
 demo: $(STAMP) check-java  ## the clickstream pipeline: producers, a streaming query, exactly-once aggregates
 	$(PY) examples/clickstream_etl.py
 
-lint: $(STAMP)  ## ruff, the layers' import contract (lint-imports; both configured in pyproject.toml), doors on the core's face
+lint: $(STAMP)  ## ruff, the layers' import contract (lint-imports; both configured in pyproject.toml), doors on the core's face, a test tree that mirrors the packages
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) scripts/check_door_face.py
+	$(PY) scripts/check_test_tree.py
 
 test: lint check-java peers pyspark-versions  ## everything (what CI runs): the JVM peers and Spark too, three at a time (groups: tests/conftest.py)
 	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=25 -rs tests
