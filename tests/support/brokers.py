@@ -4,7 +4,7 @@ own is ``broker_sim.testing.broker_process``; the ACL and TLS brokers are suppor
 support.tls's; the remoting targets (broker_sim's remoting door as a process, a two-broker
 cluster, the real RocketMQ) are tests/conftest.py's ``target``.
 
-- ``start_broker(**options)``: a Broker with any of its options, stopped at the test's end: for a
+- ``new_broker(**options)``: a Broker with any of its options, stopped at the test's end: for a
   module whose broker has options of its own (limits, a pop clock, a store filled first), through
   a one-line fixture of the module.
 - ``broker`` and ``client``: the broker most tests of our gRPC contract use, and a client of it.
@@ -27,7 +27,7 @@ SMALL_SEGMENTS = StoreConfig(segment_bytes=16 << 20, simple_cq_units_per_file=64
 
 
 @pytest.fixture
-def start_broker(tmp_path):
+def new_broker(tmp_path):
     """Start a Broker on 127.0.0.1 and a free port, in a data directory of the test's own
     (``tmp_path / "data"``, then "data-1", ... for more), with ``Broker``'s keyword options
     (``store_config``, ``limits``, ``remoting``, ``pop_config``, ``pop_now_ms``, ...); each is
@@ -47,11 +47,11 @@ def start_broker(tmp_path):
 
 
 @pytest.fixture
-def broker(start_broker):
+def broker(new_broker):
     """A Broker in this process, one per test: our gRPC contract (and RocketMQ 5's v2) on a free
     port, no remoting door, small commitlog segments (``SMALL_SEGMENTS``); it creates no topic on a
     first send (tests/broker_sim/core/test_auto_create_topics.py has that)."""
-    return start_broker(store_config=SMALL_SEGMENTS, auto_create_topics=None)
+    return new_broker(store_config=SMALL_SEGMENTS, auto_create_topics=None)
 
 
 @pytest.fixture

@@ -57,8 +57,8 @@ def test_a_client_past_its_share_is_refused_and_the_greediest_is_cut_for_another
 
 
 @pytest.fixture
-def broker(start_broker):
-    return start_broker(limits=ClientLimits(memory_budget_bytes=25 * MiB, memory_budget_per_client_bytes=21 * MiB))
+def broker(new_broker):
+    return new_broker(limits=ClientLimits(memory_budget_bytes=25 * MiB, memory_budget_per_client_bytes=21 * MiB))
 
 
 def channel(endpoint: str) -> grpc.Channel:

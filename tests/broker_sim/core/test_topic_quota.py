@@ -26,9 +26,9 @@ def send_and_read(client: Client, topic: str) -> bool:
     return True
 
 @pytest.fixture
-def broker(start_broker):
+def broker(new_broker):
     limits = ClientLimits(max_topics_created_per_client=2, max_queues_created_per_client=10)
-    return start_broker(remoting=RemotingOptions(port=0), limits=limits)
+    return new_broker(remoting=RemotingOptions(port=0), limits=limits)
 
 
 @pytest.fixture

@@ -36,8 +36,8 @@ def v2_stub(client: Client) -> v2_grpc.MessagingServiceStub:
     return v2_grpc.MessagingServiceStub(client.channel)
 
 @pytest.fixture
-def broker(start_broker):
-    return start_broker(limits=ClientLimits(max_requests_in_flight_per_ip=LIMIT))
+def broker(new_broker):
+    return new_broker(limits=ClientLimits(max_requests_in_flight_per_ip=LIMIT))
 
 
 def refused(call):

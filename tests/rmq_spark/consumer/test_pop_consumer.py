@@ -23,8 +23,8 @@ from support.pop import CONFIG
 
 
 @pytest.fixture
-def broker(start_broker, clock):
-    return start_broker(pop_config=CONFIG, pop_now_ms=clock)
+def broker(new_broker, clock):
+    return new_broker(pop_config=CONFIG, pop_now_ms=clock)
 
 
 def send(broker, topic, queue_type, messages, queues=1, batch=False):

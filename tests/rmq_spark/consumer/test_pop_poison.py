@@ -17,13 +17,13 @@ def payload(first: int, count: int) -> bytes:
 
 
 @pytest.fixture
-def broker(tmp_path, clock, start_broker):
+def broker(tmp_path, clock, new_broker):
     """Topic "p" (BatchCQ): good batch 0-2, poison batch 3-5 (it holds 2 messages), good 6-8."""
     with MessageStore(tmp_path / "data") as store:  # no payload check: as stored before it
         store.create_topic("p", 1, "BatchCQ")
         for data, count in ((payload(0, 3), 3), (payload(3, 2), 3), (payload(6, 3), 3)):
             assert store.put_inner_batch("p", 0, BatchPut(data, count)).ok
-    return start_broker(tmp_path / "data", pop_config=dataclasses.replace(CONFIG, max_reconsume_times=1),
+    return new_broker(tmp_path / "data", pop_config=dataclasses.replace(CONFIG, max_reconsume_times=1),
                         pop_now_ms=clock)
 
 
