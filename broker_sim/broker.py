@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from broker_sim.acl import Guard
-from broker_sim.common.faults import BrokerError
+from broker_sim.common.faults import BrokerFault
 from broker_sim.core import AUTO_CREATE_TOPICS, AutoCreateTopics, BrokerCore, CoreOptions
 from broker_sim.core.limits import ClientLimits
 from broker_sim.core.metrics import NO_METRICS, BrokerMetrics
@@ -56,7 +56,7 @@ _ENVELOPE_BYTES = 64 << 10
 _DRAIN_TIMEOUT_S = 10.0
 
 
-class BindError(BrokerError, OSError):
+class BindError(BrokerFault, OSError):
     """The broker cannot listen on its address (in use, or not an address of this machine)."""
 
 

@@ -17,7 +17,8 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker_sim.common.faults import ConfigError  # a file the broker cannot start with: its sentence names the line
+# a file the broker cannot start with: its sentence names the line
+from broker_sim.common.faults import BrokerConfigError
 from broker_sim.rocketmq_keys import ROCKETMQ_BROKER_KEYS
 
 
@@ -108,11 +109,11 @@ def annotate_help(parser: argparse.ArgumentParser) -> None:
 
 
 def read(path: Path, parser: argparse.ArgumentParser) -> BrokerConf:
-    """The settings of the file at ``path`` for ``parser``'s flags; ConfigError when one is wrong."""
+    """The settings of the file at ``path`` for ``parser``'s flags; BrokerConfigError when one is wrong."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # a BOM is no part of the first key
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"--config {path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
+        raise BrokerConfigError(f"--config {path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
     ours = keys(parser)
     conf = BrokerConf(Path(path))
     given: dict[str, tuple[int, str]] = {}  # flag -> (line, key) that set it
@@ -123,7 +124,7 @@ def read(path: Path, parser: argparse.ArgumentParser) -> BrokerConf:
         key, equals, value = (part.strip() for part in line.partition("="))
         where = f"{path} line {number}"
         if not equals or not key:
-            raise ConfigError(f"{where}: {line!r} is not a setting: write key=value (# starts a comment)")
+            raise BrokerConfigError(f"{where}: {line!r} is not a setting: write key=value (# starts a comment)")
         if key in ours:
             flag, action = "--" + key, ours[key]
         elif key in ROCKETMQ_FLAGS:
@@ -136,7 +137,7 @@ def read(path: Path, parser: argparse.ArgumentParser) -> BrokerConf:
         elif key in ROCKETMQ_FIXED:
             accepted = ROCKETMQ_FIXED[key]
             if value not in accepted:
-                raise ConfigError(f"{where}: {key}={value}: this broker is one master ({key}="
+                raise BrokerConfigError(f"{where}: {key}={value}: this broker is one master ({key}="
                                   f"{' or '.join(accepted)}), it has no replicas: remove the line")
             if accepted[value] is not None:
                 conf.warnings.append(f"{where}: {key}={value} has no effect here: {accepted[value]}")
@@ -146,15 +147,15 @@ def read(path: Path, parser: argparse.ArgumentParser) -> BrokerConf:
             conf.warnings.append(f"{where}: {key} has no effect here: {why}")
             continue
         else:
-            raise ConfigError(f"{where}: {key!r} is not a setting{_did_you_mean(key, ours)}: a key is a flag of "
+            raise BrokerConfigError(f"{where}: {key!r} is not a setting{_did_you_mean(key, ours)}: a key is a flag of "
                               f"`rmq-broker-sim --help` without its dashes, or one of RocketMQ's broker.conf")
         if flag in given:
             first_line, first_key = given[flag]
-            raise ConfigError(f"{where}: {key} sets {flag} as line {first_line}'s {first_key} does: keep one")
+            raise BrokerConfigError(f"{where}: {key} sets {flag} as line {first_line}'s {first_key} does: keep one")
         given[flag] = (number, key)
         conf.argv += _flag_argv(where, key, flag, action, value)
     if conf.acl_enabled is False and "--acl-file" in given:
-        raise ConfigError(f"{path}: aclEnable=false and acl-file are both given: remove one")
+        raise BrokerConfigError(f"{path}: aclEnable=false and acl-file are both given: remove one")
     return conf
 
 
@@ -163,13 +164,13 @@ def _rocketmq_value(where: str, key: str, value: str) -> str:
     if values is None:
         return value
     if value not in values:
-        raise ConfigError(f"{where}: {key}={value}: use {' or '.join(values)}")
+        raise BrokerConfigError(f"{where}: {key}={value}: use {' or '.join(values)}")
     return values[value]
 
 
 def _boolean(where: str, key: str, value: str) -> bool:
     if value.lower() not in _BOOLEANS:
-        raise ConfigError(f"{where}: {key}={value}: use true or false")
+        raise BrokerConfigError(f"{where}: {key}={value}: use true or false")
     return _BOOLEANS[value.lower()]
 
 
@@ -181,12 +182,12 @@ def _flag_argv(where: str, key: str, flag: str, action: argparse.Action, value: 
     try:
         converted = kind(value) if kind is not None else value
     except argparse.ArgumentTypeError as err:
-        raise ConfigError(f"{where}: {key}={value}: {err}") from None
+        raise BrokerConfigError(f"{where}: {key}={value}: {err}") from None
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {key}={value}: {value!r} is not {_TYPE_WORDS.get(kind, 'a valid value')}") \
+        raise BrokerConfigError(f"{where}: {key}={value}: {value!r} is not {_TYPE_WORDS.get(kind, 'a valid value')}") \
             from None
     if action.choices is not None and converted not in action.choices:
-        raise ConfigError(f"{where}: {key}={value}: use one of {', '.join(map(str, action.choices))}")
+        raise BrokerConfigError(f"{where}: {key}={value}: use one of {', '.join(map(str, action.choices))}")
     return [flag, value]
 
 

@@ -363,7 +363,7 @@ def arguments(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace
     if args.config is not None:  # the file's settings, then the command line's flags over them
         try:
             conf = broker_conf.read(args.config, p)
-        except broker_conf.ConfigError as err:
+        except broker_conf.BrokerConfigError as err:
             p.error(str(err))
         for warning in conf.warnings:
             print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from broker_sim.common.faults import ConfigError
+from broker_sim.common.faults import BrokerConfigError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _PERMS = {"DENY": Perm.DENY, "PUB": Perm.PUB, "SUB": Perm.SUB, "PUB|SUB": Perm.P
           "SUB|PUB": Perm.PUB | Perm.SUB}
 
 
-class AclConfigError(ConfigError):
+class AclConfigError(BrokerConfigError):
     """The ACL file cannot be used; the sentence says where and what to change."""
 
 

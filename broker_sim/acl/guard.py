@@ -2,7 +2,7 @@
 account may do what the request asks (authorization, by the ACL file's permissions).
 
 Each door says what a request needs as ``Demand``s (doors/remoting/acl.py, doors/grpc_acl.py,
-doors/rocketmq_v2/acl.py) and asks the guard; a refusal is a BrokerError (UNAUTHENTICATED or
+doors/rocketmq_v2/acl.py) and asks the guard; a refusal is a BrokerFault (UNAUTHENTICATED or
 PERMISSION_DENIED) that each door answers in its protocol, so nothing of the request happens.
 The ACL file is read again when it changes (looked at no more than once a second); a file that
 no longer parses leaves the accounts as they were, with an error in the log, and one whose
@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Mapping
 
 from broker_sim.acl.config import Account, AclConfig, AclConfigError, Perm, load
 from broker_sim.common.logs import ThrottledLog
-from broker_sim.core import BrokerError, Reason, refused
+from broker_sim.core import BrokerFault, Reason, refused
 from broker_sim.store.errors import echo
 from rmq_wire import record as fmt
 from rmq_wire import signing
@@ -223,9 +223,9 @@ def _file_stamp(path: Path) -> tuple:
     return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
 
-def _unauthenticated(sentence: str) -> BrokerError:
+def _unauthenticated(sentence: str) -> BrokerFault:
     return refused(Reason.UNAUTHENTICATED, sentence)
 
 
-def _denied(sentence: str) -> BrokerError:
+def _denied(sentence: str) -> BrokerFault:
     return refused(Reason.PERMISSION_DENIED, sentence)

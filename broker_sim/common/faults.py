@@ -1,4 +1,4 @@
-"""The root of every fault of the broker: ``BrokerError``, with a ``Reason`` (what kind, which each
+"""The root of every fault of the broker: ``BrokerFault``, with a ``Reason`` (what kind, which each
 door maps to its protocol's code in one table of its own) and a ``retriable`` flag, as
 ``rmq_spark.errors.RmqError`` is the client's.
 
@@ -54,7 +54,7 @@ RETRIABLE = frozenset({Reason.SERVICE_NOT_AVAILABLE, Reason.SEND_IN_PROGRESS, Re
                        Reason.TOO_MANY_REQUESTS, Reason.DISK_FULL})
 
 
-class BrokerError(Exception):
+class BrokerFault(Exception):
     """Base of every fault of the broker: ``reason`` says what kind (a class's own, or the one
     given), ``message`` is the sentence for the user (what was wrong and what to do).
 
@@ -80,12 +80,12 @@ class BrokerError(Exception):
         return self.reason in RETRIABLE
 
 
-def refused(reason: Reason, message: str) -> BrokerError:
+def refused(reason: Reason, message: str) -> BrokerFault:
     """A refusal of the core or a door that no part's own fault class names."""
-    return BrokerError(message, reason=reason)
+    return BrokerFault(message, reason=reason)
 
 
-class ConfigError(BrokerError, ValueError):
+class BrokerConfigError(BrokerFault, ValueError):
     """A bad flag, setting or file of the broker's own configuration: the broker does not start
     (an ACL file reloaded while it runs is kept as it was). The message names the flag or file
     and what to write. The broker's own; ``rmq_wire.errors.ConfigError`` is a client's bad

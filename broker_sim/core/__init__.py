@@ -1,6 +1,6 @@
 """broker_sim.core: the broker's one domain object (``BrokerCore``) behind every front door.
 
-Doors translate their protocol into core calls and ``BrokerError``s (a ``Reason`` and a
+Doors translate their protocol into core calls and ``BrokerFault``s (a ``Reason`` and a
 sentence) into their protocol's statuses; RocketMQ's logic lives here and below. This face is
 all a door imports of the broker: never ``store``, ``pop``, ``txn`` or ``schedule`` (make lint)."""
 
@@ -15,7 +15,7 @@ from broker_sim.core.core import (
     QueueOffsets,
     parse_tag_filter,
 )
-from broker_sim.core.errors import BrokerError, Reason, refused
+from broker_sim.core.errors import BrokerFault, Reason, refused
 from broker_sim.core.reads import OffsetRange, RangeCursor, RangeStatus, ReadBudget
 from broker_sim.core.sends import EarlyBatchSend, InnerBatchSend, SendOutcome, SendRequest, SingleSend
 from broker_sim.pop import AckStatus, retry_topic
@@ -23,7 +23,7 @@ from broker_sim.store import PERM_READ, PERM_READ_WRITE, PERM_WRITE, ZERO_HOST, 
 from broker_sim.txn import TxnState
 
 __all__ = [
-    "AUTO_CREATE_TOPICS", "AutoCreateTopics", "BrokerCore", "BrokerError", "BrokerSnapshot", "CallGate",
+    "AUTO_CREATE_TOPICS", "AutoCreateTopics", "BrokerCore", "BrokerFault", "BrokerSnapshot", "CallGate",
     "CoreOptions", "Counters", "EarlyBatchSend",
     "InnerBatchSend", "OffsetRange", "QueueOffsets", "RangeCursor", "RangeStatus", "ReadBudget",
     "Reason", "SendOutcome", "SendRequest", "SingleSend", "parse_tag_filter", "refused",

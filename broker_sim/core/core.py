@@ -1,7 +1,7 @@
 """BrokerCore: the broker's one domain object, the only door of every front end.
 
 Each door (our gRPC contract in doors/contract/, RocketMQ's remoting protocol, RocketMQ 5's gRPC)
-translates its requests into these calls and their answers and ``BrokerError``s back; what
+translates its requests into these calls and their answers and ``BrokerFault``s back; what
 RocketMQ means by a topic, a send, a message id, a tag filter, an offset, a pop or a
 transaction is decided here and below (store/, pop/, txn/), never in a door.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from broker_sim.core import sends
-from broker_sim.core.errors import STOPPING, BrokerError, Reason, bad_range, from_create, from_put, invalid, refused
+from broker_sim.core.errors import STOPPING, BrokerFault, Reason, bad_range, from_create, from_put, invalid, refused
 from broker_sim.core.groups import GroupTable, LiveConsumers
 from broker_sim.core.limits import ClientLimits, GroupQuota, MemoryBudget, TopicQuota
 from broker_sim.core.metrics import NO_METRICS, NoMetrics, gauge
@@ -742,7 +742,7 @@ class BrokerCore:
         what an ACL check of a read by offset asks before it reads."""
         try:
             return fmt.decode_record(self.message_at(physical_offset)).topic
-        except BrokerError as err:
+        except BrokerFault as err:
             if err.reason is Reason.MESSAGE_NOT_FOUND:
                 return None
             raise
@@ -904,7 +904,7 @@ class BrokerCore:
                     gauge("broker_sim_resident_memory_bytes", snapshot.resident_memory_bytes),
                     gauge("broker_sim_corrupted_records", len(snapshot.corrupted))]
 
-    def _topic_not_found(self, name: str) -> BrokerError:
+    def _topic_not_found(self, name: str) -> BrokerFault:
         names = [t.name for t in self.store.all_topics() if not system_topic_problem(t.name, "create")]
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
         made = "" if self.auto_create is not None else " (this broker creates no topic on a first send)"

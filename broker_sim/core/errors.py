@@ -1,4 +1,4 @@
-"""The broker core's refusals: every fault is a ``BrokerError`` (broker_sim/common/faults.py)
+"""The broker core's refusals: every fault is a ``BrokerFault`` (broker_sim/common/faults.py)
 carrying its ``Reason`` and a sentence a user can act on; each door maps the reason to its
 protocol's code in one table of its own (doors/grpc_common.py, doors/remoting/errors.py,
 doors/rocketmq_v2/errors.py). A sentence shows what the client sent (names, expressions, ids)
@@ -10,12 +10,12 @@ from __future__ import annotations
 import errno
 import logging
 
-from broker_sim.common.faults import RETRIABLE, BrokerError, Reason, refused
+from broker_sim.common.faults import RETRIABLE, BrokerFault, Reason, refused
 from broker_sim.store import STOPPING, CreateStatus, DiskFullError, PutResult, PutStatus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RETRIABLE", "STOPPING", "BrokerError", "Reason", "bad_range", "from_create", "from_exception",
+__all__ = ["RETRIABLE", "STOPPING", "BrokerFault", "Reason", "bad_range", "from_create", "from_exception",
            "from_put", "invalid", "refused"]
 
 _PUT_REASONS = {
@@ -32,33 +32,33 @@ _PUT_REASONS = {
 }
 
 
-def invalid(message: str) -> BrokerError:
+def invalid(message: str) -> BrokerFault:
     return refused(Reason.INVALID_ARGUMENT, message)
 
 
-def bad_range(message: str) -> BrokerError:
+def bad_range(message: str) -> BrokerFault:
     return refused(Reason.BAD_OFFSET_RANGE, message)
 
 
-def from_put(result: PutResult) -> BrokerError:
+def from_put(result: PutResult) -> BrokerFault:
     """The refusal for a failed put (an expected outcome of the store, as the call's fault)."""
     reason = _PUT_REASONS.get(result.status, Reason.INTERNAL)
     return refused(reason, result.detail or f"the store answered {result.status.value}")
 
 
-def from_create(status: CreateStatus, detail: str) -> BrokerError:
+def from_create(status: CreateStatus, detail: str) -> BrokerFault:
     """The refusal for a topic creation that neither created nor found the same topic."""
     if status is CreateStatus.CONFLICT:
         return refused(Reason.TOPIC_CONFLICT, detail)
     return invalid(detail)
 
 
-def from_exception(err: BaseException) -> BrokerError:
+def from_exception(err: BaseException) -> BrokerFault:
     """The refusal for an exception raised while serving a call: a fault is its own refusal,
     but a part's own INTERNAL fault (a ``StoreError`` such as a damaged file, a ``HalfLogError``)
     is answered as a broker failure and logged, as is any other exception; a disk out of space
     is DISK_FULL wherever it was met."""
-    if isinstance(err, BrokerError) and (err.reason is not Reason.INTERNAL or type(err) is BrokerError):
+    if isinstance(err, BrokerFault) and (err.reason is not Reason.INTERNAL or type(err) is BrokerFault):
         return err
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):  # the topic journal, offsets
         return DiskFullError(f"{err.filename or 'a file'}: {err.strerror}")

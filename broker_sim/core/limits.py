@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from broker_sim.common.logs import ThrottledLog
-from broker_sim.core.errors import BrokerError, Reason, refused
+from broker_sim.core.errors import BrokerFault, Reason, refused
 from broker_sim.store import CreateStatus, creation_problem, echo
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ def client_key(address: str, account: str | None = None) -> str:
     return account or address
 
 
-def too_many_requests(held: int, who: str, flag: str) -> BrokerError:
+def too_many_requests(held: int, who: str, flag: str) -> BrokerFault:
     """The refusal of a request past a limit of requests in flight."""
     return refused(Reason.TOO_MANY_REQUESTS,
                    f"[TOO_MANY_REQUESTS] {who} has {held} requests being served, the broker's limit "
@@ -309,7 +309,7 @@ class MemoryBudget:
         malloc_trim()
 
     @staticmethod
-    def _refusal(holding: str, flag: str) -> BrokerError:
+    def _refusal(holding: str, flag: str) -> BrokerFault:
         return refused(Reason.TOO_MANY_REQUESTS,
                        f"[TOO_MANY_REQUESTS] {holding}, the broker's limit (--{flag}): read what the broker "
                        f"sends as it comes, send fewer requests at once, retry later, or raise --{flag}")
@@ -381,7 +381,7 @@ class TopicQuota:
             if self._store.find_topic(name) is None and creation_problem(name, queue_count, queue_type) is None:
                 try:
                     self._check(client, name, queue_count, self._store.all_topics())
-                except BrokerError as limit:
+                except BrokerFault as limit:
                     self.refusal_log.warning("topic creation refused: %s", limit.message, key=client,
                                              extra={"topic": name, "client": client or None, "queues": queue_count})
                     raise
@@ -402,7 +402,7 @@ class TopicQuota:
                 try:
                     self._check_queues(client, f"{added} more queues of topic {echo(name)}", added,
                                        self._store.all_topics())
-                except BrokerError as limit:
+                except BrokerFault as limit:
                     self.refusal_log.warning("topic update refused: %s", limit.message, key=client,
                                              extra={"topic": name, "client": client or None, "queues": queue_count})
                     raise
@@ -449,7 +449,7 @@ class TopicQuota:
                          "create fewer queues, delete topics it no longer uses, or raise the limit")
 
 
-def _limit(sentence: str) -> BrokerError:
+def _limit(sentence: str) -> BrokerFault:
     return refused(Reason.LIMIT_EXCEEDED, sentence)
 
 

@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from broker_sim.core.errors import BrokerError, Reason, refused
+from broker_sim.core.errors import BrokerFault, Reason, refused
 from broker_sim.store import GetStatus, TagFilter, TopicConfig, same_topic
 
 
@@ -159,7 +159,7 @@ class RangeCursor:
         """The topic was deleted (and maybe created again) since the read began."""
         return not same_topic(self._core.find_topic(self.config.name), self.config)
 
-    def _deleted_error(self) -> BrokerError:
+    def _deleted_error(self) -> BrokerFault:
         return refused(Reason.TOPIC_NOT_FOUND, f"topic {self.config.name!r} was deleted while it was being read; "
                                                "nothing more of it can be read (created again, it starts empty)")
 

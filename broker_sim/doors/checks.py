@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from broker_sim.common.service_thread import ServiceThread
-from broker_sim.core.errors import BrokerError
+from broker_sim.core.errors import BrokerFault
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,6 @@ class TransactionChecks:
     def _roll_back(self, transaction_id: str) -> None:
         try:
             self.core.rollback_transactions([(transaction_id, 1)])
-        except BrokerError as refused:
+        except BrokerFault as refused:
             log.info("rolling back %s: %s", transaction_id, refused.message, extra={"transaction": transaction_id})
         self.ended(transaction_id)

@@ -113,7 +113,7 @@ from typing import Callable
 import grpc
 
 from broker_sim.core import ZERO_HOST
-from broker_sim.core.errors import BrokerError, Reason, from_exception, invalid
+from broker_sim.core.errors import BrokerFault, Reason, from_exception, invalid
 from rmq_wire import record as fmt
 from rmq_wire.rocketmq_v2 import messaging_pb2 as v2_pb2
 
@@ -149,7 +149,7 @@ CODES = {
 }
 
 
-def code_of(error: BrokerError) -> grpc.StatusCode:
+def code_of(error: BrokerFault) -> grpc.StatusCode:
     return CODES[error.reason]
 
 
@@ -157,10 +157,10 @@ class RefusedRequest:
     """Stands for a request refused before its handler: each door answers ``refusal()`` as its
     protocol does."""
 
-    def __init__(self, error: BrokerError):
+    def __init__(self, error: BrokerFault):
         self.error = error
 
-    def refusal(self) -> BrokerError:
+    def refusal(self) -> BrokerFault:
         return self.error
 
 
@@ -176,7 +176,7 @@ class MalformedRequest(RefusedRequest):
 _REFUSED: contextvars.ContextVar[str | None] = contextvars.ContextVar("refused", default=None)
 
 
-def abort(context: grpc.ServicerContext, error: BrokerError):
+def abort(context: grpc.ServicerContext, error: BrokerFault):
     """End the call with the error's code, sentence and reason (raises, as context.abort)."""
     _REFUSED.set(error.reason.value)
     context.set_trailing_metadata(((REASON_KEY, error.reason.value),))
@@ -186,9 +186,9 @@ def abort(context: grpc.ServicerContext, error: BrokerError):
 ABORT = None  # how our contract answers a refusal: the call ends with the reason's gRPC status
 
 
-def answering(answer: Callable[[BrokerError], object] | None):
+def answering(answer: Callable[[BrokerFault], object] | None):
     """The decorator of a door's unary handlers, sync or coroutines: a request refused before its
-    handler (``RefusedRequest``) or an exception of the handler becomes a ``BrokerError``
+    handler (``RefusedRequest``) or an exception of the handler becomes a ``BrokerFault``
     (``from_exception``), which the door answers its way: ``answer(error)`` is the response
     (RocketMQ 5's door: a response whose Status carries the code), or with ``ABORT`` the call
     ends with the error's gRPC status and its reason in the trailers (our contract)."""
@@ -259,7 +259,7 @@ def translated_stream(method):
     return handler
 
 
-async def abort_stream(context: grpc.aio.ServicerContext, error: BrokerError):
+async def abort_stream(context: grpc.aio.ServicerContext, error: BrokerFault):
     """``abort`` for the asyncio handlers, unary or streaming."""
     _REFUSED.set(error.reason.value)
     await context.abort(code_of(error), error.message, ((REASON_KEY, error.reason.value),))

@@ -13,10 +13,10 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker_sim.common.faults import ConfigError
+from broker_sim.common.faults import BrokerConfigError
 
 
-class TlsConfigError(ConfigError):
+class TlsConfigError(BrokerConfigError):
     """A TLS file that cannot be used; the message says which and how to fix it."""
 
 

@@ -1,7 +1,7 @@
-"""Faults of the store, each a ``BrokerError`` with its reason (expected outcomes are status
+"""Faults of the store, each a ``BrokerFault`` with its reason (expected outcomes are status
 values, see store/status.py), and how error sentences show what a client sent."""
 
-from broker_sim.common.faults import BrokerError, Reason
+from broker_sim.common.faults import BrokerFault, Reason
 
 ECHO_CHARS = 64
 STOPPING = "the broker is stopping; retry against a running broker"
@@ -14,7 +14,7 @@ def echo(value) -> str:
     return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS - 3] + "..."
 
 
-class StoreError(BrokerError):
+class StoreError(BrokerFault):
     """Base of the store's faults; one of its own (a damaged file, a closed table) is the
     broker's (INTERNAL) unless a subclass says otherwise."""
 

@@ -35,7 +35,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_sim.common.faults import BrokerError
+from broker_sim.common.faults import BrokerFault
 from broker_sim.common.files import fsync_dir
 from broker_sim.store import NAME_DIGITS, DiskFullError, DiskGuard, MappedFile, PendingRecord, file_name
 from rmq_wire import record as fmt
@@ -46,7 +46,7 @@ _AFTER_CRC = 8  # TOTAL and META_CRC
 _ALLOCATION_STEP = 4 << 20
 
 
-class HalfLogError(BrokerError):
+class HalfLogError(BrokerFault):
     """A half record that cannot be read back as it was written (damaged on disk); a commit
     that meets one refuses as TRANSACTION_INCOMPLETE."""
 

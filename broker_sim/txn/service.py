@@ -47,7 +47,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from broker_sim.common.faults import BrokerError, Reason, refused
+from broker_sim.common.faults import BrokerFault, Reason, refused
 from broker_sim.common.service_thread import ServiceThread
 from broker_sim.store import (
     DEFAULT_PUT,
@@ -204,7 +204,7 @@ class TransactionService:
                 else:
                     self._check_open(txn, transaction_id)
                     _check_owner([txn], owner)
-            except BrokerError:  # refused: nothing changed
+            except BrokerFault:  # refused: nothing changed
                 self.half.release([position for position, _ in written])
                 raise
             if producer in txn.stamps:  # a repeat that ran alongside the first send

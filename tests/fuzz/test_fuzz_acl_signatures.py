@@ -1,6 +1,6 @@
 """ACL signatures, as a peer sends them: the gRPC ``authorization`` and ``x-mq-date-time``
 headers (our contract and RocketMQ 5's) and the remoting ext fields AccessKey / Signature. Any
-header is refused with UNAUTHENTICATED (a BrokerError) quickly; a signed request changed in its
+header is refused with UNAUTHENTICATED (a BrokerFault) quickly; a signed request changed in its
 signature, its fields or its body never authenticates (unless the change leaves what is signed
 and the signature as they were); a well-signed one always does."""
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_sim.acl import Guard
-from broker_sim.core import BrokerError, Reason
+from broker_sim.core import BrokerFault, Reason
 from budget import examples
 from rmq_spark import Credentials
 from rmq_wire import signing
@@ -40,7 +40,7 @@ def refused(check) -> Reason | None:
     with quick():
         try:
             check()
-        except BrokerError as err:
+        except BrokerFault as err:
             return err.reason
     return None
 

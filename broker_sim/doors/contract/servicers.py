@@ -1,5 +1,5 @@
 """Our gRPC contract's door (broker.proto's Admin and Messaging): the servicers translate
-protobuf <-> ``BrokerCore`` calls, nothing more. Refusals are ``BrokerError``s of the core and
+protobuf <-> ``BrokerCore`` calls, nothing more. Refusals are ``BrokerFault``s of the core and
 become statuses in errors.py.
 """
 
@@ -19,7 +19,7 @@ from broker_sim.core import (
     SingleSend,
     TopicConfig,
 )
-from broker_sim.core.errors import BrokerError, Reason, bad_range, from_exception, invalid, refused
+from broker_sim.core.errors import BrokerFault, Reason, bad_range, from_exception, invalid, refused
 from broker_sim.doors import BROKER_NAME
 from broker_sim.doors.contract.serialized import with_bytes_field
 from broker_sim.doors.grpc_acl import caller
@@ -281,7 +281,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             if cursors:
                 self._core.counters.add(read=cursors[0].budget.messages)
 
-    async def write_response(self, context, response) -> BrokerError | None:
+    async def write_response(self, context, response) -> BrokerFault | None:
         """Send one response of a stream (translated_stream); the refusal ending the stream
         when the client took none for write_timeout_s, or the broker's memory budget cut it."""
         self._core.counters.add(waiting=1)

@@ -1,10 +1,10 @@
 """Reading the JSON bodies of requests (HeartbeatData, LockBatchRequestBody) as RocketMQ's
 classes declare them: a field of another type than its class declares is refused with a
-BrokerError naming it, rather than failing somewhere inside the door."""
+BrokerFault naming it, rather than failing somewhere inside the door."""
 
 from __future__ import annotations
 
-from broker_sim.core import BrokerError, Reason, refused
+from broker_sim.core import BrokerFault, Reason, refused
 
 
 def objects(body: dict, name: str, what: str) -> list[dict]:
@@ -43,5 +43,5 @@ def _json_type(value) -> str:
             dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def _refused(sentence: str) -> BrokerError:
+def _refused(sentence: str) -> BrokerFault:
     return refused(Reason.INVALID_ARGUMENT, sentence)

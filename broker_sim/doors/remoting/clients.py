@@ -40,7 +40,7 @@ class ClientRegistry:
 
     def heartbeat(self, connection, data: dict, language: str = "JAVA", version: int = 0) -> list[str]:
         """Record a HeartbeatData (sent in a request of ``language`` and ``version``); the
-        clustering consumer groups in it (their retry topics are due). Raises BrokerError for a
+        clustering consumer groups in it (their retry topics are due). Raises BrokerFault for a
         field of the wrong type, recording nothing."""
         client_id = bodies.text(data, "clientID", "HeartbeatData")
         producers = [bodies.text(p, "groupName", "producer data") for p in bodies.objects(data, "producerDataSet",

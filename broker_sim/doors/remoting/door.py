@@ -12,7 +12,7 @@ import orjson
 
 from broker_sim.acl import Guard
 from broker_sim.common.service_thread import ServiceThread
-from broker_sim.core import BrokerCore, BrokerError, Reason
+from broker_sim.core import BrokerCore, BrokerFault, Reason
 from broker_sim.core.limits import ClientLimits
 from broker_sim.doors import BROKER_NAME
 from broker_sim.doors.checks import DEFAULT_CHECKS, CheckSettings, TransactionChecks
@@ -125,7 +125,7 @@ class RemotingDoor:
         """The topic of the record at a commitlog offset; None when no message starts there."""
         try:
             return fmt.decode_record(self.core.message_at(physical_offset)).topic
-        except BrokerError as err:
+        except BrokerFault as err:
             if err.reason is Reason.MESSAGE_NOT_FOUND:
                 return None
             raise

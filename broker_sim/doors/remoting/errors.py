@@ -3,11 +3,11 @@ processors answer them), and a bad request header field."""
 
 from __future__ import annotations
 
-from broker_sim.core import BrokerError, Reason
+from broker_sim.core import BrokerFault, Reason
 from rmq_wire.remoting import ResponseCode
 
 
-class HeaderFieldError(BrokerError, ValueError):
+class HeaderFieldError(BrokerFault, ValueError):
     """A request header field is missing or not what its type needs: this door answers
     SYSTEM_ERROR, as RocketMQ does for a header its decoder cannot fill (any other door would
     answer its reason, INVALID_ARGUMENT)."""
@@ -45,7 +45,7 @@ CODES = {
 }
 
 
-def response_code(refused: BrokerError) -> int:
+def response_code(refused: BrokerFault) -> int:
     """RocketMQ's response code for a refusal."""
     if isinstance(refused, HeaderFieldError):
         return ResponseCode.SYSTEM_ERROR

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import orjson
 
-from broker_sim.core import BrokerCore, BrokerError, Reason, parse_tag_filter, refused, retry_topic
+from broker_sim.core import BrokerCore, BrokerFault, Reason, parse_tag_filter, refused, retry_topic
 from broker_sim.core.limits import client_key
 from broker_sim.doors.remoting import bodies
 from broker_sim.doors.remoting.fields import Fields
@@ -85,7 +85,7 @@ class PopRequests:
         acked through the core in one call per group. RocketMQ answers SUCCESS whatever it
         could ack; this door says, as its ACK_MESSAGE does, when some could not be."""
         handles: dict[str, list[str]] = {}
-        missing: list[BrokerError] = []  # messages no longer in flight, found so by their receipt
+        missing: list[BrokerFault] = []  # messages no longer in flight, found so by their receipt
         for ack in batch_acks(request.body):
             group, topic = ack["group"], ack["topic"]
             if ack["retry"] in (RETRY_V1, RETRY_V2):
@@ -96,7 +96,7 @@ class PopRequests:
                     handles.setdefault(group, []).append(
                         self.core.receipt_at(group, topic, ack["queue_id"], ack["start_offset"] + bit, deadline,
                                              orderly))
-                except BrokerError as err:
+                except BrokerFault as err:
                     if err.reason is not Reason.RECEIPT_HANDLE_EXPIRED:
                         raise
                     missing.append(err)
@@ -184,6 +184,6 @@ def batch_acks(body: bytes) -> list[dict]:
     return acks
 
 
-def _bad_extra_info(request: RemotingCommand) -> BrokerError:
+def _bad_extra_info(request: RemotingCommand) -> BrokerFault:
     return refused(Reason.INVALID_ARGUMENT, f"extraInfo {request.ext_fields.get('extraInfo', '')[:80]!r} is not "
                                             "what a pop answered: send the message's POP_CK property as it came")

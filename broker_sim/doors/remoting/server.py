@@ -5,7 +5,7 @@ A handler takes ``(request, connection)`` and returns the response command, None
 later, or a oneway request), or a coroutine (waits: long polling); handlers marked ``blocking``
 (a sync flush, a pop that may wait) run in the door's thread pool, and reads too while they may
 wait for the store's index (``Handler.waits_now``). A handler's refusal
-(a BrokerError; a HeaderFieldError for a bad or missing header field is SYSTEM_ERROR) becomes
+(a BrokerFault; a HeaderFieldError for a bad or missing header field is SYSTEM_ERROR) becomes
 the response's code and remark; the connection stays. A frame that cannot be cut (a length no
 frame may have) closes the connection: nothing after it can be read.
 
@@ -39,7 +39,7 @@ from typing import Callable
 
 from broker_sim.common.logs import ThrottledLog
 from broker_sim.common.service_thread import ServiceTask
-from broker_sim.core import BrokerError
+from broker_sim.core import BrokerFault
 from broker_sim.core.errors import from_exception
 from broker_sim.core.limits import ClientLimits, MemoryBudget, client_key, too_many_connections, too_many_requests
 from broker_sim.core.metrics import NO_METRICS
@@ -196,7 +196,7 @@ class Connection(asyncio.Protocol):
             self.frame_started = self.server.loop.time()
         try:
             self.memory.reserve(pending - self._frame_held)
-        except BrokerError as refused:
+        except BrokerFault as refused:
             self._disconnect(f"its unfinished request of {pending} bytes so far: {refused.message}")
             return False
         self.memory.release(self._frame_held - pending)
@@ -269,7 +269,7 @@ class Connection(asyncio.Protocol):
             return True
         try:
             self.memory.reserve(waiting - self._answers_held)
-        except BrokerError as refused:
+        except BrokerFault as refused:
             self._disconnect(f"{waiting} bytes of answers wait for it: {refused.message}")
             return False
         self._answers_held = max(self._answers_held, waiting)
@@ -555,4 +555,4 @@ def _unsupported(code: int) -> str:
     return f"request code {code} is not supported by broker_sim's remoting door"
 
 
-__all__ = ["BrokerError", "Connection", "Handler", "RemotingServer", "refusal"]
+__all__ = ["BrokerFault", "Connection", "Handler", "RemotingServer", "refusal"]

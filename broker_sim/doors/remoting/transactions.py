@@ -10,7 +10,7 @@ import itertools
 import logging
 
 from broker_sim.common.logs import ThrottledLog
-from broker_sim.core import BrokerCore, BrokerError
+from broker_sim.core import BrokerCore, BrokerFault
 from broker_sim.doors.checks import OpenTransaction, TransactionChecks
 from broker_sim.doors.remoting.clients import ClientRegistry
 from broker_sim.doors.remoting.fields import Fields
@@ -50,7 +50,7 @@ class TransactionRequests:
                 self.core.commit_transactions([(transaction_id, 1)], None, request.account)
             else:
                 self.core.rollback_transactions([(transaction_id, 1)], request.account)
-        except BrokerError as refused:
+        except BrokerFault as refused:
             if request.is_oneway:  # as the Java client ends them: nobody reads an answer
                 remote = connection.remote
                 self._refusal_log.info("END_TRANSACTION of %s from %s refused: %s", transaction_id, remote,

@@ -4,7 +4,7 @@ refusal with a code of the protocol's own."""
 
 from __future__ import annotations
 
-from broker_sim.core import BrokerError, Reason
+from broker_sim.core import BrokerFault, Reason
 from broker_sim.core.errors import from_exception
 from rmq_wire.rocketmq_v2 import messaging_pb2 as v2
 
@@ -38,7 +38,7 @@ CODES = {
 }
 
 
-class V2Refusal(BrokerError):
+class V2Refusal(BrokerFault):
     """A refusal with the protocol's own ``code`` (checks the proxy makes before the core is
     asked); this door answers the code, any other would answer its reason, INVALID_ARGUMENT."""
 

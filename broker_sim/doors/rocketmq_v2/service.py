@@ -17,7 +17,7 @@ from broker_sim.core import (
     PERM_READ,
     PERM_WRITE,
     BrokerCore,
-    BrokerError,
+    BrokerFault,
     RangeStatus,
     Reason,
     SendRequest,
@@ -468,7 +468,7 @@ def _tag_expression(expression) -> str:
     text = expression.expression.strip() or "*"
     try:
         parse_tag_filter(text)
-    except BrokerError as bad:
+    except BrokerFault as bad:
         raise V2Refusal(v2.ILLEGAL_FILTER_EXPRESSION, bad.message) from None
     return text
 

@@ -7,7 +7,7 @@ import pytest
 
 from broker_sim import cli
 from broker_sim.acl import Demand, Guard, Perm
-from broker_sim.core import BrokerError, Reason
+from broker_sim.core import BrokerFault, Reason
 from rmq_spark import Credentials
 from rmq_wire import signing
 from rmq_wire.record import SINK_TOPIC
@@ -22,7 +22,7 @@ def test_the_clock_skew_flag_sets_the_replay_window(tmp_path):
     guard = Guard(args.acl_file, max_clock_skew_s=args.acl_clock_skew_s, clock_s=lambda: NOW_S)
     credentials = Credentials("ops", "ops-secret")
     assert guard.grpc_account(signing.grpc_metadata(credentials, NOW_S - 30)).access_key == "ops"
-    with pytest.raises(BrokerError, match="120 s before the broker's clock; at most 60 s") as refused:
+    with pytest.raises(BrokerFault, match="120 s before the broker's clock; at most 60 s") as refused:
         guard.grpc_account(signing.grpc_metadata(credentials, NOW_S - 120))
     assert refused.value.reason is Reason.UNAUTHENTICATED
 
@@ -37,7 +37,7 @@ def test_the_sink_topic_is_an_admins_whatever_the_default_topic_permission(tmp_p
     wide, ops = guard.config.accounts["wide"], guard.config.accounts["ops"]
     guard.authorize(wide, [Demand.topic("orders", Perm.SUB), Demand.topic("orders", Perm.PUB)])
     for perm in (Perm.SUB, Perm.PUB):
-        with pytest.raises(BrokerError, match="every account's committed sink batches") as refused:
+        with pytest.raises(BrokerFault, match="every account's committed sink batches") as refused:
             guard.authorize(wide, [Demand.topic(SINK_TOPIC, perm)])
         assert refused.value.reason is Reason.PERMISSION_DENIED
     guard.authorize(ops, [Demand.topic(SINK_TOPIC, Perm.SUB)])
@@ -59,7 +59,7 @@ def test_a_query_by_unique_key_is_signed_as_rocketmq_checks_it(tmp_path):
     guard = Guard(acl_file)
     assert guard.remoting_account(old, None).access_key == "ops"
     assert guard.remoting_account(new, None, version=signing.V4_9_3 + 1).access_key == "ops"
-    with pytest.raises(BrokerError):
+    with pytest.raises(BrokerFault):
         guard.remoting_account(new, None)
 
 
@@ -71,7 +71,7 @@ def test_an_acl_file_emptied_while_the_broker_runs_revokes_every_account(tmp_pat
     credentials = Credentials("ops", "ops-secret")
     assert guard.grpc_account(signing.grpc_metadata(credentials, NOW_S)).access_key == "ops"
     acl_file.write_text("accounts: []\n")
-    with pytest.raises(BrokerError, match="ops") as refused:
+    with pytest.raises(BrokerFault, match="ops") as refused:
         guard.grpc_account(signing.grpc_metadata(credentials, NOW_S))
     assert refused.value.reason is Reason.UNAUTHENTICATED
     assert "it lists no account, so every request is refused until one is added" in caplog.text

@@ -10,7 +10,7 @@ import pytest
 
 from broker_sim.core import (
     BrokerCore,
-    BrokerError,
+    BrokerFault,
     CoreOptions,
     EarlyBatchSend,
     InnerBatchSend,
@@ -128,7 +128,7 @@ def test_pop_ack_and_transactions(core):
 ])
 def test_refusals_are_reasons_with_sentences(core, call, reason, words):
     core.create_topic("t", 1, QueueType.SIMPLE_CQ)
-    with pytest.raises(BrokerError) as refused:
+    with pytest.raises(BrokerFault) as refused:
         call(core)
     assert refused.value.reason is reason and words in refused.value.message
 
@@ -136,7 +136,7 @@ def test_refusals_are_reasons_with_sentences(core, call, reason, words):
 def test_a_closed_core_refuses_calls_and_frees_its_data_dir(tmp_path):
     core = BrokerCore.open(tmp_path, CoreOptions())
     core.close(5.0)
-    with pytest.raises(BrokerError) as refused:
+    with pytest.raises(BrokerFault) as refused:
         core.list_topics()
     assert refused.value.reason is Reason.SERVICE_NOT_AVAILABLE
     BrokerCore.open(tmp_path, CoreOptions()).close(5.0)

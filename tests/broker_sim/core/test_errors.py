@@ -11,7 +11,7 @@ import pytest
 
 import broker_sim
 from broker_sim.core import CallGate, errors
-from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.errors import BrokerFault, Reason
 from broker_sim.doors import grpc_common as door
 from broker_sim.doors.grpc_common import CODES, code_of
 from broker_sim.doors.remoting import errors as remoting_errors
@@ -94,7 +94,7 @@ def test_a_closed_gate_refuses_calls_as_unavailable():
     with gate:
         assert gate.close(0.01) is False  # a call is still inside
     assert gate.close(0.01) is True
-    with pytest.raises(BrokerError) as caught:
+    with pytest.raises(BrokerFault) as caught:
         with gate:
             pass
     assert code_of(caught.value) is grpc.StatusCode.UNAVAILABLE and "stopping" in caught.value.message
@@ -125,7 +125,7 @@ def _exception_classes(package) -> dict:
 def test_every_fault_of_the_broker_is_under_one_root_with_a_reason():
     classes = _exception_classes(broker_sim)
     assert len(classes) > 15  # the walk found the parts' faults
-    assert {name for name, cls in classes.items() if not issubclass(cls, BrokerError)} == set()
+    assert {name for name, cls in classes.items() if not issubclass(cls, BrokerFault)} == set()
     assert all(isinstance(cls.reason, Reason) for cls in classes.values())
 
 

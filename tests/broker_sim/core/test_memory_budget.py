@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from broker_sim.broker import Broker
-from broker_sim.core.errors import BrokerError, Reason
+from broker_sim.core.errors import BrokerFault, Reason
 from broker_sim.core.limits import ClientLimits, MemoryBudget
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import broker_pb2_grpc as pb_grpc
@@ -30,7 +30,7 @@ def test_a_client_past_its_share_is_refused_and_the_greediest_is_cut_for_another
     cuts = []
     greedy = budget.holding("a", "a stream", cut=cuts.append)
     greedy.reserve(45)
-    with pytest.raises(BrokerError) as refused:
+    with pytest.raises(BrokerFault) as refused:
         greedy.reserve(10)
     assert refused.value.reason is Reason.TOO_MANY_REQUESTS
     message = refused.value.message
@@ -42,7 +42,7 @@ def test_a_client_past_its_share_is_refused_and_the_greediest_is_cut_for_another
     third.reserve(30)  # past the cut line: "a", holding the most, is cut; "c" goes on
     assert len(cuts) == 1 and "client a held the most" in cuts[0] and "--memory-budget-bytes" in cuts[0]
     assert budget.held == 34 and budget.clients == {"b": 4, "c": 30}
-    with pytest.raises(BrokerError, match="was ended"):
+    with pytest.raises(BrokerFault, match="was ended"):
         greedy.reserve(1)
     for holding in (greedy, other, third):
         holding.close()
@@ -51,7 +51,7 @@ def test_a_client_past_its_share_is_refused_and_the_greediest_is_cut_for_another
     x, y, z = (budget.holding(name, "a stream", cut=cuts.append) for name in "xyz")
     for holding in (x, y, z):
         holding.reserve(30)  # past the cut line, but nobody holds more than the asking one would: no cut
-    with pytest.raises(BrokerError, match="client x, the one holding the most"):  # the greediest asks: refused
+    with pytest.raises(BrokerFault, match="client x, the one holding the most"):  # the greediest asks: refused
         x.reserve(11)
     assert len(cuts) == 1 and budget.held == 90
 

@@ -11,7 +11,7 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
-from broker_sim.core import BrokerCore, BrokerError, CoreOptions, OffsetRange, Reason, SendRequest, SingleSend
+from broker_sim.core import BrokerCore, BrokerFault, CoreOptions, OffsetRange, Reason, SendRequest, SingleSend
 from broker_sim.core.limits import ClientLimits
 from broker_sim.core.metrics import BrokerMetrics
 from broker_sim.store import QueueType, StoreConfig
@@ -54,8 +54,8 @@ def bodies(core, topic: str, queue_id: int, start: int = 0) -> list[bytes]:
     return [bytes(fmt.decode_record(r).body) for r in records]
 
 
-def refusal(call, *args, **kwargs) -> BrokerError:
-    with pytest.raises(BrokerError) as caught:
+def refusal(call, *args, **kwargs) -> BrokerFault:
+    with pytest.raises(BrokerFault) as caught:
         call(*args, **kwargs)
     return caught.value
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_sim.core import BrokerCore, BrokerError, CoreOptions, InnerBatchSend, SendRequest, SingleSend
+from broker_sim.core import BrokerCore, BrokerFault, CoreOptions, InnerBatchSend, SendRequest, SingleSend
 from broker_sim.schedule import SCHEDULE_TOPIC
 from broker_sim.store import QueueType
 from rmq_wire import record as fmt
@@ -118,15 +118,15 @@ def test_held_messages_survive_a_restart_and_none_is_delivered_twice(tmp_path, c
     (SingleSend(b"x", {"TIMER_DELAY_SEC": str(4 * 24 * 3600)}), "at most 259200 s"),
 ])
 def test_delays_refused_say_why(core, content, says):
-    with pytest.raises(BrokerError, match=says):
+    with pytest.raises(BrokerFault, match=says):
         core.send(SendRequest("t", 0, content))
 
 
 def test_a_delayed_send_to_an_unknown_queue_is_refused_at_once(core):
-    with pytest.raises(BrokerError, match="no queue 7"):
+    with pytest.raises(BrokerFault, match="no queue 7"):
         core.send(SendRequest("t", 7, SingleSend(b"x", {"DELAY": "1"})))
 
 
 def test_the_schedule_topic_is_the_broker_s(core):
-    with pytest.raises(BrokerError, match="holds delayed messages"):
+    with pytest.raises(BrokerFault, match="holds delayed messages"):
         core.create_topic(SCHEDULE_TOPIC, 1, QueueType.SIMPLE_CQ)
