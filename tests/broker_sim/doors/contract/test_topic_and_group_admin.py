@@ -9,24 +9,23 @@ import pytest
 
 from broker_sim.acl import Guard
 from broker_sim.broker import Broker
-from broker_sim.store import QueueType, StoreConfig
+from broker_sim.store import QueueType
 from rmq_spark import Credentials
 from rmq_wire import record as fmt
 from rmq_wire import signing
 from rmq_wire.contract import broker_pb2 as pb
 from support.acl import ACL_FILE, SECRETS
+from support.brokers import SMALL_SEGMENTS
 from support.grpc_client import CALL_TIMEOUT_S, Client, refusal, split_records
 
-SMALL = StoreConfig(segment_bytes=16 << 20, simple_cq_units_per_file=64, batch_cq_units_per_file=16)
 NOT_FOUND, INVALID, DENIED = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
                               grpc.StatusCode.PERMISSION_DENIED)
 
 
 @pytest.fixture
-def broker(tmp_path):
-    with Broker(tmp_path / "data", "127.0.0.1", 0, store_config=SMALL, auto_create_topics=None,
-                broker_name="broker-x") as started:
-        yield started
+def broker(new_broker):
+    """support.brokers' broker, named (BrokerStats says the name)."""
+    return new_broker(store_config=SMALL_SEGMENTS, auto_create_topics=None, broker_name="broker-x")
 
 
 @pytest.fixture
@@ -189,7 +188,7 @@ def test_broker_stats_name_the_broker(client):
 def acl_broker(tmp_path_factory):
     home = tmp_path_factory.mktemp("acl")
     (home / "plain_acl.yml").write_text(ACL_FILE)
-    with Broker(home / "data", "127.0.0.1", 0, store_config=SMALL, auto_create_topics=None,
+    with Broker(home / "data", "127.0.0.1", 0, store_config=SMALL_SEGMENTS, auto_create_topics=None,
                 acl=Guard(home / "plain_acl.yml")) as started:
         started.core.create_topic("orders", 1, QueueType.SIMPLE_CQ)
         started.core.create_topic("audit", 1, QueueType.SIMPLE_CQ)
