@@ -49,7 +49,7 @@ class Reason(str, enum.Enum):
 
 
 # The same call may succeed if made again, unchanged: what the SDK retries (its error classes
-# for these reasons are ``retriable``; tests/server/test_server_errors.py holds the two together).
+# for these reasons are ``retriable``; tests/broker_sim/core/test_errors.py holds the two together).
 RETRIABLE = frozenset({Reason.SERVICE_NOT_AVAILABLE, Reason.SEND_IN_PROGRESS, Reason.STREAM_STALLED,
                        Reason.TOO_MANY_REQUESTS, Reason.DISK_FULL})
 
