@@ -121,9 +121,10 @@ class Groups:
     def delete(self, group: str) -> bool:
         """Forget ``group`` on every master, its offsets too (DELETE_SUBSCRIPTIONGROUP with
         cleanOffset), and its retry and dead-letter topics, as ``mqadmin deleteSubGroup -r``
-        does. False where no broker knew it (no offsets, no consumer, no retry topic)."""
+        does. False where no broker knew it (no offsets, no retry topic; Admin refuses a group with live
+        consumers before asking)."""
         masters = self.names.masters()
-        known = bool(self._offsets_everywhere(group)) or bool(self.list([group])[0].consumers) or any(
+        known = bool(self._offsets_everywhere(group)) or any(
             RETRY_PREFIX + group in table for table in self.topics.configs(masters).values())
         answers = self.calls.invoke_all([(address, RequestCode.DELETE_SUBSCRIPTIONGROUP,
                                           {"groupName": group, "cleanOffset": "true", "removeOffset": "true"})
