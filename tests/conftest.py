@@ -19,6 +19,7 @@ import pytest
 
 import peers
 from peers.process import JVM_OPTIONS_VARIABLE
+from support.exclusive import one_at_a_time
 from support.remoting_targets import REAL_ROCKETMQ_TARGETS, TARGETS
 
 # What tests share (tests/support/): the fixtures of these modules reach every test.
@@ -39,7 +40,7 @@ os.environ.setdefault(JVM_OPTIONS_VARIABLE, QUICK_JVM)
 SPARK_FIXTURES = {"spark", "spark_in_a_process"}
 JVM_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "rocketmq_auto_create", "kafka",
                 "require_java_peers"}
-# started once per session (per xdist worker)
+# started once per session (per xdist worker); the three variants one module each uses, once per that module
 SHARED_PEER_FIXTURES = {"rocketmq", "rocketmq4", "rocketmq_acl", "rocketmq4_acl", "rocketmq_auto_create", "kafka"}
 # A parametrized target fixture whose parameter is "rocketmq" or "rocketmq4" asks for a real broker by name.
 REAL_ROCKETMQ_PARAMS = REAL_ROCKETMQ_TARGETS  # a tuple: a parameter may be unhashable (a list)
@@ -146,9 +147,14 @@ def require_peers(*groups: str) -> None:
 
 
 @pytest.fixture
-def spark_in_a_process():
+def spark_in_a_process(tmp_path_factory):
     """For a test that runs a Spark job in a process of its own (as users run one): it marks the
-    test ``spark``, as the ``spark`` fixture does."""
+    test ``spark``, as the ``spark`` fixture does, and such tests run one at a time across the
+    workers. Two such drivers beside the session's Spark and the peers held two cores at a load of
+    15 to 50, and Spark gives a Python worker it starts 10 s to connect back, a limit no setting
+    changes (PythonWorkerFactory): a query then failed with "Python worker failed to connect back"."""
+    with one_at_a_time("spark-in-a-process", tmp_path_factory):
+        yield
 
 
 @pytest.fixture
@@ -175,7 +181,7 @@ def rocketmq():
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # one module uses it: stopped after it, not idle to the end
 def rocketmq_auto_create():
     """The real RocketMQ 5 (5.5.0) with its own default autoCreateTopicEnable=true (the session's
     ``rocketmq`` runs with false, as production clusters often do): its brokers make a topic on a
@@ -197,7 +203,7 @@ def rocketmq4():
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # one module uses it: stopped after it, not idle to the end
 def rocketmq_acl():
     """The real RocketMQ 5 (5.5.0) with ACL 2.0 on: every request signed and checked against the
     users and ACLs it keeps; the harness signs as its admin (``credentials``), ``add_account``
@@ -209,7 +215,7 @@ def rocketmq_acl():
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # one module uses it: stopped after it, not idle to the end
 def rocketmq4_acl():
     """The real RocketMQ 4 (4.9.7) with ACL 1.0 on (aclEnable, plain_acl.yml): as ``rocketmq_acl``."""
     require_peers("rocketmq4", "clients")

@@ -298,7 +298,8 @@ _DRIVER = textwrap.dedent("""
 
 
 @ONE_BROKER_EACH
-def test_a_spark_driver_killed_mid_query_and_restarted_writes_each_row_once(spark, target, tmp_path):
+def test_a_spark_driver_killed_mid_query_and_restarted_writes_each_row_once(spark, target, tmp_path,
+                                                                            spark_in_a_process):
     """The whole driver (JVM and Python workers, one process group) is SIGKILLed as it decides
     its second micro-batch (where in that micro-batch the kill lands varies: writing, deciding,
     committing); a new driver on the same checkpoint finishes the query, and each row is in the
@@ -341,7 +342,8 @@ _BATCH_WRITER = textwrap.dedent("""
 
 
 @ONE_BROKER_EACH
-def test_a_batch_write_exactly_once_whose_driver_is_killed_is_finished_by_a_rerun(target, tmp_path):
+def test_a_batch_write_exactly_once_whose_driver_is_killed_is_finished_by_a_rerun(target, tmp_path,
+                                                                                  spark_in_a_process):
     """A df.write with sinkId, batchId and checkpointLocation: its driver is SIGKILLed as it
     decides (where the kill lands varies: deciding, committing); the same write run again
     finishes the decision, and each row is in the topic once."""
@@ -378,7 +380,8 @@ _RETRYING_DRIVER = textwrap.dedent("""
 
 
 @ONE_BROKER_EACH
-def test_a_spark_python_worker_killed_mid_write_is_retried_by_spark_and_writes_each_row_once(target, tmp_path):
+def test_a_spark_python_worker_killed_mid_write_is_retried_by_spark_and_writes_each_row_once(target, tmp_path,
+                                                                                            spark_in_a_process):
     """Spark's own Python worker of a write task is SIGKILLed with 100 of its rows prepared
     (tests/rmq_spark/spark/pyspark_worker_killed_mid_write.py, as PySpark's worker module); Spark fails the task
     and runs it again, the query goes on, and each row is in the topic once: the dead attempt's
