@@ -37,7 +37,7 @@ def test_the_broker_s_transaction_threads_sleep_once_transactions_ended(rocketmq
     is configured so that it sleeps (peers/rocketmq.py): sampled for 8 s past the transactions,
     the thread is asleep, not running or waiting for a core."""
     rocketmq.create_topic("peer-tx", queues=1, batch_cq=False)
-    done = java_transaction(rocketmq.namesrv_addr, "peer-tx", timeout_s=90)
+    done = java_transaction(rocketmq.namesrv_addr, "peer-tx", timeout_s=150)
     assert done["states"] == "COMMIT_MESSAGE,ROLLBACK_MESSAGE,UNKNOW", done
     [stat] = [task / "stat" for task in Path(f"/proc/{rocketmq.broker_pid}/task").iterdir()
               if (task / "comm").read_text().strip() == "TransactionalOp"]  # the name, cut to 15 bytes

@@ -87,8 +87,8 @@ def new_topic(cluster, prefix: str) -> str:
     return name
 
 
-def produce(cluster, topic: str, start: int, count: int) -> None:
-    with Producer(name_server=cluster.namesrv_addr) as producer:
+def produce(cluster, topic: str, start: int, count: int, **batching) -> None:
+    with Producer(name_server=cluster.namesrv_addr, **batching) as producer:
         for i in range(start, start + count):
             producer.send_async(Message(topic, b"row-%05d" % i))
         producer.flush()
@@ -132,7 +132,8 @@ def test_a_read_and_a_send_wait_for_a_killed_broker_and_say_so_once(cluster, res
     patient = TransportConfig(timeout_ms=180_000)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         read = pool.submit(lambda: RangeReader(name_server=cluster.namesrv_addr, transport=patient).read_table(ranges))
-        produced = pool.submit(produce, cluster, sent, 0, 300)
+        # as patient as the read: a RocketMQ broker restarting on a busy machine registers again in 60 s or more
+        produced = pool.submit(produce, cluster, sent, 0, 300, send_timeout_ms=180_000, delivery_timeout_ms=180_000)
         restart_when_dead(cluster, "broker")
         assert sorted(read.result(180).column("body").to_pylist()) == expected(400)
         produced.result(180)
