@@ -19,7 +19,7 @@ import pytest
 
 import peers
 from peers.process import JVM_OPTIONS_VARIABLE
-from support.exclusive import one_at_a_time
+from support.exclusive import at_most
 from support.remoting_targets import REAL_ROCKETMQ_TARGETS, TARGETS
 
 # What tests share (tests/support/): the fixtures of these modules reach every test.
@@ -149,11 +149,12 @@ def require_peers(*groups: str) -> None:
 @pytest.fixture
 def spark_in_a_process(tmp_path_factory):
     """For a test that runs a Spark job in a process of its own (as users run one): it marks the
-    test ``spark``, as the ``spark`` fixture does, and such tests run one at a time across the
-    workers. Two such drivers beside the session's Spark and the peers held two cores at a load of
-    15 to 50, and Spark gives a Python worker it starts 10 s to connect back, a limit no setting
-    changes (PythonWorkerFactory): a query then failed with "Python worker failed to connect back"."""
-    with one_at_a_time("spark-in-a-process", tmp_path_factory):
+    test ``spark``, as the ``spark`` fixture does, and at most two such tests run at once across
+    the workers. Three beside the session's Spark and the peers held two cores at a load of 15
+    to 50, and Spark gives a Python worker it starts 10 s to connect back, a limit no setting
+    changes (PythonWorkerFactory): a query then failed with "Python worker failed to connect back".
+    One at a time would make them the run's longest chain (some 25 minutes)."""
+    with at_most(2, "spark-in-a-process", tmp_path_factory):
         yield
 
 

@@ -1,12 +1,13 @@
-"""What the suite runs one at a time across its pytest-xdist workers: a lock file in the
-directory the workers share (the session's base temp), held with flock, so that a worker that
-dies lets go of it."""
+"""What the suite runs at most a few at a time across its pytest-xdist workers: lock files in
+the directory the workers share (the session's base temp), held with flock, so that a worker
+that dies lets go of its slot."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,11 +20,22 @@ def shared_dir(tmp_path_factory) -> Path:
 
 
 @contextlib.contextmanager
-def one_at_a_time(name: str, tmp_path_factory) -> Iterator[None]:
-    """Wait until no other worker holds ``name``, hold it for the block."""
-    with open(shared_dir(tmp_path_factory) / f"{name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def at_most(slots: int, name: str, tmp_path_factory, poll_s: float = 0.2) -> Iterator[None]:
+    """Wait until fewer than ``slots`` workers hold ``name``, hold a slot of it for the block."""
+    files = [open(shared_dir(tmp_path_factory) / f"{name}.{slot}.lock", "a") for slot in range(slots)]
+    try:
+        while True:
+            for held in files:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                try:
+                    yield
+                finally:
+                    fcntl.flock(held, fcntl.LOCK_UN)
+                return
+            time.sleep(poll_s)
+    finally:
+        for file in files:
+            file.close()
