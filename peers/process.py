@@ -4,6 +4,7 @@ for with a bounded wait, and stopped (the whole group) whatever happens."""
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import signal
 import socket
@@ -17,14 +18,23 @@ from broker_sim.testing import die_with_parent
 
 def free_port(count: int = 1) -> int:
     """A loopback port whose ``count`` consecutive ports are all free (RocketMQ's broker also
-    listens on its port - 2 and + 1)."""
+    listens on its port - 2 and + 1), below the kernel's ephemeral range: a port taken from that
+    range (bind to 0) was once taken again, port + 1, by a client's connection in the seconds the
+    JVM took to start ("Address already in use" from RocketMQ's HA service)."""
+    low, _high = _ephemeral_range()
     for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count < 65000 and all(_is_free(p) for p in range(base - 2, base + count)):
+        base = random.randrange(max(1024, low - 12000), low - 8)
+        if all(_is_free(p) for p in range(base - 2, base + count)):
             return base
     raise RuntimeError("no run of free loopback ports found")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def _is_free(port: int) -> bool:
