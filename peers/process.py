@@ -21,20 +21,20 @@ def free_port(count: int = 1) -> int:
     listens on its port - 2 and + 1), below the kernel's ephemeral range: a port taken from that
     range (bind to 0) was once taken again, port + 1, by a client's connection in the seconds the
     JVM took to start ("Address already in use" from RocketMQ's HA service)."""
-    low, _high = _ephemeral_range()
+    low = _ephemeral_low()
     for _ in range(200):
-        base = random.randrange(max(1024, low - 12000), low - 8)
+        base = random.randrange(max(1026, low - 12000), low - 8)
         if all(_is_free(p) for p in range(base - 2, base + count)):
             return base
     raise RuntimeError("no run of free loopback ports found")
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to connections (Linux's default 32768)."""
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _is_free(port: int) -> bool:
