@@ -54,6 +54,8 @@ PROCESS_TESTS = (
     "end_to_end/test_cpp_client.py", "end_to_end/test_tls_official_clients.py", "end_to_end/test_v2_python_client.py",
     "rmq_spark/client/test_fork_safety.py", "rmq_spark/producer/test_producer_restart.py",
     "rmq_spark/producer/test_slow_link.py", "rmq_spark/test_layers.py::test_every_module_imports_alone",
+    # builds the package and two venvs (34 s: a fifth of the quick tier) to run the broker's command in one
+    "rmq_spark/spark/test_standalone_cluster.py::test_the_install_without_extras",
 )
 
 

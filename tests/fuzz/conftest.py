@@ -1,11 +1,11 @@
-"""The fuzz tests' profile (budget.py) is loaded before any test module builds its settings,
+"""The fuzz tests' profile (support/budget.py) is loaded before any test module builds its settings,
 and a watchdog ends a run that hangs, printing every thread's stack (a hang is a finding)."""
 
 import faulthandler
 
 import pytest
 
-import budget  # noqa: F401  (loads the hypothesis profile)
+from support import budget  # loads the hypothesis profile
 
 HANG_SECONDS = 6 * 3600 if budget.PROFILE == "long" else 600
 

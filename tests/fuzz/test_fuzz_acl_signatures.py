@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from broker_sim.acl import Guard
 from broker_sim.core import BrokerFault, Reason
-from budget import examples
 from rmq_spark import Credentials
 from rmq_wire import signing
 from strategies import ext_fields, mutated, remoting_bodies
+from support.budget import examples
 from watch import quick
 
 SECRET = "writer-secret"

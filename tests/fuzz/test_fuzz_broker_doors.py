@@ -14,13 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_watch import CALL_SECONDS, SENDS_TOPIC, BrokerUnderFire
-from budget import examples
 from rmq_wire.codec.records import decode_records
 from rmq_wire.contract import broker_pb2 as pb
 from rmq_wire.contract import pop_pb2, txn_pb2
 from rmq_wire.remoting import FrameReader, RequestCode, decode, encode
 from rmq_wire.rocketmq_v2 import messaging_pb2 as v2_pb2
 from strategies import CODECS, COMPRESSIONS, batch_payloads, frames, mutated, remoting_commands, request_bytes
+from support.budget import examples
 
 SERVICES = [(pb, "Admin"), (pb, "Messaging"), (txn_pb2, "Transactions"), (pop_pb2, "Pop"),
             (v2_pb2, "MessagingService")]

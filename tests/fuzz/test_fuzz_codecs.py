@@ -13,10 +13,10 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from budget import examples
 from rmq_spark.errors import CodecError
 from rmq_wire.codec import BATCH_SCHEMA, MAX_DECOMPRESSED_BYTES, check_batch, decode_batch
 from strategies import CODECS, COMPRESSIONS, batch_payloads, hostile, mutated
+from support.budget import examples
 from watch import bounded_memory, quick
 
 COMBINATIONS = [(codec, compression) for codec in CODECS for compression in COMPRESSIONS]

@@ -10,8 +10,8 @@ from broker_sim.doors.rocketmq_v2 import receipts
 from broker_sim.pop import InvalidReceiptHandle
 from broker_sim.pop.receipt import ReceiptSigner
 from broker_sim.pop.state import PopCheckpoint
-from budget import examples
 from strategies import handle_texts, mutated
+from support.budget import examples
 from watch import quick
 
 SIGNER = ReceiptSigner(bytes(range(32)))

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from broker_sim.doors.remoting.errors import HeaderFieldError
 from broker_sim.doors.remoting.fields import SEND_V2_NAMES, Fields
-from budget import examples
 from rmq_wire.remoting import FrameError, FrameReader, HeaderError, RemotingCommand, decode, encode, fastjson
 from strategies import deep_nesting, ext_fields, frame_bodies, frames, hostile, json_texts, remoting_commands
+from support.budget import examples
 from watch import quick
 
 MAX_FRAME = 1 << 16

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from broker_sim.store import GetStatus, MessageStore, StoreConfig, decode_record
 from broker_sim.store.paths import StorePaths
-from budget import examples
 from rmq_spark.errors import CodecError
 from rmq_wire import record as fmt
 from rmq_wire.codec.records import decode_records
 from strategies import EXTREME_INTS, hostile, mutated, stored_records
+from support.budget import examples
 from watch import quick
 
 records = st.lists(stored_records(), min_size=1, max_size=4).map(b"".join)

@@ -6,7 +6,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from budget import DECODE_SECONDS
+from support.budget import DECODE_SECONDS
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")

@@ -47,6 +47,7 @@ from recovery_helpers import (
     single_args,
 )
 from rmq_wire import record as fmt
+from support.budget import EXHAUSTIVE
 
 # --- 1 and 2: a torn or corrupted last record ---------------------------------------------------
 
@@ -246,7 +247,8 @@ CHECK_LAST_RECORD = {"closed": check_damaged_kept, "open_copy": check_tail_dropp
 @pytest.mark.parametrize("kind", ["single", "inner"])
 def test_torn_last_record(tmp_path_factory, tmp_path, kind, stop):
     """The last record (a single message on SimpleCQ, or an inner batch on BatchCQ) cut after
-    k bytes: every k when the store was closed, a spread of k when the copy was taken open.
+    k bytes: every k when the store was closed (a spread in the quick tier), a spread of k when the
+    copy was taken open.
     Past the flushed position the record is not served, nothing of it is indexed, and the log
     continues from its start; before it, the record is kept as damaged and refused."""
     image = tail_image(tmp_path_factory, kind, stop)
@@ -256,7 +258,7 @@ def test_torn_last_record(tmp_path_factory, tmp_path, kind, stop):
         restore(image.files, work)
         os.truncate(image.segment_in(work), image.in_segment + k)
 
-    positions = range(image.size) if stop == "closed" else spread(image.size)
+    positions = range(image.size) if stop == "closed" and EXHAUSTIVE else spread(image.size)
     sweep(positions, damage, lambda k: CHECK_LAST_RECORD[stop](image, work))
 
 
@@ -302,9 +304,10 @@ def flip_reason(image: TailImage, i: int) -> str | None:
 @pytest.mark.parametrize("kind", ["single", "inner"])
 def test_flipped_byte_in_last_record(tmp_path_factory, tmp_path, kind, mask, stop):
     """A byte of the last record (header fields, body, topic, properties, __HCRC32#) flipped,
-    at every position (mask 0xFF) or a spread over every field (mask 0x01): the check that
-    must catch it does, and the ones before are served. Flushed ("closed"), the record is
-    kept as damaged and refused; past the flushed position ("open_copy"), it is dropped."""
+    at every position (mask 0xFF; a spread in the quick tier) or a spread over every field
+    (mask 0x01): the check that must catch it does, and the ones before are served. Flushed
+    ("closed"), the record is kept as damaged and refused; past the flushed position
+    ("open_copy"), it is dropped."""
     image = tail_image(tmp_path_factory, kind, stop)
     work = tmp_path / "work"
     assert image.record[-CRC_PROPERTY_BYTES:].startswith(fmt.CRC_PROPERTY_PREFIX)
@@ -315,7 +318,7 @@ def test_flipped_byte_in_last_record(tmp_path_factory, tmp_path, kind, mask, sto
             f.seek(image.in_segment + i)
             f.write(bytes([image.record[i] ^ mask]))
 
-    positions = range(image.size) if mask == 0xFF and stop == "closed" else spread(image.size)
+    positions = range(image.size) if mask == 0xFF and stop == "closed" and EXHAUSTIVE else spread(image.size)
     sweep(positions, damage, lambda i: CHECK_LAST_RECORD[stop](image, work, flip_reason(image, i)))
 
 

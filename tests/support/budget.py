@@ -1,4 +1,4 @@
-"""How hard the fuzz tests try: hypothesis profiles chosen by FUZZ_PROFILE.
+"""How hard the fuzz tests and the exhaustive sweeps try: hypothesis profiles chosen by FUZZ_PROFILE.
 
 ``ci`` (the default) is small, derandomized (the same examples every run: a CI failure
 reproduces locally) and keeps no example database, so that tests/fuzz runs in about a minute.
@@ -6,6 +6,8 @@ reproduces locally) and keeps no example database, so that tests/fuzz runs in ab
 deterministic sample of every fuzz test, run after each change. ``long`` (``make fuzz``)
 draws FUZZ_SCALE (default 50) times as many random examples per test,
 without a deadline; it saves failing examples in .hypothesis/ so that a rerun tries them first.
+A sweep that damages every byte of a record (tests/broker_sim/store/test_recovery_tail.py) takes a
+spread of those bytes over every field when quick, every byte otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ settings.register_profile("long", deadline=None, print_blob=True, suppress_healt
 settings.load_profile("long" if PROFILE == "long" else "ci")
 if PROFILE != "long":  # hypothesis caches the constants it finds in the code: not into the work tree
     set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "rmq-fuzz-hypothesis")
+
+# Sweeps over every position (ci and long); quick takes their spread.
+EXHAUSTIVE = PROFILE != "quick"
 
 # A decoder given one hostile input answers within this (generous on a loaded 2-core machine).
 DECODE_SECONDS = 2.0
