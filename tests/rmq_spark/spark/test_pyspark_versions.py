@@ -9,11 +9,22 @@ import subprocess
 import pytest
 
 from peers import pyspark as versions
+from support.exclusive import at_most
 from support.paths import REPO_ROOT
 
 
+@pytest.fixture
+def one_version_at_a_time(tmp_path_factory):
+    """A run here is a pytest session with a Spark of its own and the Spark jobs its tests start:
+    two at once held both of spark_in_a_process's slots at a load near 30, and a test beside them
+    failed on Spark's 10 s for a Python worker to connect back. Taken before that slot, so a run
+    that waits here holds none."""
+    with at_most(1, "pyspark-version-run", tmp_path_factory):
+        yield
+
+
 @pytest.mark.parametrize("version", versions.OLDER)
-def test_the_compatibility_tests_pass_on(version, spark_in_a_process):
+def test_the_compatibility_tests_pass_on(version, one_version_at_a_time, spark_in_a_process):
     if not versions.ready(version):
         pytest.skip(f"no venv of PySpark {version} for this pyproject.toml: run `make pyspark-versions`")
     python = str(versions.python(version))
